@@ -1,0 +1,35 @@
+# attnlab: `make demo` and `make test` are the two commands a new user needs (see README).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test venv sysdeps bench clean
+
+# torch==2.13.0 first: the CPU wheel on this machine's disk, so pip never pulls a multi-GB CUDA build.
+# pyproject.toml only asks for torch>=2.4, so a user's own CUDA torch is kept.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+sysdeps:
+	./scripts/system-deps.sh
+
+demo: $(STAMP) sysdeps
+	$(VENV)/bin/attnlab demo
+
+# pytest exits 5 when it collects no tests: that is a failure here, not a pass.
+test: $(STAMP) sysdeps
+	$(PY) -m pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+bench: $(STAMP)
+	$(PY) benchmarks/attention_bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis

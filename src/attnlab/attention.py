@@ -1,0 +1,290 @@
+"""The one attention core every attnlab model uses.
+
+Score functions (query q, key k; each returns scores of shape (B, T, S)):
+
+- ``dot``            q . k                                  (Luong et al. 2015, eq. 8, "dot")
+- ``general``        q^T W_a k                              (Luong et al. 2015, eq. 8, "general")
+- ``additive``       v_a^T tanh(W_a q + U_a k)              (Bahdanau et al. 2015, A.1.2)
+- ``scaled_dot``     q . k / sqrt(d_k)                      (Vaswani et al. 2017, eq. 1)
+- ``parameterized``  (W^Q q) . (W^K k), values W^V v        (seed ML:IX "parameterized attention")
+
+plus `MultiHeadAttention` (Vaswani et al. 2017, 3.2.2) with the output projection W^O.
+
+Masks are boolean and mean "may attend": True keeps a key, False removes it. A masked key gets exactly
+zero weight. A query whose keys are all masked (a fully masked row) is a defined result, never NaN: its
+weights are all zero and its context vector is the zero vector.
+
+When the weights are not requested, the dot-product family runs through
+`torch.nn.functional.scaled_dot_product_attention` (flash / memory-efficient kernels where the hardware has
+them); when they are, the explicit path computes the same numbers and returns the weights.
+
+Shape legend: B batch, H heads, T query length, S key length, D model dim, Dh head dim,
+Dq / Dk / Dv query / key / value feature dims, A attention (hidden) dim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.errors import AttnlabError
+
+SCORE_KINDS = ("dot", "general", "additive", "scaled_dot", "parameterized")
+
+
+# ---------------------------------------------------------------------------------------------- masks
+def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
+    """Key mask from sequence lengths.
+
+    Args:
+        lengths: (B,) number of real tokens per sequence.
+        max_len: S, the padded length (default: lengths.max()).
+    Returns:
+        (B, S) bool, True at real tokens.
+    """
+    S = int(lengths.max()) if max_len is None else max_len
+    return torch.arange(S, device=lengths.device)[None, :] < lengths[:, None]  # (B, S)
+
+
+def causal_mask(T: int, S: int | None = None, device: torch.device | None = None) -> Tensor:
+    """Causal mask: query t may attend keys 0..t (+ S - T when S > T, i.e. earlier cached keys).
+
+    Returns:
+        (T, S) bool, True where attending is allowed.
+    """
+    S = T if S is None else S
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
+def _as_4d(mask: Tensor | None) -> Tensor | None:
+    """Brings a mask to a shape broadcastable to (B, H, T, S): (B, S) -> (B, 1, 1, S); (B, T, S) -> (B, 1, T, S)."""
+    if mask is None:
+        return None
+    if mask.dtype != torch.bool:
+        raise AttnlabError(f"attention masks must be bool (True = may attend), got {mask.dtype}")
+    if mask.dim() == 2:
+        return mask[:, None, None, :]  # (B, 1, 1, S)
+    if mask.dim() == 3:
+        return mask[:, None, :, :]  # (B, 1, T, S)
+    if mask.dim() == 4:
+        return mask
+    raise AttnlabError(f"attention mask must have 2, 3 or 4 dims, got shape {tuple(mask.shape)}")
+
+
+# ---------------------------------------------------------------------------------------------- core
+def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """Softmax over the last dim with masked positions at exactly zero; fully masked rows are all zero.
+
+    Args:
+        scores: (..., T, S) float.
+        mask: bool, broadcastable to scores, True = keep; or None.
+    Returns:
+        (..., T, S) weights: each row sums to 1 over kept keys, or to 0 if it keeps none.
+    """
+    if mask is None:
+        return scores.softmax(dim=-1)
+    # The most negative finite value instead of -inf: a fully masked row then gives finite (uniform) values
+    # rather than NaN, and the final multiplication sets every masked weight, in every row, to exactly 0.
+    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return filled.softmax(dim=-1) * mask
+
+
+def attend(scores: Tensor, values: Tensor, mask: Tensor | None = None,
+           dropout_p: float = 0.0, training: bool = False) -> tuple[Tensor, Tensor]:
+    """Weights and context from raw scores (the explicit path).
+
+    Args:
+        scores: (..., T, S); values: (..., S, Dv); mask: bool broadcastable to scores, True = keep.
+    Returns:
+        context (..., T, Dv) and weights (..., T, S) (before dropout).
+    """
+    weights = masked_softmax(scores, mask)
+    dropped = F.dropout(weights, dropout_p, training) if dropout_p > 0 else weights
+    return dropped @ values, weights  # (..., T, Dv)
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
+                                 scale: float | None = None, dropout_p: float = 0.0, training: bool = False,
+                                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    """softmax(q k^T * scale) v (Vaswani et al. 2017, eq. 1); scale defaults to 1/sqrt(Dh).
+
+    Args:
+        q: (B, H, T, Dh); k: (B, H, S, Dh); v: (B, H, S, Dv).
+        mask: bool broadcastable to (B, H, T, S), True = may attend; or None.
+        need_weights: if False, the fused kernel runs and weights are None.
+    Returns:
+        context (B, H, T, Dv) and weights (B, H, T, S) or None.
+    """
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    if need_weights:
+        scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S)
+        return attend(scores, v, mask, dropout_p, training)
+    if mask is None:
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p if training else 0.0, scale=scale)
+        return out, None
+    # Kernels differ on fully masked rows (NaN on some): give those rows every key, then zero their output.
+    has_key = mask.any(dim=-1, keepdim=True)  # (B|1, H|1, T|1, 1)
+    safe_mask = mask | ~has_key
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask,
+                                         dropout_p=dropout_p if training else 0.0, scale=scale)
+    return out * has_key, None  # (B, H, T, Dv)
+
+
+# ---------------------------------------------------------------------------------------------- scores
+class AdditiveScore(nn.Module):
+    """Bahdanau et al. (2015), A.1.2: e_ts = v_a^T tanh(W_a q_t + U_a k_s).
+
+    U_a k does not depend on the query: `project_keys` computes it once per sentence for step-wise decoding.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, attn_dim: int) -> None:
+        super().__init__()
+        self.W_a = nn.Linear(query_dim, attn_dim, bias=False)
+        self.U_a = nn.Linear(key_dim, attn_dim, bias=True)
+        self.v_a = nn.Linear(attn_dim, 1, bias=False)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """(B, S, Dk) -> (B, S, A)."""
+        return self.U_a(keys)
+
+    def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+        """query (B, T, Dq), proj_keys (B, S, A) from `project_keys` -> scores (B, T, S)."""
+        hidden = torch.tanh(self.W_a(query)[:, :, None, :] + proj_keys[:, None, :, :])  # (B, T, S, A)
+        return self.v_a(hidden).squeeze(-1)  # (B, T, S)
+
+
+class Attention(nn.Module):
+    """Single-head attention of the encoder-decoder literature, one score function chosen by `kind`.
+
+    Args:
+        kind: one of "dot", "general", "additive", "scaled_dot", "parameterized" (see module docstring).
+        query_dim: Dq. key_dim: Dk (must equal Dq for "dot" and "scaled_dot"). value_dim: Dv (default Dk).
+        attn_dim: A, the hidden size of "additive" and the projection size of "parameterized"
+            (default Dq).
+
+    Shape:
+        query (B, T, Dq), keys (B, S, Dk), values (B, S, Dv) (default: keys), mask (B, S) or (B, T, S) bool.
+        Returns context (B, T, Dv) -- (B, T, A) for "parameterized", whose values pass W^V -- and weights
+        (B, T, S), or None when need_weights is False and a fused kernel computed the context.
+    """
+
+    def __init__(self, kind: str, query_dim: int, key_dim: int, value_dim: int | None = None,
+                 attn_dim: int | None = None) -> None:
+        super().__init__()
+        if kind not in SCORE_KINDS:
+            raise AttnlabError(f"attention kind {kind!r} is not one of {', '.join(SCORE_KINDS)}")
+        if kind in ("dot", "scaled_dot") and query_dim != key_dim:
+            raise AttnlabError(f"{kind} attention needs query_dim ({query_dim}) == key_dim ({key_dim})")
+        self.kind = kind
+        value_dim = key_dim if value_dim is None else value_dim
+        attn_dim = query_dim if attn_dim is None else attn_dim
+        self.out_dim = attn_dim if kind == "parameterized" else value_dim
+        if kind == "general":
+            self.W_a = nn.Linear(key_dim, query_dim, bias=False)  # q^T W_a k computed as q . (W_a k)
+        elif kind == "additive":
+            self.score = AdditiveScore(query_dim, key_dim, attn_dim)
+        elif kind == "parameterized":
+            self.W_Q = nn.Linear(query_dim, attn_dim, bias=False)
+            self.W_K = nn.Linear(key_dim, attn_dim, bias=False)
+            self.W_V = nn.Linear(value_dim, attn_dim, bias=False)
+
+    def precompute(self, keys: Tensor, values: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The query-independent part, computed once per source sentence.
+
+        Args:
+            keys (B, S, Dk), values (B, S, Dv) or None (= keys).
+        Returns:
+            (keys', values') to pass to `forward(..., precomputed=True)`.
+        """
+        values = keys if values is None else values
+        if self.kind == "general":
+            return self.W_a(keys), values  # (B, S, Dq)
+        if self.kind == "additive":
+            return self.score.project_keys(keys), values  # (B, S, A)
+        if self.kind == "parameterized":
+            return self.W_K(keys), self.W_V(values)  # (B, S, A) each
+        return keys, values
+
+    def forward(self, query: Tensor, keys: Tensor, values: Tensor | None = None, mask: Tensor | None = None,
+                need_weights: bool = True, precomputed: bool = False) -> tuple[Tensor, Tensor | None]:
+        if not precomputed:
+            keys, values = self.precompute(keys, values)
+        elif values is None:
+            values = keys
+        if mask is not None and mask.dim() == 2:
+            mask = mask[:, None, :]  # (B, 1, S)
+        if self.kind == "additive":
+            return attend(self.score(query, keys), values, mask)
+        q = self.W_Q(query) if self.kind == "parameterized" else query
+        scale = 1.0 / math.sqrt(q.size(-1)) if self.kind == "scaled_dot" else 1.0
+        heads_mask = None if mask is None else mask[:, None]  # (B, 1, T|1, S)
+        context, weights = scaled_dot_product_attention(
+            q[:, None], keys[:, None], values[:, None], heads_mask, scale=scale, need_weights=need_weights)
+        return context[:, 0], None if weights is None else weights[:, 0]  # (B, T, Dv), (B, T, S)
+
+
+# ---------------------------------------------------------------------------------------------- multi-head
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention, Vaswani et al. (2017) 3.2.2: Concat(head_1..head_h) W^O,
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) with scaled dot-product scores.
+
+    Args:
+        d_model: D. h: number of heads (D must be divisible by h). dropout: on the attention weights.
+        bias: biases on the four projections. kdim / vdim: key / value feature dims (default D).
+
+    Shape:
+        query (B, T, D), key (B, S, kdim), value (B, S, vdim); mask bool broadcastable to (B, H, T, S)
+        ((B, S) key-padding and (B, T, S) masks are accepted too), True = may attend.
+        Returns output (B, T, D) and weights (B, H, T, S) or None.
+
+    Example:
+        >>> mha = MultiHeadAttention(d_model=16, h=4)
+        >>> x = torch.randn(2, 5, 16)
+        >>> out, w = mha(x, x, x, need_weights=True)
+        >>> out.shape, w.shape
+        (torch.Size([2, 5, 16]), torch.Size([2, 4, 5, 5]))
+    """
+
+    def __init__(self, d_model: int, h: int, dropout: float = 0.0, bias: bool = True,
+                 kdim: int | None = None, vdim: int | None = None) -> None:
+        super().__init__()
+        if d_model % h != 0:
+            raise AttnlabError(f"d_model ({d_model}) must be divisible by the number of heads h ({h})")
+        self.d_model, self.h, self.d_head, self.dropout = d_model, h, d_model // h, dropout
+        self.W_Q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_K = nn.Linear(kdim or d_model, d_model, bias=bias)
+        self.W_V = nn.Linear(vdim or d_model, d_model, bias=bias)
+        self.W_O = nn.Linear(d_model, d_model, bias=bias)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, L, D) -> (B, H, L, Dh)."""
+        B, L, _ = x.shape
+        return x.view(B, L, self.h, self.d_head).transpose(1, 2)  # (B, H, L, Dh)
+
+    def project_kv(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values projected and split into heads: (B, S, *) -> (B, H, S, Dh) each."""
+        return self.split_heads(self.W_K(key)), self.split_heads(self.W_V(value))
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        k, v = self.project_kv(key, value)  # (B, H, S, Dh)
+        return self.attend_projected(query, k, v, mask, need_weights)
+
+    def attend_projected(self, query: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                         need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Attention with keys/values already projected (e.g. from a cache).
+
+        Args:
+            query (B, T, D); k, v (B, H, S, Dh); mask as in `forward`.
+        Returns:
+            output (B, T, D), weights (B, H, T, S) or None.
+        """
+        B, T, _ = query.shape
+        q = self.split_heads(self.W_Q(query))  # (B, H, T, Dh)
+        context, weights = scaled_dot_product_attention(
+            q, k, v, _as_4d(mask), dropout_p=self.dropout, training=self.training, need_weights=need_weights)
+        context = context.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, D)
+        return self.W_O(context), weights

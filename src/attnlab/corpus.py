@@ -1,0 +1,338 @@
+"""Parallel corpora: the verse-aligned English-Spanish Bible (SWORD modules) and user corpora (TSV or two
+line-aligned plain files).
+
+Every pair keeps where it came from (`ref`: "Gen 1:1" for a verse, "data.tsv:12" for a file line), so a
+result can always be traced back to its source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from attnlab.errors import AttnlabError
+
+# The fixed split by book (OSIS names), chosen so every split holds whole books.
+DEV_BOOKS = ("Jonah", "Phil", "Titus", "Jude")
+TEST_BOOKS = ("Ruth", "Mark", "Eph")
+
+# English sources (module name, Debian package) and the Spanish target.
+ENGLISH_MODULES = {"kjv": ("engKJV2006eb", "sword-text-kjv"), "web": ("engWEB2015eb", "sword-text-web")}
+SPANISH_MODULE = ("spaRV1909eb", "sword-text-sparv")
+SWORD_DIRS = ("/usr/share/sword", "~/.sword")
+CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One aligned sentence pair. ref: its origin, e.g. "Gen 1:1" or "corpus.tsv:12"."""
+
+    src: str
+    tgt: str
+    ref: str
+
+
+@dataclass
+class Corpus:
+    """A parallel corpus in three fixed splits."""
+
+    name: str
+    train: list[Pair] = field(default_factory=list)
+    dev: list[Pair] = field(default_factory=list)
+    test: list[Pair] = field(default_factory=list)
+    skipped: int = 0  # empty lines / verses dropped while reading
+
+    def split(self, name: str) -> list[Pair]:
+        if name not in ("train", "dev", "test"):
+            raise AttnlabError(f"unknown split {name!r}; choose train, dev or test")
+        return getattr(self, name)
+
+
+def cache_dir() -> Path:
+    """Where attnlab caches corpora and tokenizers: $ATTNLAB_CACHE, else $XDG_CACHE_HOME/attnlab, else
+    ~/.cache/attnlab."""
+    if os.environ.get("ATTNLAB_CACHE"):
+        return Path(os.environ["ATTNLAB_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return Path(base).expanduser() / "attnlab"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Writes text to path through a temporary file and a rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+_PILCROW_AND_SPACE = re.compile(r"[\u00b6\s]+")
+
+
+def normalize(text: str) -> str:
+    """Whitespace-normalized text: paragraph marks (¶) removed, whitespace runs collapsed, ends stripped."""
+    return _PILCROW_AND_SPACE.sub(" ", text).strip()
+
+
+# ---------------------------------------------------------------------------------------------- SWORD
+def _sword_dir() -> Path | None:
+    for d in [os.environ.get("SWORD_PATH", "")] + list(SWORD_DIRS):
+        if d and (Path(d).expanduser() / "mods.d").is_dir():
+            return Path(d).expanduser()
+    return None
+
+
+def ensure_sword_modules(modules: Sequence[tuple[str, str]]) -> Path:
+    """Returns the SWORD directory holding `modules` ((module, debian package) pairs); installs the missing
+    Debian packages when running as root, else raises an error with the exact apt command."""
+    def missing() -> list[str]:
+        d = _sword_dir()
+        return [pkg for mod, pkg in modules
+                if d is None or not any((d / "mods.d" / f"{name}.conf").is_file() for name in (mod, mod.lower()))]
+
+    need = missing()
+    if need:
+        command = "apt-get update && apt-get install -y " + " ".join(need)
+        if os.name != "posix" or os.geteuid() != 0:
+            raise AttnlabError(f"the Bible corpus needs the SWORD modules; install them with: sudo {command}")
+        print(f"installing {' '.join(need)} (apt-get) ...", flush=True)
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *need]):
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise AttnlabError(f"`{' '.join(cmd)}` failed: {done.stderr.strip().splitlines()[-1:]}")
+        if missing():
+            raise AttnlabError(f"installed {' '.join(need)} but the SWORD modules are still not found")
+    d = _sword_dir()
+    assert d is not None, "SWORD directory vanished after the module check"
+    return d
+
+
+def read_sword_bible(module: str, sword_dir: Path) -> dict[tuple[str, int, int], str]:
+    """All verses of a SWORD Bible module, markup removed: {(OSIS book, chapter, verse): text}, in canon order."""
+    from pysword.modules import SwordModules  # imported here: only the Bible corpus needs it
+
+    mods = SwordModules(str(sword_dir))
+    mods.parse_modules()
+    bible = mods.get_bible_from_module(module)
+    # pysword decompresses a whole block for every verse; a block holds many verses, so memoising the
+    # block turns minutes into seconds.
+    bible._decompressed_text = lru_cache(maxsize=8)(bible._decompressed_text)
+    verses: dict[tuple[str, int, int], str] = {}
+    for testament in bible.get_structure().get_books().values():
+        for book in testament:
+            texts = bible.get(books=[book.osis_name], clean=True, join="\x00").split("\x00")
+            refs = [(book.osis_name, c + 1, v + 1)
+                    for c, n in enumerate(book.chapter_lengths) for v in range(n)]
+            assert len(texts) == len(refs), f"{module} {book.osis_name}: {len(texts)} texts for {len(refs)} verses"
+            verses.update(zip(refs, (normalize(t) for t in texts)))
+    return verses
+
+
+def _split_of(book: str) -> str:
+    return "dev" if book in DEV_BOOKS else "test" if book in TEST_BOOKS else "train"
+
+
+def build_bible_pairs(english: str = "kjv") -> tuple[dict[str, list[Pair]], int]:
+    """Reads the SWORD modules and aligns verses by reference. Returns ({split: pairs}, dropped count)."""
+    if english not in ENGLISH_MODULES:
+        raise AttnlabError(f"unknown English Bible {english!r}; choose one of {', '.join(ENGLISH_MODULES)}")
+    en_module = ENGLISH_MODULES[english]
+    sword = ensure_sword_modules([en_module, SPANISH_MODULE])
+    src = read_sword_bible(en_module[0], sword)
+    tgt = read_sword_bible(SPANISH_MODULE[0], sword)
+    splits: dict[str, list[Pair]] = {"train": [], "dev": [], "test": []}
+    dropped = 0
+    for (book, ch, v), es in tgt.items():  # the Spanish (KJV versification) order
+        en = src.get((book, ch, v), "")
+        if not en or not es:
+            dropped += 1
+            continue
+        splits[_split_of(book)].append(Pair(en, es, f"{book} {ch}:{v}"))
+    return splits, dropped
+
+
+def bible_corpus(english: str = "kjv", refresh: bool = False) -> Corpus:
+    """The English->Spanish (Reina-Valera 1909) Bible, verse-aligned, split by book (see DEV_BOOKS,
+    TEST_BOOKS), cached as TSV under `cache_dir()`; a second call reads the cache."""
+    path = cache_dir() / "corpora" / f"bible-{english}-rv1909.v{CACHE_VERSION}.tsv"
+    name = f"bible-{english}-es"
+    if path.is_file() and not refresh:
+        lines = path.read_text(encoding="utf-8").split("\n")
+        corpus = Corpus(name, skipped=json.loads(lines[0])["dropped"])
+        for line in lines[1:]:
+            if line:
+                split, ref, src, tgt = line.split("\t")
+                corpus.split(split).append(Pair(src, tgt, ref))
+        return corpus
+    splits, dropped = build_bible_pairs(english)
+    # normalize() leaves no tab or newline inside a text, so plain tab-separated lines are unambiguous
+    rows = [json.dumps({"dropped": dropped, "version": CACHE_VERSION})]
+    rows += [f"{split}\t{p.ref}\t{p.src}\t{p.tgt}" for split, pairs in splits.items() for p in pairs]
+    atomic_write_text(path, "\n".join(rows) + "\n")
+    return Corpus(name, splits["train"], splits["dev"], splits["test"], dropped)
+
+
+# ---------------------------------------------------------------------------------------------- files
+def _read_lines(path: Path) -> list[str]:
+    """Lines of a UTF-8 text file (without line ends); errors name the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise AttnlabError(f"{path}: no such file")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise AttnlabError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [ln.rstrip("\r") for ln in lines]
+
+
+def read_tsv(path: Path | str) -> tuple[list[Pair], int]:
+    """Pairs from a `source<TAB>target` file. Empty lines (or an empty side) are skipped and counted; a line
+    without exactly one tab is an error naming file and line. Returns (pairs, skipped)."""
+    path = Path(path)
+    pairs, skipped = [], 0
+    for i, line in enumerate(_read_lines(path), start=1):
+        if not line.strip():
+            skipped += 1
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise AttnlabError(f"{path}:{i}: expected 2 tab-separated fields (source, target), found {len(fields)}")
+        src, tgt = normalize(fields[0]), normalize(fields[1])
+        if not src or not tgt:
+            skipped += 1
+            continue
+        pairs.append(Pair(src, tgt, f"{path.name}:{i}"))
+    return pairs, skipped
+
+
+def read_parallel(src_path: Path | str, tgt_path: Path | str) -> tuple[list[Pair], int]:
+    """Pairs from two line-aligned plain files; a line-count mismatch is an error naming the first
+    unmatched line. Lines where either side is empty are skipped and counted. Returns (pairs, skipped)."""
+    src_path, tgt_path = Path(src_path), Path(tgt_path)
+    src_lines, tgt_lines = _read_lines(src_path), _read_lines(tgt_path)
+    if len(src_lines) != len(tgt_lines):
+        longer = src_path if len(src_lines) > len(tgt_lines) else tgt_path
+        n = min(len(src_lines), len(tgt_lines)) + 1
+        raise AttnlabError(f"{longer}:{n}: line has no partner ({src_path} has {len(src_lines)} lines, "
+                           f"{tgt_path} has {len(tgt_lines)})")
+    pairs, skipped = [], 0
+    for i, (s, t) in enumerate(zip(src_lines, tgt_lines), start=1):
+        s, t = normalize(s), normalize(t)
+        if not s or not t:
+            skipped += 1
+            continue
+        pairs.append(Pair(s, t, f"{src_path.name}:{i}"))
+    return pairs, skipped
+
+
+def read_pairs(spec: str | Path | Sequence[str | Path]) -> tuple[list[Pair], int]:
+    """A TSV path, or a (source, target) pair of plain-file paths."""
+    if isinstance(spec, (str, Path)):
+        return read_tsv(spec)
+    if len(spec) != 2:
+        raise AttnlabError(f"a corpus is one TSV file or two aligned files, got {len(spec)} paths")
+    return read_parallel(spec[0], spec[1])
+
+
+def split_pairs(pairs: Sequence[Pair], dev_size: int, test_size: int, seed: int = 0) -> dict[str, list[Pair]]:
+    """A seeded random hold-out of dev_size and test_size pairs; the rest is train (order kept)."""
+    if dev_size + test_size >= len(pairs):
+        raise AttnlabError(f"cannot hold out dev_size ({dev_size}) + test_size ({test_size}) pairs from a "
+                           f"corpus of {len(pairs)}")
+    order = list(range(len(pairs)))
+    random.Random(seed).shuffle(order)
+    dev, test = set(order[:dev_size]), set(order[dev_size:dev_size + test_size])
+    out: dict[str, list[Pair]] = {"train": [], "dev": [], "test": []}
+    for i, p in enumerate(pairs):
+        out["dev" if i in dev else "test" if i in test else "train"].append(p)
+    return out
+
+
+def file_corpus(train: str | Path | Sequence[str | Path], dev=None, test=None, *,
+                dev_size: int = 500, test_size: int = 500, seed: int = 0) -> Corpus:
+    """A user corpus: each split a TSV or two aligned files. Without dev/test files, dev_size and test_size
+    pairs are held out of train at random (seeded)."""
+    pairs, skipped = read_pairs(train)
+    if not pairs:
+        raise AttnlabError(f"{train}: the corpus has no sentence pairs")
+    name = Path(train if isinstance(train, (str, Path)) else train[0]).stem
+    corpus = Corpus(name, skipped=skipped)
+    if dev is None and test is None:
+        splits = split_pairs(pairs, dev_size, test_size, seed)
+        corpus.train, corpus.dev, corpus.test = splits["train"], splits["dev"], splits["test"]
+        return corpus
+    corpus.train = pairs
+    for split, spec in (("dev", dev), ("test", test)):
+        if spec is not None:
+            extra, sk = read_pairs(spec)
+            corpus.split(split).extend(extra)
+            corpus.skipped += sk
+    return corpus
+
+
+# ---------------------------------------------------------------------------------------------- stats
+def _length_stats(lengths: Iterable[int]) -> tuple[float, int]:
+    lengths = list(lengths)
+    return (sum(lengths) / len(lengths), max(lengths)) if lengths else (0.0, 0)
+
+
+def corpus_stats(corpus: Corpus, tokenizers=None) -> dict:
+    """Pairs per split and average / maximum lengths per side, in words and (given a TokenizerPair) in
+    tokens; plus the vocabulary sizes."""
+    stats: dict = {"corpus": corpus.name, "skipped": corpus.skipped, "splits": {}}
+    for split in ("train", "dev", "test"):
+        pairs = corpus.split(split)
+        row: dict = {"pairs": len(pairs)}
+        for side in ("src", "tgt"):
+            texts = [getattr(p, side) for p in pairs]
+            row[f"{side}_words_avg"], row[f"{side}_words_max"] = _length_stats(len(t.split()) for t in texts)
+            if tokenizers is not None:
+                tok = getattr(tokenizers, side)
+                row[f"{side}_tokens_avg"], row[f"{side}_tokens_max"] = _length_stats(
+                    len(tok.encode(t)) for t in texts)
+        stats["splits"][split] = row
+    if tokenizers is not None:
+        stats["vocab"] = {"src": tokenizers.src.vocab_size, "tgt": tokenizers.tgt.vocab_size,
+                          "joint": tokenizers.joint}
+    return stats
+
+
+def format_stats(stats: dict) -> str:
+    """The stats of `corpus_stats` as a plain-text table."""
+    has_tok = "src_tokens_avg" in stats["splits"]["train"]
+    head = f"{'split':<6} {'pairs':>7}  {'src words avg/max':>18}  {'tgt words avg/max':>18}"
+    if has_tok:
+        head += f"  {'src tokens avg/max':>19}  {'tgt tokens avg/max':>19}"
+    lines = [f"corpus: {stats['corpus']}  (skipped while reading: {stats['skipped']})", head]
+    for split, r in stats["splits"].items():
+        line = (f"{split:<6} {r['pairs']:>7,}  {r['src_words_avg']:>12.1f} / {r['src_words_max']:<3}  "
+                f"{r['tgt_words_avg']:>12.1f} / {r['tgt_words_max']:<3}")
+        if has_tok:
+            line += (f"  {r['src_tokens_avg']:>13.1f} / {r['src_tokens_max']:<3}  "
+                     f"{r['tgt_tokens_avg']:>13.1f} / {r['tgt_tokens_max']:<3}")
+        lines.append(line)
+    if "vocab" in stats:
+        v = stats["vocab"]
+        kind = "joint" if v["joint"] else "separate"
+        lines.append(f"vocabulary ({kind}): source {v['src']:,}, target {v['tgt']:,}")
+    return "\n".join(lines)

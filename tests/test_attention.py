@@ -1,0 +1,202 @@
+"""The attention core against independent references: torch.nn.MultiheadAttention,
+F.scaled_dot_product_attention, closed forms written out in the test, and float64 gradcheck."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnlab.attention import (SCORE_KINDS, Attention, MultiHeadAttention, causal_mask, masked_softmax,
+                               padding_mask, scaled_dot_product_attention)
+from attnlab.errors import AttnlabError
+
+B, T, S, D, H = 3, 4, 6, 16, 4
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _lengths_mask():
+    lengths = torch.tensor([6, 3, 1])
+    return lengths, padding_mask(lengths, S)  # (B, S)
+
+
+def test_masks():
+    _, m = _lengths_mask()
+    assert m.tolist()[1] == [True, True, True, False, False, False]
+    assert torch.equal(causal_mask(3), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool))
+    # with 2 cached keys, the last query sees all 4 keys and the first sees 3
+    assert causal_mask(2, 4).sum(-1).tolist() == [3, 4]
+
+
+def _copy_from_torch(mine: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
+    Wq, Wk, Wv = ref.in_proj_weight.detach().chunk(3)
+    bq, bk, bv = ref.in_proj_bias.detach().chunk(3)
+    with torch.no_grad():
+        for lin, w, b in ((mine.W_Q, Wq, bq), (mine.W_K, Wk, bk), (mine.W_V, Wv, bv),
+                          (mine.W_O, ref.out_proj.weight, ref.out_proj.bias)):
+            lin.weight.copy_(w)
+            lin.bias.copy_(b)
+
+
+@pytest.mark.parametrize("masking", ["none", "padding", "causal", "both"])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_mha_matches_torch(masking, need_weights):
+    ref = nn.MultiheadAttention(D, H, batch_first=True).eval()
+    mine = MultiHeadAttention(D, H).eval()
+    _copy_from_torch(mine, ref)
+    x = torch.randn(B, S, D)
+    q = x if masking in ("causal", "both") else torch.randn(B, T, D)
+    Tq = q.size(1)
+    _, keep = _lengths_mask()
+    kpm = ~keep if masking in ("padding", "both") else None
+    am = ~causal_mask(Tq, S) if masking in ("causal", "both") else None
+    if masking == "both":
+        kpm = ~padding_mask(torch.tensor([6, 5, 4]), S)  # causal + padding must leave every row a key
+    ref_out, ref_w = ref(q, x, x, key_padding_mask=kpm, attn_mask=am, need_weights=True,
+                         average_attn_weights=False)
+    mask = None
+    if kpm is not None:
+        mask = (~kpm)[:, None, None, :]
+    if am is not None:
+        mask = (~am)[None, None] if mask is None else mask & (~am)[None, None]
+    out, w = mine(q, x, x, mask=mask, need_weights=need_weights)
+    torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(w, ref_w, atol=1e-6, rtol=1e-5)
+    else:
+        assert w is None
+
+
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_sdpa_explicit_and_fused_match_torch(use_mask):
+    q, k, v = torch.randn(B, H, T, 8), torch.randn(B, H, S, 8), torch.randn(B, H, S, 5)
+    mask = padding_mask(torch.tensor([6, 3, 1]), S)[:, None, None, :] if use_mask else None
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    fused, w_none = scaled_dot_product_attention(q, k, v, mask)
+    explicit, w = scaled_dot_product_attention(q, k, v, mask, need_weights=True)
+    assert w_none is None
+    torch.testing.assert_close(fused, ref)
+    torch.testing.assert_close(explicit, ref, atol=1e-6, rtol=1e-5)
+    # weights by hand: softmax of q.k/sqrt(d) over kept keys only
+    scores = torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(8)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    torch.testing.assert_close(w, scores.softmax(-1), atol=1e-6, rtol=1e-5)
+
+
+def _reference_scores(att: Attention, query, keys):
+    """Each score function written out per (t, s) pair, independently of the module's vectorised code."""
+    Bq, Tq, Sq = query.size(0), query.size(1), keys.size(1)
+    out = torch.empty(Bq, Tq, Sq, dtype=query.dtype)
+    for b in range(Bq):
+        for t in range(Tq):
+            for s in range(Sq):
+                qv, kv = query[b, t], keys[b, s]
+                if att.kind == "dot":
+                    e = qv @ kv
+                elif att.kind == "scaled_dot":
+                    e = qv @ kv / math.sqrt(qv.numel())
+                elif att.kind == "general":
+                    e = qv @ att.W_a.weight @ kv
+                elif att.kind == "additive":
+                    sc = att.score
+                    e = sc.v_a.weight[0] @ torch.tanh(sc.W_a.weight @ qv + sc.U_a.weight @ kv + sc.U_a.bias)
+                else:  # parameterized
+                    e = (att.W_Q.weight @ qv) @ (att.W_K.weight @ kv)
+                out[b, t, s] = e
+    return out
+
+
+def _dims(kind):
+    return (8, 8) if kind in ("dot", "scaled_dot") else (8, 6)
+
+
+@pytest.mark.parametrize("kind", SCORE_KINDS)
+def test_attention_matches_written_out_formula(kind):
+    dq, dk = _dims(kind)
+    att = Attention(kind, dq, dk, attn_dim=7).double()
+    query, keys = torch.randn(B, T, dq, dtype=torch.float64), torch.randn(B, S, dk, dtype=torch.float64)
+    _, keep = _lengths_mask()
+    with torch.no_grad():
+        context, w = att(query, keys, mask=keep, need_weights=True)
+        scores = _reference_scores(att, query, keys).masked_fill(~keep[:, None, :], float("-inf"))
+        ref_w = scores.softmax(-1)
+        values = att.W_V(keys) if kind == "parameterized" else keys
+    torch.testing.assert_close(w, ref_w)
+    torch.testing.assert_close(context, ref_w @ values)
+    # weights sum to 1 over kept keys and are exactly 0 elsewhere
+    torch.testing.assert_close(w.sum(-1), torch.ones(B, T, dtype=torch.float64))
+    assert torch.all(w.masked_select(~keep[:, None, :].expand_as(w)) == 0)
+
+
+@pytest.mark.parametrize("kind", SCORE_KINDS)
+def test_attention_gradcheck(kind):
+    dq, dk = _dims(kind)
+    att = Attention(kind, dq, dk, attn_dim=5).double()
+    query = torch.randn(2, 3, dq, dtype=torch.float64, requires_grad=True)
+    keys = torch.randn(2, 4, dk, dtype=torch.float64, requires_grad=True)
+    keep = padding_mask(torch.tensor([4, 2]), 4)
+    assert torch.autograd.gradcheck(lambda q, k: att(q, k, mask=keep, need_weights=True)[0], (query, keys))
+    assert torch.autograd.gradcheck(lambda q, k: att(q, k, mask=keep, need_weights=False)[0], (query, keys))
+
+
+def test_mha_gradcheck():
+    mha = MultiHeadAttention(8, 2).double()
+    x = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
+    keep = padding_mask(torch.tensor([3, 2]), 3)
+    assert torch.autograd.gradcheck(lambda a: mha(a, a, a, mask=keep, need_weights=True)[0], (x,))
+
+
+@pytest.mark.parametrize("kind", ["dot", "general", "scaled_dot", "parameterized"])
+def test_fused_and_explicit_agree(kind):
+    dq, dk = _dims(kind)
+    att = Attention(kind, dq, dk)
+    query, keys = torch.randn(B, T, dq), torch.randn(B, S, dk)
+    _, keep = _lengths_mask()
+    fused, none = att(query, keys, mask=keep, need_weights=False)
+    explicit, _ = att(query, keys, mask=keep, need_weights=True)
+    assert none is None
+    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+
+
+def test_fully_masked_row_is_zero_not_nan():
+    q, k, v = torch.randn(2, 1, 3, 4), torch.randn(2, 1, 5, 4), torch.randn(2, 1, 5, 4)
+    q.requires_grad_(True)
+    mask = torch.ones(2, 1, 3, 5, dtype=torch.bool)
+    mask[1, :, 2] = False  # batch 1, query 2 sees no key
+    for need in (True, False):
+        out, w = scaled_dot_product_attention(q, k, v, mask, need_weights=need)
+        assert torch.isfinite(out).all()
+        assert torch.all(out[1, :, 2] == 0)
+        if need:
+            assert torch.all(w[1, :, 2] == 0)
+            torch.testing.assert_close(w[0].sum(-1), torch.ones(1, 3))
+        out.sum().backward()
+        assert torch.isfinite(q.grad).all()
+        q.grad = None
+
+
+def test_masked_softmax_exact_zeros():
+    scores = torch.randn(4, 7) * 50
+    mask = torch.rand(4, 7) > 0.5
+    mask[:, 0] = True
+    w = masked_softmax(scores, mask)
+    assert torch.all(w[~mask] == 0)
+    torch.testing.assert_close(w.sum(-1), torch.ones(4))
+
+
+def test_user_errors():
+    with pytest.raises(AttnlabError, match="additive"):
+        Attention("cosine", 4, 4)
+    with pytest.raises(AttnlabError, match=r"query_dim \(4\) == key_dim \(5\)"):
+        Attention("dot", 4, 5)
+    with pytest.raises(AttnlabError, match=r"d_model \(10\) must be divisible .* \(4\)"):
+        MultiHeadAttention(10, 4)
+    with pytest.raises(AttnlabError, match="bool"):
+        MultiHeadAttention(8, 2)(torch.randn(1, 2, 8), torch.randn(1, 2, 8), torch.randn(1, 2, 8),
+                                 mask=torch.ones(1, 2))
