@@ -87,6 +87,67 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print(f"\nexample ({p.ref}):\n  en: {p.src}\n  es: {p.tgt}")
 
 
+# ---------------------------------------------------------------------------------------------- models
+def cmd_train(args: argparse.Namespace) -> None:
+    from attnlab.experiment import load_experiment
+    from attnlab.workflow import train_run
+
+    if args.resume:
+        if args.config is not None and args.out is None:
+            args.out = args.config  # `attnlab train --resume RUN_DIR`
+        if args.out is None:
+            raise AttnlabError("--resume needs the run directory: attnlab train --resume RUN_DIR")
+        if args.set:
+            raise AttnlabError("--set cannot change a run being resumed; its config.json is kept as it is")
+        train_run(None, args.out, resume=True)
+        return
+    if args.config is None:
+        raise AttnlabError("give a config file, e.g. attnlab train configs/bible-rnn-bahdanau.toml")
+    cfg = load_experiment(args.config, args.set)
+    out = args.out or Path("runs") / Path(args.config).stem
+    train_run(cfg, out)
+    print(f"run directory: {out}")
+
+
+def _read_inputs(args: argparse.Namespace) -> list[str]:
+    if args.input is None or str(args.input) == "-":
+        return [line.rstrip("\n") for line in sys.stdin]
+    from attnlab.corpus import _read_lines
+
+    return _read_lines(args.input)
+
+
+def cmd_translate(args: argparse.Namespace) -> None:
+    from attnlab.corpus import normalize
+    from attnlab.trainer import resolve_device
+    from attnlab.translate import Translator
+
+    translator = Translator.from_run(args.run_dir, args.checkpoint, device=str(resolve_device(args.device)))
+    lines = _read_inputs(args)
+    keep = [i for i, line in enumerate(lines) if normalize(line)]
+    results = translator.translate([normalize(lines[i]) for i in keep], beam_size=args.beam, n_best=args.n_best)
+    by_line = dict(zip(keep, results))
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        for i in range(len(lines)):
+            nbest = by_line.get(i, [])
+            if args.n_best == 1:
+                out.write((nbest[0].text if nbest else "") + "\n")
+            else:
+                for t in nbest:
+                    out.write(f"{i}\t{t.score:.4f}\t{t.text}\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from attnlab.workflow import evaluate_run, format_eval
+
+    result = evaluate_run(args.run_dir, args.split, args.beam, args.checkpoint, args.device, args.max_sentences)
+    print(json.dumps(result, indent=2) if args.json else format_eval(result))
+
+
 # ---------------------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -115,6 +176,33 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (bible, tsv, files):
         _add_tokenizer_args(p)
         p.set_defaults(func=cmd_data)
+
+    train = sub.add_parser("train", help="train a model from a TOML/YAML config, or resume a run",
+                           description="Train a model. Any config key can be overridden with --set, "
+                                       "e.g. --set train.max_steps=200 --set model.rnn.cell=lstm.")
+    train.add_argument("config", nargs="?", type=Path, help="config file (.toml/.yaml); with --resume: RUN_DIR")
+    train.add_argument("--out", type=Path, metavar="RUN_DIR", help="run directory (default: runs/<config name>)")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    train.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR where it stopped")
+    train.set_defaults(func=cmd_train)
+
+    for name, helptext in (("translate", "translate text with a trained run (stdin to stdout, or files)"),
+                           ("evaluate", "BLEU/chrF of a trained run on a split, and BLEU by sentence length")):
+        p = sub.add_parser(name, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
+        p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+        p.add_argument("--beam", type=int, default=None, help="beam size; 1 = greedy (default: the run's config)")
+        p.add_argument("--checkpoint", choices=("best", "last"), default="best", help="which weights (default best)")
+        p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
+        if name == "translate":
+            p.add_argument("input", nargs="?", type=Path, help="input file, one sentence a line (default: stdin)")
+            p.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
+            p.add_argument("--n-best", type=int, default=1, help="print the N best (line, score, text)")
+            p.set_defaults(func=cmd_translate)
+        else:
+            p.add_argument("--split", choices=("train", "dev", "test"), default="test")
+            p.add_argument("--max-sentences", type=int, default=0, help="only the first N sentences (0: all)")
+            p.add_argument("--json", action="store_true", help="print the result as JSON")
+            p.set_defaults(func=cmd_evaluate)
 
     demo = sub.add_parser("demo", help="the main job on the default data (what `make demo` runs)",
                           description="Build the Bible corpus, train the tokenizer and print the statistics.")

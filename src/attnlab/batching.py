@@ -1,0 +1,205 @@
+"""Token-budget batching for seq2seq training (fairseq's `max_tokens`): length buckets cut under a padded-token
+budget, a seq2seq dataset of pre-tokenized pairs, and its collate function.
+
+Shapes: B batch, S source length (incl. EOS), T target length (incl. BOS or EOS).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from attnlab.errors import AttnlabError
+from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
+
+
+def _example_costs(lengths: Sequence[int] | Sequence[tuple[int, int]]) -> list[int]:
+    """Per-example cost: the length itself, or max(src_len, tgt_len) for a pair."""
+    costs = []
+    for i, x in enumerate(lengths):
+        parts = tuple(x) if isinstance(x, (tuple, list)) else (x,)
+        try:
+            values = [operator.index(p) for p in parts]
+        except TypeError:
+            values = []
+        if len(values) != (2 if isinstance(x, (tuple, list)) else 1) or min(values) < 0:
+            raise AttnlabError(f"lengths[{i}] = {x!r}: expected a length >= 0 or a (src_len, tgt_len) pair")
+        costs.append(max(values))
+    return costs
+
+
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """Batches of example indices whose padded size, len(batch) * longest example, is at most `max_tokens`.
+
+    Each epoch the examples are sorted by length (ties broken randomly by (seed, epoch) when shuffling), cut
+    greedily into batches under the budget, and the batch order is shuffled by (seed, epoch); the same
+    (seed, epoch) always gives the same batches. An example longer than `max_tokens` forms a batch of its own
+    (over budget) instead of being dropped, so with num_replicas=1 every example appears exactly once per epoch.
+    With shuffle=False the batches are length-sorted and the same every epoch (for evaluation); a batch's
+    indices are original dataset indices, which `Seq2SeqBatch.indices` carries so outputs can be put back in order.
+
+    Distributed (num_replicas > 1): like DistributedSampler, the epoch's batch list is padded by repeating its
+    first batches (cyclically) up to a multiple of num_replicas, and rank r takes batches r, r + num_replicas, ...
+    So every rank gets the same number of batches, ceil(num_batches / num_replicas), the ranks together cover
+    every example, and at most num_replicas - 1 batches are seen twice in an epoch.
+
+    Args:
+        lengths: per-example token counts, or (src_len, tgt_len) pairs whose max is the cost (count BOS/EOS
+            yourself, e.g. `Seq2SeqDataset.lengths()`).
+        max_tokens: token budget of one batch, padding included.
+        shuffle: random tie order and batch order per epoch; False gives length-sorted batches.
+        seed: base seed; the epoch's randomness depends on (seed, epoch) only.
+        num_replicas / rank: data-parallel world size and this process's rank.
+    """
+
+    def __init__(self, lengths: Sequence[int] | Sequence[tuple[int, int]], max_tokens: int, *,
+                 shuffle: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0):
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
+            raise AttnlabError(f"max_tokens ({max_tokens!r}) must be a positive integer")
+        if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
+            raise AttnlabError(f"num_replicas ({num_replicas!r}) must be an integer >= 1")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < num_replicas:
+            raise AttnlabError(f"rank ({rank!r}) must be in [0, num_replicas ({num_replicas}))")
+        self.costs = _example_costs(lengths)
+        self.max_tokens = max_tokens
+        self.shuffle, self.seed = shuffle, seed
+        self.num_replicas, self.rank = num_replicas, rank
+        self.epoch = 0
+        self._cache: tuple[int, list[list[int]]] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch whose batches `__iter__` yields (call before each epoch, as with DistributedSampler)."""
+        self.epoch = epoch
+
+    def _rng(self) -> random.Random:
+        # A string seed is hashed with SHA-512, so it is stable across processes and distinct per (seed, epoch).
+        return random.Random(f"attnlab-batching:{self.seed}:{self.epoch}")
+
+    def _all_batches(self) -> list[list[int]]:
+        """This epoch's batches for all replicas, before padding and striding."""
+        n = len(self.costs)
+        rng = self._rng() if self.shuffle else None
+        tie = list(range(n))
+        if rng is not None:
+            rng.shuffle(tie)
+        order = sorted(range(n), key=lambda i: (self.costs[i], tie[i]))
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            # Sorted ascending, so example i is the longest of current + [i]; an empty batch always takes it.
+            if current and (len(current) + 1) * self.costs[i] > self.max_tokens:
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        if rng is not None:
+            rng.shuffle(batches)
+        return batches
+
+    def _batches(self) -> list[list[int]]:
+        """This rank's batches for the current epoch (cached per epoch)."""
+        if self._cache is None or self._cache[0] != self.epoch:
+            batches = self._all_batches()
+            R = self.num_replicas
+            if batches and len(batches) % R:
+                total = math.ceil(len(batches) / R) * R
+                batches = [batches[k % len(batches)] for k in range(total)]
+            self._cache = (self.epoch, batches[self.rank::R])
+        return self._cache[1]
+
+    def __iter__(self):
+        return iter([list(b) for b in self._batches()])
+
+    def __len__(self) -> int:
+        return len(self._batches())
+
+
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.LongTensor:
+    """Right-pads token id lists into one (B, L) LongTensor, L the longest length (0 for no or empty seqs)."""
+    out = torch.full((len(seqs), max((len(s) for s in seqs), default=0)), pad_id, dtype=torch.long)  # (B, L)
+    for row, s in enumerate(seqs):
+        if len(s):
+            out[row, :len(s)] = torch.as_tensor(list(s), dtype=torch.long)
+    return out
+
+
+@dataclass
+class Seq2SeqBatch:
+    """A padded seq2seq batch (pad id PAD_ID).
+
+    The source gets EOS appended (JoeyNMT convention) and the target is shifted for teacher forcing:
+    tgt_in = [BOS] + tgt, tgt_out = tgt + [EOS].
+
+    Shape:
+        src (B, S), src_lengths (B,) incl. EOS, tgt_in (B, T), tgt_out (B, T), indices (B,) dataset indices.
+    """
+
+    src: torch.Tensor
+    src_lengths: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+    indices: torch.Tensor
+
+    @property
+    def num_src_tokens(self) -> int:
+        """Non-pad source tokens (EOS included)."""
+        return int(self.src_lengths.sum())
+
+    @property
+    def num_tgt_tokens(self) -> int:
+        """Non-pad target tokens (EOS included): the tokens the loss is summed over."""
+        return int((self.tgt_out != PAD_ID).sum())
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Seq2SeqBatch:
+        """A copy with every tensor on `device`."""
+        return Seq2SeqBatch(*(t.to(device, non_blocking=non_blocking) for t in
+                              (self.src, self.src_lengths, self.tgt_in, self.tgt_out, self.indices)))
+
+
+class Seq2SeqDataset(Dataset):
+    """Pre-tokenized parallel data (ids without BOS/EOS); item i is (i, src_ids[i], tgt_ids[i])."""
+
+    def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]]):
+        if len(src_ids) != len(tgt_ids):
+            raise AttnlabError(f"src_ids has {len(src_ids)} examples but tgt_ids has {len(tgt_ids)}")
+        self.src_ids, self.tgt_ids = src_ids, tgt_ids
+
+    def __len__(self) -> int:
+        return len(self.src_ids)
+
+    def __getitem__(self, index: int) -> tuple[int, list[int], list[int]]:
+        return index, self.src_ids[index], self.tgt_ids[index]
+
+    def lengths(self) -> list[tuple[int, int]]:
+        """Per-example (S, T) as collated: len(src) + 1 (EOS) and len(tgt) + 1 (BOS or EOS)."""
+        return [(len(s) + 1, len(t) + 1) for s, t in zip(self.src_ids, self.tgt_ids)]
+
+
+def collate_seq2seq(examples: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> Seq2SeqBatch:
+    """Collates (index, src, tgt) items of `Seq2SeqDataset` into a `Seq2SeqBatch` (a DataLoader collate_fn)."""
+    src = [list(s) + [EOS_ID] for _, s, _ in examples]
+    return Seq2SeqBatch(
+        src=pad_sequences(src),  # (B, S)
+        src_lengths=torch.tensor([len(s) for s in src], dtype=torch.long),  # (B,)
+        tgt_in=pad_sequences([[BOS_ID] + list(t) for _, _, t in examples]),  # (B, T)
+        tgt_out=pad_sequences([list(t) + [EOS_ID] for _, _, t in examples]),  # (B, T)
+        indices=torch.tensor([i for i, _, _ in examples], dtype=torch.long),  # (B,)
+    )
+
+
+def make_loader(dataset: Seq2SeqDataset, max_tokens: int, shuffle: bool = True, seed: int = 0,
+                num_workers: int = 0, *, num_replicas: int = 1, rank: int = 0,
+                pin_memory: bool = False) -> DataLoader:
+    """A DataLoader of `Seq2SeqBatch`es under a token budget. Call `loader.batch_sampler.set_epoch(e)` before
+    each epoch to get that epoch's batches."""
+    sampler = TokenBudgetBatchSampler(dataset.lengths(), max_tokens, shuffle=shuffle, seed=seed,
+                                      num_replicas=num_replicas, rank=rank)
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_seq2seq, num_workers=num_workers,
+                      pin_memory=pin_memory)

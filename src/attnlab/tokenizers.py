@@ -1,0 +1,276 @@
+"""Tokenizers: characters (as in the Keras character-level seq2seq example) or SentencePiece subwords (BPE,
+Sennrich et al. 2016; unigram LM, Kudo 2018), trained on the train split only.
+
+Every tokenizer shares the same four special ids (PAD 0, BOS 1, EOS 2, UNK 3). `encode` adds no BOS/EOS;
+callers append EOS themselves. `decode` drops PAD/BOS/EOS and shows UNK as "⁇".
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import ClassVar, Iterable, Sequence
+
+import sentencepiece as spm
+
+from attnlab.errors import AttnlabError
+
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")  # indexed by id
+UNK_SURFACE = "\u2047"  # "⁇", what decode shows for UNK_ID (SentencePiece's own unknown symbol)
+_SKIPPED_IDS = frozenset((PAD_ID, BOS_ID, EOS_ID))
+_NUM_BYTE_PIECES = 256
+FORMAT_VERSION = 1
+
+
+@dataclass
+class TokenizerConfig:
+    """How to tokenize. vocab_size is ignored for "char"; character_coverage and byte_fallback apply to the
+    SentencePiece kinds only. joint: one vocabulary for source and target, trained on both sides."""
+
+    CHOICES: ClassVar[dict] = {"kind": ("char", "bpe", "unigram")}
+
+    kind: str = "unigram"
+    vocab_size: int = 8000
+    joint: bool = True
+    character_coverage: float = 1.0
+    byte_fallback: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in self.CHOICES["kind"]:
+            raise AttnlabError(f"kind {self.kind!r} is not one of "
+                               f"{', '.join(repr(k) for k in self.CHOICES['kind'])}")
+        if not 0.0 < self.character_coverage <= 1.0:
+            raise AttnlabError(f"character_coverage ({self.character_coverage}) must be in (0, 1]")
+        minimum = len(SPECIALS) + (_NUM_BYTE_PIECES if self.byte_fallback else 0) + 1
+        if self.kind != "char" and self.vocab_size < minimum:
+            raise AttnlabError(f"vocab_size ({self.vocab_size}) must be at least {minimum} for "
+                               f"{self.kind!r} (4 special ids{' + 256 byte pieces' * self.byte_fallback} "
+                               f"+ the characters of the corpus)")
+
+
+class CharTokenizer:
+    """One token per character. Vocabulary: the four specials, then the sorted characters of the training
+    texts; any other character encodes to UNK_ID.
+
+    Round trip: decode(encode(x)) == x exactly when every character of x is in the vocabulary.
+    """
+
+    kind = "char"
+
+    def __init__(self, chars: Sequence[str]) -> None:
+        bad = [c for c in chars if not isinstance(c, str) or len(c) != 1]
+        bad += sorted(c for c, n in Counter(chars).items() if n > 1 and c not in bad)
+        if bad:
+            raise AttnlabError(f"a character vocabulary needs distinct single characters; bad: {bad[:5]!r}")
+        self._pieces = list(SPECIALS) + list(chars)
+        self._index = {c: i for i, c in enumerate(self._pieces) if i >= len(SPECIALS)}
+
+    @classmethod
+    def train(cls, texts: Iterable[str]) -> CharTokenizer:
+        """The vocabulary of all characters in texts (train split only)."""
+        chars = set().union(*map(set, texts))
+        if not chars:
+            raise AttnlabError("cannot train a tokenizer on no text (the train split is empty)")
+        return cls(sorted(chars))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._pieces)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of text, without BOS/EOS."""
+        return [self._index.get(c, UNK_ID) for c in text]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ids: PAD/BOS/EOS dropped, UNK shown as "⁇"."""
+        return "".join(UNK_SURFACE if i == UNK_ID else self._pieces[i] for i in ids if i not in _SKIPPED_IDS)
+
+    def id_to_piece(self, i: int) -> str:
+        return self._pieces[i]
+
+    def pieces(self, text: str) -> list[str]:
+        """The token strings of text (labels for attention plots)."""
+        return [self._pieces[i] for i in self.encode(text)]
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"kind": self.kind, "chars": self._pieces[len(SPECIALS):]}, ensure_ascii=False).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CharTokenizer:
+        obj = json.loads(data.decode("utf-8"))
+        if not isinstance(obj, dict) or obj.get("kind") != cls.kind or not isinstance(obj.get("chars"), list):
+            raise AttnlabError("not a character vocabulary (expected {'kind': 'char', 'chars': [...]})")
+        return cls(obj["chars"])
+
+
+class SentencePieceTokenizer:
+    """A SentencePiece BPE or unigram model, trained in memory with the identity normalization.
+
+    Round trip: with byte_fallback, decode(encode(x)) == x for every str x that does not contain U+2581
+    ("▁", SentencePiece's whitespace symbol, which decodes as a space) and has no lone surrogate (not
+    UTF-8). This holds because the model is trained with normalization_rule_name="identity" (no NFKC),
+    remove_extra_whitespaces=False (leading, trailing and repeated spaces are kept, not collapsed) and
+    add_dummy_prefix=True (decode strips exactly the one "▁" that encode prepends); characters outside the
+    vocabulary become UTF-8 byte pieces, never UNK. In particular every whitespace-normalized text round
+    trips. Without byte_fallback, characters outside the vocabulary encode to UNK_ID and decode as "⁇".
+    """
+
+    def __init__(self, model_proto: bytes, kind: str) -> None:
+        if kind not in ("bpe", "unigram"):
+            raise AttnlabError(f"SentencePiece kind {kind!r} is not one of 'bpe', 'unigram'")
+        self.kind = kind
+        self._proto = bytes(model_proto)
+        try:
+            self._sp = spm.SentencePieceProcessor(model_proto=self._proto)
+        except RuntimeError as e:
+            raise AttnlabError(f"not a SentencePiece model ({str(e).strip()[:120]})") from None
+        specials = [self._sp.id_to_piece(i) for i in range(len(SPECIALS))]
+        if specials != list(SPECIALS):
+            raise AttnlabError(f"SentencePiece model has specials {specials}, expected {list(SPECIALS)}")
+
+    @classmethod
+    def train(cls, texts: Iterable[str], cfg: TokenizerConfig) -> SentencePieceTokenizer:
+        """Trains cfg.kind ("bpe" or "unigram") on texts (train split only). Deterministic: all sentences
+        are used (no sampling) on one thread, so the model does not depend on the machine's core count."""
+        assert cfg.kind in ("bpe", "unigram"), f"SentencePiece cannot train kind {cfg.kind!r}"
+        sentences = [t for t in texts if t]
+        if not sentences:
+            raise AttnlabError("cannot train a tokenizer on no text (the train split is empty)")
+        model = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(sentences), model_writer=model, model_type=cfg.kind,
+                vocab_size=cfg.vocab_size, hard_vocab_limit=False, character_coverage=cfg.character_coverage,
+                byte_fallback=cfg.byte_fallback, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
+                pad_piece=SPECIALS[PAD_ID], bos_piece=SPECIALS[BOS_ID], eos_piece=SPECIALS[EOS_ID],
+                unk_piece=SPECIALS[UNK_ID], unk_surface=UNK_SURFACE, normalization_rule_name="identity",
+                remove_extra_whitespaces=False, add_dummy_prefix=True, input_sentence_size=0,
+                num_threads=1, minloglevel=2)
+        except RuntimeError as e:
+            raise AttnlabError(f"training a {cfg.kind} tokenizer with vocab_size {cfg.vocab_size} failed: "
+                               f"{str(e).strip().split('] ')[-1]}") from None
+        return cls(model.getvalue(), cfg.kind)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of text, without BOS/EOS."""
+        return self._sp.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ids: PAD/BOS/EOS dropped, UNK shown as "⁇"."""
+        return self._sp.decode([int(i) for i in ids])
+
+    def id_to_piece(self, i: int) -> str:
+        return self._sp.id_to_piece(int(i))
+
+    def pieces(self, text: str) -> list[str]:
+        """The token strings of text ("▁" marks a preceding space, "<0xE2>" a byte) for attention plots."""
+        return self._sp.encode(text, out_type=str)
+
+    def to_bytes(self) -> bytes:
+        return self._proto
+
+    @classmethod
+    def from_bytes(cls, data: bytes, kind: str) -> SentencePieceTokenizer:
+        """The model serialized by to_bytes (the model type is not readable without protobuf, so give it)."""
+        return cls(data, kind)
+
+
+Tokenizer = CharTokenizer | SentencePieceTokenizer
+
+
+@dataclass
+class TokenizerPair:
+    """Source and target tokenizers; joint: one shared tokenizer (the same object on both sides)."""
+
+    src: Tokenizer
+    tgt: Tokenizer
+    joint: bool
+    config: TokenizerConfig = field(default_factory=TokenizerConfig)
+
+    def __post_init__(self) -> None:
+        if self.joint and self.src is not self.tgt:
+            raise AttnlabError("a joint TokenizerPair needs the same tokenizer on both sides")
+
+
+def _train_one(cfg: TokenizerConfig, texts: Sequence[str]) -> Tokenizer:
+    if cfg.kind == "char":
+        return CharTokenizer.train(texts)
+    return SentencePieceTokenizer.train(texts, cfg)
+
+
+def build_tokenizers(cfg: TokenizerConfig, train_src: Sequence[str], train_tgt: Sequence[str]) -> TokenizerPair:
+    """Trains the tokenizers on the TRAIN split only (dev/test text must not shape the vocabulary).
+    cfg.joint: one tokenizer trained on source + target; else one per side."""
+    if cfg.joint:
+        tok = _train_one(cfg, [*train_src, *train_tgt])
+        return TokenizerPair(tok, tok, joint=True, config=cfg)
+    return TokenizerPair(_train_one(cfg, train_src), _train_one(cfg, train_tgt), joint=False, config=cfg)
+
+
+def _file_name(side: str, kind: str) -> str:
+    return f"{side}.chars.json" if kind == "char" else f"{side}.model"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Writes through a temporary file and a rename, so readers never see half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_tokenizers(pair: TokenizerPair, directory: Path | str) -> None:
+    """Writes directory/tokenizer.json (kind, joint, config) and the src/tgt model files (src.model,
+    tgt.model or src.chars.json, tgt.chars.json). tokenizer.json is written last, so its presence means the
+    directory is complete."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    kind = pair.src.kind
+    for side in ("src", "tgt"):
+        _atomic_write(directory / _file_name(side, kind), getattr(pair, side).to_bytes())
+    meta = {"format": FORMAT_VERSION, "kind": kind, "joint": pair.joint, "config": asdict(pair.config)}
+    _atomic_write(directory / "tokenizer.json", (json.dumps(meta, indent=2) + "\n").encode())
+
+
+def load_tokenizers(directory: Path | str) -> TokenizerPair:
+    """The TokenizerPair saved by save_tokenizers; a missing or corrupt directory raises AttnlabError."""
+    directory = Path(directory)
+    meta_path = directory / "tokenizer.json"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        kind, joint, cfg = meta["kind"], bool(meta["joint"]), TokenizerConfig(**meta["config"])
+    except FileNotFoundError:
+        raise AttnlabError(f"no saved tokenizer in {directory}: {meta_path} not found") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise AttnlabError(f"corrupt tokenizer file {meta_path}: {e}") from None
+    if meta.get("format") != FORMAT_VERSION or kind not in TokenizerConfig.CHOICES["kind"]:
+        raise AttnlabError(f"{meta_path}: unsupported format {meta.get('format')!r} or kind {kind!r}")
+
+    def load(side: str) -> Tokenizer:
+        path = directory / _file_name(side, kind)
+        try:
+            data = path.read_bytes()
+            if kind == "char":
+                return CharTokenizer.from_bytes(data)
+            return SentencePieceTokenizer.from_bytes(data, kind)
+        except (OSError, ValueError) as e:  # AttnlabError and JSON errors are ValueErrors
+            raise AttnlabError(f"cannot load tokenizer {path}: {e}") from None
+
+    if joint:
+        tok = load("src")
+        return TokenizerPair(tok, tok, joint=True, config=cfg)
+    return TokenizerPair(load("src"), load("tgt"), joint=False, config=cfg)
