@@ -1,0 +1,138 @@
+"""The one checkpoint format: safetensors for tensors, JSON for everything else; every file written atomically.
+
+A run directory::
+
+    RUN_DIR/config.json               the resolved experiment config
+    RUN_DIR/tokenizer/                the tokenizers (attnlab.tokenizers)
+    RUN_DIR/metrics.jsonl             one JSON object per log / validation event
+    RUN_DIR/checkpoints/step_N.safetensors        model weights at step N
+    RUN_DIR/checkpoints/step_N.train.safetensors  optimizer moments and RNG states at step N
+    RUN_DIR/checkpoints/step_N.json               trainer state (step, epoch, position, schedule, best)
+    RUN_DIR/checkpoints/best.safetensors          weights of the best validation score (+ best.json)
+    RUN_DIR/checkpoints/latest.json               names the last complete checkpoint; written last
+
+Nothing is ever unpickled: loading reads tensors with safetensors and metadata with json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+from torch import nn
+
+from attnlab.corpus import atomic_write_text
+from attnlab.errors import AttnlabError
+
+
+def _atomic(path: Path, write: Callable[[str], None]) -> None:
+    """Runs write(tmp_path) then renames tmp_path to path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise AttnlabError(f"{path}: no such file")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise AttnlabError(f"{path}: not valid JSON ({e})") from None
+
+
+def save_weights(model: nn.Module, path: Path) -> None:
+    """Model weights as safetensors (tied weights stored once)."""
+    _atomic(path, lambda tmp: save_model(_unwrap(model), tmp))
+
+
+def load_weights(model: nn.Module, path: Path) -> None:
+    if not path.is_file():
+        raise AttnlabError(f"{path}: no such checkpoint")
+    missing, unexpected = load_model(_unwrap(model), str(path), strict=False)
+    if missing or unexpected:
+        raise AttnlabError(f"{path}: does not fit the model (missing {sorted(missing)[:3]}, "
+                           f"unexpected {sorted(unexpected)[:3]})")
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The plain module inside DistributedDataParallel / torch.compile wrappers."""
+    model = getattr(model, "module", model)
+    return getattr(model, "_orig_mod", model)
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    """Splits an optimizer state_dict into tensors (for safetensors) and JSON-able metadata."""
+    sd = optimizer.state_dict()
+    tensors, meta_state = {}, {}
+    for pid, state in sd["state"].items():
+        meta_state[str(pid)] = {}
+        for k, v in state.items():
+            if torch.is_tensor(v):
+                tensors[f"optim.{pid}.{k}"] = v.detach().contiguous().cpu()
+            else:
+                meta_state[str(pid)][k] = v
+    return tensors, {"state": meta_state, "param_groups": sd["param_groups"]}
+
+
+def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    state: dict[int, dict] = {int(pid): dict(v) for pid, v in meta["state"].items()}
+    for key, t in tensors.items():
+        if key.startswith("optim."):
+            _, pid, name = key.split(".", 2)
+            state.setdefault(int(pid), {})[name] = t
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    trainer_state: dict, keep_last: int) -> Path:
+    """Writes a complete checkpoint for `step`, then points latest.json at it, then prunes old ones."""
+    stem = ckpt_dir / f"step_{step:08d}"
+    save_weights(model, stem.with_suffix(".safetensors"))
+    tensors, optim_meta = optimizer_tensors(optimizer)
+    tensors["rng.torch"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = s
+    train_path = Path(f"{stem}.train.safetensors")
+    _atomic(train_path, lambda tmp: save_file(tensors, tmp))
+    write_json(stem.with_suffix(".json"), {**trainer_state, "optimizer": optim_meta, "step": step})
+    write_json(ckpt_dir / "latest.json", {"step": step, "name": stem.name})
+    steps = sorted(int(p.stem.split("_")[1]) for p in ckpt_dir.glob("step_*.json"))
+    for old in steps[:-keep_last] if keep_last > 0 else []:
+        for suffix in (".safetensors", ".train.safetensors", ".json"):
+            Path(f"{ckpt_dir / f'step_{old:08d}'}{suffix}").unlink(missing_ok=True)
+    return stem
+
+
+def load_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
+    """Restores the checkpoint named by latest.json; returns the trainer state."""
+    latest = ckpt_dir / "latest.json"
+    if not latest.is_file():
+        raise AttnlabError(f"{ckpt_dir}: no checkpoint to resume from (latest.json missing)")
+    stem = ckpt_dir / read_json(latest)["name"]
+    load_weights(model, stem.with_suffix(".safetensors"))
+    state = read_json(stem.with_suffix(".json"))
+    tensors = load_file(f"{stem}.train.safetensors")
+    if optimizer is not None:
+        restore_optimizer(optimizer, tensors, state["optimizer"])
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda_states = [tensors[k] for k in sorted(k for k in tensors if k.startswith("rng.cuda."))]
+    if cuda_states and torch.cuda.is_available() and len(cuda_states) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda_states)
+    return state

@@ -1,0 +1,142 @@
+"""Typed configuration: dataclasses filled from TOML or YAML files and `--set key.path=value` overrides.
+
+Unknown keys, wrong types and invalid choices are rejected at load time with the full key path and the
+valid options. A dataclass declares its choice fields in a class variable
+`CHOICES: ClassVar[dict[str, tuple]]`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from attnlab.errors import AttnlabError
+
+T = TypeVar("T")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Checks (and, for int -> float, widens) one value against a field's type annotation."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except AttnlabError as e:
+                errors.append(str(e))
+        raise AttnlabError(errors[0] if errors else f"{key}: bad value {value!r}")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise AttnlabError(f"{key}: expected a list, got {value!r}")
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        items = [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise AttnlabError(f"{key}: expected a table of keys, got {value!r}")
+        return from_dict(tp, value, prefix=f"{key}.")
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is bool and not isinstance(value, bool) or tp is not bool and isinstance(value, bool) \
+            or not isinstance(value, tp):
+        raise AttnlabError(f"{key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def from_dict(cls: type[T], data: dict, prefix: str = "") -> T:
+    """Builds dataclass `cls` from a dict, validating every key, type and choice."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise AttnlabError(f"unknown config key {prefix}{unknown[0]!s}; valid keys in "
+                           f"{prefix.rstrip('.') or 'the top level'}: {', '.join(fields)}")
+    kwargs = {name: _coerce(value, hints[name], prefix + name) for name, value in data.items()}
+    choices = getattr(cls, "CHOICES", {})
+    for name, value in kwargs.items():
+        if name in choices and value not in choices[name]:
+            raise AttnlabError(f"{prefix}{name}: {value!r} is not one of "
+                               f"{', '.join(repr(c) for c in choices[name])}")
+    try:
+        return cls(**kwargs)
+    except AttnlabError as e:
+        raise AttnlabError(f"{prefix.rstrip('.')}: {e}" if prefix else str(e)) from None
+
+
+def to_dict(cfg: Any) -> dict:
+    """The dataclass as plain nested dicts (JSON/TOML-serialisable)."""
+    return dataclasses.asdict(cfg)
+
+
+def read_config_file(path: Path | str) -> dict:
+    """The raw dict of a .toml, .yaml/.yml or .json config file."""
+    path = Path(path)
+    if not path.is_file():
+        raise AttnlabError(f"{path}: no such config file")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text) or {}
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise AttnlabError(f"{path}: config files are .toml, .yaml, .yml or .json")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, json.JSONDecodeError) as e:
+        raise AttnlabError(f"{path}: cannot parse: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise AttnlabError(f"{path}: expected a table of keys at the top level")
+    return data
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Applies `a.b.c=value` overrides (value parsed as YAML: 200, 0.1, true, lstm, [1, 2])."""
+    for item in overrides:
+        if "=" not in item:
+            raise AttnlabError(f"--set {item!r}: expected KEY=VALUE, e.g. train.max_steps=200")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        node = data
+        *parents, leaf = key.strip().split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise AttnlabError(f"--set {key}: {p} is not a table")
+        node[leaf] = value
+    return data
+
+
+def load_config(cls: type[T], path: Path | str | None = None, overrides: list[str] | None = None,
+                base: dict | None = None) -> T:
+    """The config of type `cls` from a file (or `base` dict) plus overrides."""
+    data = copy.deepcopy(base or {}) if path is None else read_config_file(path)
+    return from_dict(cls, apply_overrides(data, list(overrides or [])))

@@ -1,0 +1,291 @@
+"""Greedy and beam search, written once against the decoding interface every attnlab model implements.
+
+    class Seq2Seq(Protocol):
+        def encode(self, src: Tensor, src_lengths: Tensor) -> Any          # src (B, S), src_lengths (B,)
+        def init_state(self, enc: Any) -> Any
+        def step(self, prev: Tensor, state: Any, enc: Any, need_weights: bool = False
+                 ) -> tuple[Tensor, Any, Tensor | None]                  # log-probs (B, V), state, (B, ..., S)
+
+`enc` and `state` are any nest of tensors with the batch in dim 0; `select_batch` reorders them.
+
+Conventions:
+- ``max_len`` counts decoding steps, i.e. generated tokens including EOS. A hypothesis that reaches its limit
+  without EOS is unfinished (``finished=False``); it is returned only when too few finished ones exist
+  (as tensor2tensor does).
+- PAD and BOS are never generated: their log-probs are masked, in greedy and beam search alike.
+- Length penalty of GNMT (Wu et al. 2016, eq. 14): score = log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^alpha,
+  where |Y| counts the EOS. alpha = 0 ranks by the raw log-prob.
+- Candidates as in fairseq: the 2K best continuations of the K beams; EOS among the first K finishes a
+  hypothesis, the K best non-EOS continue. K beams stay alive, and beam size 1 is exactly greedy search.
+- Early stop (GNMT/tensor2tensor bound): log-probs are <= 0, so an alive beam's raw log-prob a can only fall,
+  and its best reachable score is a / max lp over the lengths it can still end with. A sentence stops once it
+  has n_best finished hypotheses and its best alive beam's bound cannot beat the n_best-th finished score; the
+  result is then the same as searching to max_len. Stopped sentences keep their rows in the batch, masked
+  to -inf, until every sentence is done (simpler than shrinking the batch).
+- Call the model in eval mode; search runs under torch.no_grad().
+
+Shape legend: B sentences, K beam size, N = B * K rows, V vocabulary, S source length, t steps so far,
+``...`` extra attention dims (heads, layers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Hypothesis:
+    """One output sentence."""
+
+    tokens: list[int]  # without BOS and EOS
+    score: float  # ranking score: log_prob / lp(|Y|) (greedy: log_prob)
+    log_prob: float  # sum of the model's log-probs of the tokens, and of EOS when finished
+    attention: Tensor | None = None  # (len(tokens) + finished, ..., S) on the CPU: one row per step
+    finished: bool = True  # False: cut at max_len without EOS
+
+
+def select_batch(obj: Any, index: Tensor) -> Any:
+    """Rows `index` (dim 0) of every tensor in a nest of dataclasses, tuples, lists and dicts.
+
+    Non-tensor leaves (None, ints, strings) are kept as they are; containers keep their types.
+    """
+    if isinstance(obj, Tensor):
+        return obj.index_select(0, index.to(obj.device))
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: select_batch(getattr(obj, f.name), index)
+                                           for f in dataclasses.fields(obj) if f.init})
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(select_batch(x, index) for x in obj))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(select_batch(x, index) for x in obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, select_batch(v, index)) for k, v in obj.items())
+    return obj
+
+
+def max_output_length(src_lengths: Tensor, ratio: float = 1.5, offset: int = 10) -> Tensor:
+    """Per-sentence step limit floor(ratio * source length) + offset: src_lengths (B,) -> (B,) long."""
+    if ratio < 0:
+        raise ValueError(f"ratio must be >= 0, got {ratio}")
+    return (src_lengths.double() * ratio).floor().long() + offset
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, eq. 14); |Y| includes EOS."""
+    return ((5 + length) / 6) ** alpha
+
+
+def _limits(max_len: int | Tensor, batch: int) -> Tensor:
+    """max_len as a (B,) long tensor on the CPU."""
+    limits = torch.as_tensor(max_len).long().cpu()
+    if limits.dim() == 0:
+        limits = limits.expand(batch)
+    if limits.shape != (batch,):
+        raise ValueError(f"max_len must be an int or a ({batch},) tensor, got shape {tuple(limits.shape)}")
+    if (limits < 1).any():
+        raise ValueError(f"max_len must be >= 1, got {limits.min().item()}")
+    return limits
+
+
+def _mask_special(log_probs: Tensor) -> Tensor:
+    """log_probs (N, V) with PAD and BOS at -inf: never generated."""
+    special = torch.tensor([PAD_ID, BOS_ID], device=log_probs.device)
+    return log_probs.index_fill(-1, special, NEG_INF)
+
+
+# ---------------------------------------------------------------------------------------------- greedy
+@torch.no_grad()
+def greedy_search(model: Any, src: Tensor, src_lengths: Tensor, max_len: int | Tensor,
+                  need_weights: bool = False) -> list[list[Hypothesis]]:
+    """The most probable next token at each step, for all sentences at once; one hypothesis per sentence.
+
+    Shape: src (B, S), src_lengths (B,), max_len int or (B,) -> B lists of one Hypothesis.
+    """
+    B = src.size(0)
+    limits = _limits(max_len, B)
+    enc = model.encode(src, src_lengths)
+    state = model.init_state(enc)
+    prev = torch.full((B,), BOS_ID, dtype=torch.long, device=src.device)  # (B,)
+    alive = torch.ones(B, dtype=torch.bool, device=src.device)
+    steps = torch.zeros(B, dtype=torch.long, device=src.device)  # steps taken per row
+    log_prob = torch.zeros(B, dtype=torch.float64, device=src.device)
+    tokens, attention = [], []
+    for t in range(int(limits.max())):
+        log_probs, state, weights = model.step(prev, state, enc, need_weights)  # (B, V)
+        best, prev = _mask_special(log_probs).max(dim=-1)  # (B,), (B,)
+        log_prob += torch.where(alive, best.double(), 0.0)
+        steps += alive.long()
+        tokens.append(prev)
+        if need_weights and weights is not None:
+            attention.append(weights)
+        alive &= (prev != EOS_ID) & (t + 1 < limits.to(src.device))
+        if not alive.any():
+            break
+    tokens_bt = torch.stack(tokens, dim=1).cpu()  # (B, T)
+    attn_bt = torch.stack(attention, dim=1).cpu() if attention else None  # (B, T, ..., S)
+    hyps = []
+    for b, (n, lp) in enumerate(zip(steps.tolist(), log_prob.tolist())):
+        toks = tokens_bt[b, :n].tolist()
+        finished = toks[-1] == EOS_ID
+        hyps.append([Hypothesis(toks[:-1] if finished else toks, lp, lp,
+                                None if attn_bt is None else attn_bt[b, :n], finished)])
+    return hyps
+
+
+# ------------------------------------------------------------------------------------------------ beam
+@dataclass
+class Beams:
+    """Search bookkeeping for B sentences x K beams; the model's own state is kept apart."""
+
+    scores: Tensor  # (B, K) raw log-prob of each alive beam; -inf: empty slot or stopped sentence
+    tokens: Tensor  # (N, t) generated tokens, without BOS
+    attention: Tensor | None  # (N, t, ..., S) attention history of each alive beam
+    limits: Tensor  # (B,) long, CPU: steps allowed per sentence
+    done: Tensor  # (B,) bool, CPU
+    finished: list[list[Hypothesis]]  # per sentence, in the order found
+    unfinished: list[list[Hypothesis]]  # alive beams of a sentence that hit its limit: the fallback
+    n_best: int
+    alpha: float
+
+
+class Candidates(NamedTuple):
+    scores: Tensor  # (B, 2K) raw log-probs, best first
+    beam: Tensor  # (B, 2K) which beam each candidate extends
+    token: Tensor  # (B, 2K)
+
+
+def beam_init(model: Any, src: Tensor, src_lengths: Tensor, beam_size: int, max_len: int | Tensor,
+              n_best: int = 1, alpha: float = 0.0) -> tuple[Any, Any, Beams]:
+    """Encode, then give every sentence K rows: enc and state expanded to (N, ...), only beam 0 alive.
+
+    With one alive beam at step 0 the K rows do not all propose the same K continuations.
+    """
+    B, K = src.size(0), beam_size
+    enc = model.encode(src, src_lengths)
+    state = model.init_state(enc)
+    expand = torch.arange(B, device=src.device).repeat_interleave(K)  # (N,): 0,0,..,1,1,..
+    enc, state = select_batch(enc, expand), select_batch(state, expand)
+    scores = torch.full((B, K), NEG_INF, device=src.device)
+    scores[:, 0] = 0.0
+    beams = Beams(scores, torch.zeros(B * K, 0, dtype=torch.long, device=src.device), None, _limits(max_len, B),
+                  torch.zeros(B, dtype=torch.bool), [[] for _ in range(B)], [[] for _ in range(B)], n_best, alpha)
+    return enc, state, beams
+
+
+def beam_step(log_probs: Tensor, scores: Tensor) -> Candidates:
+    """The 2K best continuations per sentence, over all K * V (beam, token) pairs.
+
+    Shape: log_probs (N, V), scores (B, K) -> Candidates of (B, 2K), best first.
+    """
+    B, K = scores.shape
+    V = log_probs.size(-1)
+    total = scores[:, :, None] + _mask_special(log_probs).view(B, K, V)  # (B, K, V)
+    cand, flat = total.view(B, K * V).topk(min(2 * K, K * V), dim=-1)  # (B, 2K)
+    return Candidates(cand, flat // V, flat % V)
+
+
+def beam_prune(beams: Beams, cand: Candidates, weights: Tensor | None, t: int) -> tuple[Tensor, Tensor]:
+    """Advance from step t to t + 1: EOS among the K best candidates is moved to the finished lists, the K
+    best non-EOS candidates become the beams, histories follow their backpointers; then stop sentences
+    at their limit or by the early-stop bound.
+
+    Shape: weights (N, ..., S) or None -> rows (N,) to reorder the model state, next tokens (N,).
+    """
+    B, K = beams.scores.shape
+    parent = torch.arange(B, device=cand.beam.device)[:, None] * K + cand.beam  # (B, 2K) row of the parent
+    is_eos = cand.token == EOS_ID  # (B, 2K)
+    ends = (is_eos[:, :K] & torch.isfinite(cand.scores[:, :K])).nonzero().tolist()
+    parent_k, scores_k = parent[:, :K].tolist(), cand.scores[:, :K].tolist()  # one device sync
+    for b, j in ends:
+        row, raw = parent_k[b][j], scores_k[b][j]
+        attention = None if weights is None else _append(beams.attention, weights, row)
+        beams.finished[b].append(Hypothesis(beams.tokens[row].tolist(), raw / length_penalty(t + 1, beams.alpha),
+                                            raw, attention, finished=True))
+    alive, pick = cand.scores.masked_fill(is_eos, NEG_INF).topk(K, dim=-1)  # (B, K)
+    rows = parent.gather(1, pick).view(-1)  # (N,)
+    prev = cand.token.gather(1, pick).view(-1)  # (N,)
+    beams.tokens = torch.cat([beams.tokens[rows], prev[:, None]], dim=1)  # (N, t + 1)
+    if weights is not None:
+        w = weights[rows, None]  # (N, 1, ..., S)
+        beams.attention = w if beams.attention is None else torch.cat([beams.attention[rows], w], dim=1)
+    beams.scores = alive
+    _stop_sentences(beams, t + 1)
+    return rows, prev
+
+
+def _append(history: Tensor | None, weights: Tensor, row: int) -> Tensor:
+    """Attention of one row with this step's weights appended: (t + 1, ..., S) on the CPU."""
+    w = weights[row, None]  # (1, ..., S)
+    return (w if history is None else torch.cat([history[row], w], dim=0)).cpu()
+
+
+def _stop_sentences(beams: Beams, steps: int) -> None:
+    """Mark sentences done after `steps` steps: at their limit (alive beams kept as unfinished fallbacks),
+    with no alive beam left, or when no alive beam can enter the n_best (the bound in the module docstring)."""
+    K = beams.scores.size(1)
+    scores = beams.scores.tolist()  # (B, K), one device sync
+    for b in (~beams.done).nonzero().flatten().tolist():
+        limit, best_alive = int(beams.limits[b]), max(scores[b])
+        if steps >= limit:
+            for k, raw in enumerate(scores[b]):
+                if raw > NEG_INF:
+                    row = b * K + k
+                    attention = None if beams.attention is None else beams.attention[row].cpu()
+                    beams.unfinished[b].append(Hypothesis(beams.tokens[row].tolist(),
+                                                          raw / length_penalty(steps, beams.alpha), raw,
+                                                          attention, finished=False))
+            beams.done[b] = True
+        elif best_alive == NEG_INF:
+            beams.done[b] = True
+        elif len(beams.finished[b]) >= beams.n_best:
+            kth = sorted((h.score for h in beams.finished[b]), reverse=True)[beams.n_best - 1]
+            best_lp = max(length_penalty(steps + 1, beams.alpha), length_penalty(limit, beams.alpha))
+            beams.done[b] = kth >= best_alive / best_lp
+    beams.scores[beams.done.to(beams.scores.device)] = NEG_INF
+
+
+def beam_finalize(beams: Beams) -> list[list[Hypothesis]]:
+    """Per sentence, the n_best finished hypotheses by score, topped up with unfinished ones if too few."""
+    out = []
+    for finished, unfinished in zip(beams.finished, beams.unfinished):
+        ranked = sorted(finished, key=lambda h: h.score, reverse=True)
+        if len(ranked) < beams.n_best:
+            ranked += sorted(unfinished, key=lambda h: h.score, reverse=True)
+        out.append(ranked[:beams.n_best])
+    return out
+
+
+@torch.no_grad()
+def beam_search(model: Any, src: Tensor, src_lengths: Tensor, beam_size: int, max_len: int | Tensor,
+                length_penalty: float = 0.6, n_best: int = 1, need_weights: bool = False
+                ) -> list[list[Hypothesis]]:
+    """Beam search over all sentences and beams at once: one model.step on N = B * K rows per step.
+
+    Args:
+        beam_size: K. length_penalty: GNMT alpha (0: none). n_best: hypotheses returned per sentence.
+        max_len: step limit, an int or per sentence (B,) (see `max_output_length`).
+    Shape: src (B, S), src_lengths (B,) -> B lists of n_best Hypothesis, best first.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"need 1 <= n_best ({n_best}) <= beam_size ({beam_size})")
+    enc, state, beams = beam_init(model, src, src_lengths, beam_size, max_len, n_best, length_penalty)
+    prev = torch.full((src.size(0) * beam_size,), BOS_ID, dtype=torch.long, device=src.device)  # (N,)
+    for t in range(int(beams.limits.max())):
+        log_probs, state, weights = model.step(prev, state, enc, need_weights)  # (N, V)
+        cand = beam_step(log_probs, beams.scores)
+        rows, prev = beam_prune(beams, cand, weights if need_weights else None, t)
+        if beams.done.all():
+            break
+        state = select_batch(state, rows)
+    return beam_finalize(beams)

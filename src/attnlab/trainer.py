@@ -1,0 +1,304 @@
+"""The one trainer, shared by every model family: teacher forcing, label-smoothed cross-entropy,
+Adam/AdamW, gradient clipping, learning-rate schedules, token-budget batches, gradient accumulation,
+periodic validation, early stopping, atomic checkpoints with exact resume, a metrics log, and DDP under
+torchrun.
+
+The loop is explicit (as in nanoGPT); each part is a small named method: `train_step`, `validate`,
+`checkpoint`, `fit`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from attnlab.batching import Seq2SeqBatch, Seq2SeqDataset, TokenBudgetBatchSampler, collate_seq2seq
+from attnlab.checkpoint import load_checkpoint, save_checkpoint, save_weights, write_json
+from attnlab.errors import AttnlabError
+from attnlab.tokenizers import PAD_ID
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 1
+    max_steps: int = 20000  # optimizer updates
+    max_epochs: int = 0  # 0: no limit
+    max_minutes: float = 0.0  # wall-clock budget of this invocation; 0: no limit
+    max_tokens: int = 4096  # token budget of one batch (padding included)
+    accum_steps: int = 1  # batches per optimizer update
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    weight_decay: float = 0.0
+    schedule: str = "constant"  # constant | inverse_sqrt | noam | plateau
+    warmup_steps: int = 0
+    plateau_factor: float = 0.5
+    plateau_patience: int = 2
+    min_lr: float = 1e-5
+    clip_norm: float = 1.0  # 0: no clipping
+    label_smoothing: float = 0.1
+    eval_every: int = 500  # steps between validations
+    eval_bleu: bool = True  # dev BLEU (greedy) at every validation; else early-stop on dev loss
+    eval_max_sentences: int = 0  # decode only the first N dev sentences for BLEU (0: all)
+    patience: int = 0  # early stop after this many validations without improvement (0: off)
+    keep_last: int = 2
+    log_every: int = 50
+    tensorboard: bool = False
+    device: str = "auto"  # auto | cpu | cuda | mps
+    amp: str = "none"  # none | bf16 | fp16 (CUDA)
+    num_threads: int = 0  # CPU threads for torch (0: torch's default)
+    progress: bool = True
+
+    CHOICES: ClassVar[dict] = {"optimizer": ("adam", "adamw"),
+                               "schedule": ("constant", "inverse_sqrt", "noam", "plateau"),
+                               "device": ("auto", "cpu", "cuda", "mps"), "amp": ("none", "bf16", "fp16")}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise AttnlabError("train.device = 'cuda' but no CUDA device is available")
+    return torch.device(name)
+
+
+def lr_factor(cfg: TrainConfig, step: int, d_model: int = 512) -> float:
+    """The schedule's multiplier of cfg.lr at optimizer step `step` (1-based).
+
+    constant: 1 (linear warmup if warmup_steps); inverse_sqrt: min(step/warmup, sqrt(warmup/step));
+    noam (Vaswani et al. 2017, eq. 3): d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), times lr;
+    plateau: 1, scaled by the trainer when dev stops improving.
+    """
+    step = max(step, 1)
+    w = max(cfg.warmup_steps, 1)
+    if cfg.schedule == "inverse_sqrt":
+        return min(step / w, math.sqrt(w / step))
+    if cfg.schedule == "noam":
+        return d_model ** -0.5 * min(step ** -0.5, step * w ** -1.5)
+    return min(1.0, step / w) if cfg.warmup_steps else 1.0
+
+
+def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """Summed label-smoothed cross-entropy over non-pad targets. logits (B, T, V), targets (B, T)."""
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                           ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
+
+
+class Trainer:
+    """Trains `model` (forward(src, src_lengths, tgt_in) -> logits) on token-budget batches.
+
+    Args:
+        model: any attnlab sequence model.
+        cfg: the train section of the experiment config.
+        train_data / dev_data: encoded datasets.
+        run_dir: where checkpoints and metrics.jsonl go.
+        dev_bleu: optional callable(model) -> {"bleu": ..., "chrf": ...} (decodes the dev set).
+        d_model: for the noam schedule.
+    """
+
+    def __init__(self, model: nn.Module, cfg: TrainConfig, train_data: Seq2SeqDataset, dev_data: Seq2SeqDataset,
+                 run_dir: Path, dev_bleu: Callable[[nn.Module], dict] | None = None, d_model: int = 512) -> None:
+        self.cfg, self.run_dir, self.dev_bleu, self.d_model = cfg, Path(run_dir), dev_bleu, d_model
+        self.world = int(os.environ.get("WORLD_SIZE", 1))
+        self.rank = int(os.environ.get("RANK", 0))
+        self.device = resolve_device(cfg.device)
+        if self.world > 1 and not torch.distributed.is_initialized():
+            torch.distributed.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self.model = model.to(self.device)
+        self.ddp = (nn.parallel.DistributedDataParallel(self.model, device_ids=[self.device.index]
+                                                         if self.device.type == "cuda" else None)
+                    if self.world > 1 else self.model)
+        self.train_data, self.dev_data = train_data, dev_data
+        self.sampler = TokenBudgetBatchSampler(train_data.lengths(), cfg.max_tokens, shuffle=True, seed=cfg.seed,
+                                               num_replicas=self.world, rank=self.rank)
+        opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+        fused = {"fused": True} if self.device.type == "cuda" else {}
+        self.optimizer = opt_cls(self.model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                                 weight_decay=cfg.weight_decay, **fused)
+        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.amp)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp == "fp16" and self.device.type == "cuda")
+        self.state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_score": None, "bad_evals": 0,
+                      "lr_scale": 1.0, "train_tokens": 0, "train_seconds": 0.0, "stopped": None}
+        self.is_main = self.rank == 0
+
+    # ------------------------------------------------------------------------------------------ steps
+    def _autocast(self):
+        enabled = self.amp_dtype is not None and self.device.type == "cuda"
+        return torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=enabled)
+
+    def current_lr(self) -> float:
+        lr = self.cfg.lr * lr_factor(self.cfg, self.state["step"] + 1, self.d_model) * self.state["lr_scale"]
+        return max(lr, self.cfg.min_lr) if self.cfg.schedule == "plateau" else lr
+
+    def train_step(self, batches: list[Seq2SeqBatch]) -> tuple[float, int]:
+        """One optimizer update over `batches` (gradient accumulation). Returns (summed loss, target tokens)."""
+        self.ddp.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.current_lr()
+        ntok = sum(b.num_tgt_tokens for b in batches)
+        total = 0.0
+        for i, batch in enumerate(batches):
+            batch = batch.to(self.device)
+            sync = self.world == 1 or i == len(batches) - 1
+            ctx = self.ddp.no_sync() if not sync else contextlib.nullcontext()
+            with ctx:
+                with self._autocast():
+                    logits = self.ddp(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+                loss = sequence_loss(logits, batch.tgt_out, self.cfg.label_smoothing)
+                self.scaler.scale(loss / max(ntok, 1)).backward()
+            total += loss.item()
+        if self.cfg.clip_norm > 0:
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state["step"] += 1
+        return total, ntok
+
+    @torch.no_grad()
+    def dev_loss(self) -> dict:
+        """Dev loss per target token (without label smoothing) and perplexity."""
+        self.model.eval()
+        sampler = TokenBudgetBatchSampler(self.dev_data.lengths(), self.cfg.max_tokens, shuffle=False)
+        total, ntok = 0.0, 0
+        for batch in DataLoader(self.dev_data, batch_sampler=sampler, collate_fn=collate_seq2seq):
+            batch = batch.to(self.device)
+            with self._autocast():
+                logits = self.model(batch.src, batch.src_lengths, batch.tgt_in)
+            total += sequence_loss(logits, batch.tgt_out, 0.0).item()
+            ntok += batch.num_tgt_tokens
+        loss = total / max(ntok, 1)
+        return {"dev_loss": loss, "dev_ppl": math.exp(min(loss, 50.0))}
+
+    def validate(self) -> dict:
+        """Dev loss/perplexity, dev BLEU/chrF (if configured); updates best, patience and the plateau scale."""
+        metrics = self.dev_loss()
+        if self.dev_bleu is not None and self.cfg.eval_bleu:
+            self.model.eval()
+            metrics.update(self.dev_bleu(self.model))
+        score = metrics["bleu"] if "bleu" in metrics else -metrics["dev_loss"]
+        improved = self.state["best_score"] is None or score > self.state["best_score"]
+        if improved:
+            self.state["best_score"], self.state["bad_evals"] = score, 0
+        else:
+            self.state["bad_evals"] += 1
+            if self.cfg.schedule == "plateau" and self.state["bad_evals"] % self.cfg.plateau_patience == 0:
+                self.state["lr_scale"] *= self.cfg.plateau_factor
+        metrics["improved"] = improved
+        return metrics
+
+    def checkpoint(self, best: bool) -> None:
+        if not self.is_main:
+            return
+        ckpt = self.run_dir / "checkpoints"
+        save_checkpoint(ckpt, self.state["step"], self.model, self.optimizer, dict(self.state), self.cfg.keep_last)
+        if best:
+            save_weights(self.model, ckpt / "best.safetensors")
+            write_json(ckpt / "best.json", {"step": self.state["step"], "score": self.state["best_score"]})
+
+    def log(self, record: dict) -> None:
+        if not self.is_main:
+            return
+        with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.tb is not None:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step":
+                    self.tb.add_scalar(k, v, record["step"])
+
+    # ------------------------------------------------------------------------------------------ loop
+    def resume(self) -> None:
+        self.state.update(load_checkpoint(self.run_dir / "checkpoints", self.model, self.optimizer))
+        self.state.pop("optimizer", None)
+        self.state["stopped"] = None
+
+    def _done(self, t_start: float) -> str | None:
+        c, s = self.cfg, self.state
+        if s["step"] >= c.max_steps:
+            return "max_steps"
+        if c.max_epochs and s["epoch"] >= c.max_epochs:
+            return "max_epochs"
+        if c.max_minutes and time.perf_counter() - t_start >= 60 * c.max_minutes:
+            return "max_minutes"
+        if c.patience and s["bad_evals"] >= c.patience:
+            return "early_stopping"
+        return None
+
+    def fit(self) -> dict:
+        """Trains until a limit in the config is reached; returns the final trainer state."""
+        cfg, s = self.cfg, self.state
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.tb = None
+        if cfg.tensorboard and self.is_main:
+            from torch.utils.tensorboard import SummaryWriter  # optional dependency: tensorboard
+
+            self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+        t_start = time.perf_counter()
+        bar = tqdm(total=cfg.max_steps, initial=s["step"], disable=not (cfg.progress and self.is_main),
+                   dynamic_ncols=True, unit="step")
+        window_loss, window_tok, window_t = 0.0, 0, time.perf_counter()
+        while (reason := self._done(t_start)) is None:
+            self.sampler.set_epoch(s["epoch"])
+            batches = list(self.sampler)[s["batch_in_epoch"]:]
+            loader = iter(DataLoader(self.train_data, batch_sampler=batches, collate_fn=collate_seq2seq))
+            group: list[Seq2SeqBatch] = []
+            for batch in loader:
+                group.append(batch)
+                s["batch_in_epoch"] += 1
+                if len(group) < cfg.accum_steps:
+                    continue
+                loss, ntok = self.train_step(group)
+                group = []
+                window_loss, window_tok = window_loss + loss, window_tok + ntok
+                s["train_tokens"] += ntok
+                bar.update(1)
+                if s["step"] % cfg.log_every == 0 or s["step"] % cfg.eval_every == 0:
+                    elapsed = time.perf_counter() - window_t
+                    rec = {"step": s["step"], "epoch": s["epoch"], "loss": window_loss / max(window_tok, 1),
+                           "lr": self.current_lr(), "tokens_per_s": window_tok / max(elapsed, 1e-9) * self.world}
+                    bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:,.0f}")
+                    self.log(rec)
+                    window_loss, window_tok, window_t = 0.0, 0, time.perf_counter()
+                if s["step"] % cfg.eval_every == 0:
+                    self._validate_and_save(bar)
+                    window_t = time.perf_counter()
+                if self._done(t_start):
+                    break
+            else:
+                s["epoch"] += 1
+                s["batch_in_epoch"] = 0
+        s["stopped"] = reason
+        s["train_seconds"] += time.perf_counter() - t_start
+        if s["step"] % cfg.eval_every != 0:  # the last steps have not been validated yet
+            self._validate_and_save(bar)
+        else:
+            self.checkpoint(best=False)
+        bar.close()
+        if self.tb is not None:
+            self.tb.close()
+        return dict(s)
+
+    def _validate_and_save(self, bar: tqdm) -> None:
+        metrics = self.validate()
+        self.log({"step": self.state["step"], "epoch": self.state["epoch"], **metrics})
+        summary = ", ".join(f"{k} {v:.2f}" for k, v in metrics.items() if isinstance(v, float))
+        bar.write(f"step {self.state['step']}: {summary}{' (best)' if metrics['improved'] else ''}")
+        self.checkpoint(best=metrics["improved"])
