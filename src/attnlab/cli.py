@@ -88,6 +88,9 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- models
+RESUME_OVERRIDES = ("train.max_steps", "train.max_epochs", "train.max_minutes", "train.patience")
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     from attnlab.experiment import load_experiment
     from attnlab.workflow import train_run
@@ -97,9 +100,11 @@ def cmd_train(args: argparse.Namespace) -> None:
             args.out = args.config  # `attnlab train --resume RUN_DIR`
         if args.out is None:
             raise AttnlabError("--resume needs the run directory: attnlab train --resume RUN_DIR")
-        if args.set:
-            raise AttnlabError("--set cannot change a run being resumed; its config.json is kept as it is")
-        train_run(None, args.out, resume=True)
+        bad = [o for o in args.set if o.split("=", 1)[0].strip() not in RESUME_OVERRIDES]
+        if bad:
+            raise AttnlabError(f"--set {bad[0]}: a resumed run keeps its config; only "
+                               f"{', '.join(RESUME_OVERRIDES)} may change")
+        train_run(None, args.out, resume=True, overrides=args.set)
         return
     if args.config is None:
         raise AttnlabError("give a config file, e.g. attnlab train configs/bible-rnn-bahdanau.toml")

@@ -173,13 +173,19 @@ class Trainer:
         self.state["step"] += 1
         return total, ntok
 
+    @staticmethod
+    def _loader(data: Seq2SeqDataset, batches) -> DataLoader:
+        # A DataLoader iterator draws a seed from the global RNG unless given a generator of its own; that
+        # draw would make dropout after a resume differ from an uninterrupted run.
+        return DataLoader(data, batch_sampler=batches, collate_fn=collate_seq2seq, generator=torch.Generator())
+
     @torch.no_grad()
     def dev_loss(self) -> dict:
         """Dev loss per target token (without label smoothing) and perplexity."""
         self.model.eval()
         sampler = TokenBudgetBatchSampler(self.dev_data.lengths(), self.cfg.max_tokens, shuffle=False)
         total, ntok = 0.0, 0
-        for batch in DataLoader(self.dev_data, batch_sampler=sampler, collate_fn=collate_seq2seq):
+        for batch in self._loader(self.dev_data, sampler):
             batch = batch.to(self.device)
             with self._autocast():
                 logits = self.model(batch.src, batch.src_lengths, batch.tgt_in)
@@ -258,14 +264,18 @@ class Trainer:
         while (reason := self._done(t_start)) is None:
             self.sampler.set_epoch(s["epoch"])
             batches = list(self.sampler)[s["batch_in_epoch"]:]
-            loader = iter(DataLoader(self.train_data, batch_sampler=batches, collate_fn=collate_seq2seq))
+            loader = self._loader(self.train_data, batches)
             group: list[Seq2SeqBatch] = []
             for batch in loader:
                 group.append(batch)
-                s["batch_in_epoch"] += 1
                 if len(group) < cfg.accum_steps:
                     continue
-                loss, ntok = self.train_step(group)
+                try:
+                    loss, ntok = self.train_step(group)
+                except KeyboardInterrupt:
+                    self._save_on_interrupt(bar)
+                    raise
+                s["batch_in_epoch"] += len(group)
                 group = []
                 window_loss, window_tok = window_loss + loss, window_tok + ntok
                 s["train_tokens"] += ntok
@@ -295,6 +305,15 @@ class Trainer:
         if self.tb is not None:
             self.tb.close()
         return dict(s)
+
+    def _save_on_interrupt(self, bar: tqdm) -> None:
+        """Ctrl-C inside a step: drop its partial gradients and checkpoint the last completed step."""
+        self.optimizer.zero_grad(set_to_none=True)
+        bar.close()
+        if self.state["step"] > 0:
+            self.checkpoint(best=False)
+            print(f"\ninterrupted: checkpoint at step {self.state['step']} saved; continue with "
+                  f"`attnlab train --resume {self.run_dir}`", flush=True)
 
     def _validate_and_save(self, bar: tqdm) -> None:
         metrics = self.validate()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -11,27 +10,29 @@ import torch
 
 from attnlab.batching import Seq2SeqDataset
 from attnlab.checkpoint import read_json, write_json
-from attnlab.config import to_dict
+from attnlab.config import apply_overrides, to_dict
 from attnlab.corpus import Corpus, atomic_write_text
 from attnlab.errors import AttnlabError
-from attnlab.experiment import (ExperimentConfig, build_model, encode_pairs, experiment_from_dict, load_corpus)
+from attnlab.experiment import ExperimentConfig, build_model, encode_pairs, experiment_from_dict, load_corpus
 from attnlab.metrics import bleu_by_length, corpus_scores, format_length_table
 from attnlab.tokenizers import TokenizerPair, build_tokenizers, load_tokenizers, save_tokenizers
 from attnlab.trainer import Trainer, resolve_device
-from attnlab.translate import Translator, load_run
+from attnlab.translate import Translator
 
 
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def _prepare_run(cfg: ExperimentConfig, run_dir: Path, resume: bool
+def _prepare_run(cfg: ExperimentConfig | None, run_dir: Path, resume: bool, overrides: list[str] | None = None
                  ) -> tuple[ExperimentConfig, Corpus, TokenizerPair]:
     """Writes (or, on resume, reads back) the run's config and tokenizer; returns them with the corpus."""
     if resume:
         if not (run_dir / "config.json").is_file():
             raise AttnlabError(f"{run_dir}: nothing to resume (config.json missing)")
-        cfg = experiment_from_dict(read_json(run_dir / "config.json"))
+        data = apply_overrides(read_json(run_dir / "config.json"), list(overrides or []))
+        cfg = experiment_from_dict(data)
+        write_json(run_dir / "config.json", to_dict(cfg))
         return cfg, load_corpus(cfg.data), load_tokenizers(run_dir / "tokenizer")
     if (run_dir / "checkpoints" / "latest.json").is_file():
         raise AttnlabError(f"{run_dir} already holds a trained run; use --resume to continue it or choose "
@@ -47,10 +48,12 @@ def _prepare_run(cfg: ExperimentConfig, run_dir: Path, resume: bool
     return cfg, corpus, tokenizers
 
 
-def train_run(cfg: ExperimentConfig, run_dir: Path | str, resume: bool = False) -> dict:
-    """Trains the experiment into run_dir (or continues it); returns the final trainer state."""
+def train_run(cfg: ExperimentConfig | None, run_dir: Path | str, resume: bool = False,
+              overrides: list[str] | None = None) -> dict:
+    """Trains the experiment into run_dir, or continues the run there (resume: cfg is read from the run,
+    `overrides` may extend its limits); returns the final trainer state."""
     run_dir = Path(run_dir)
-    cfg, corpus, tokenizers = _prepare_run(cfg, run_dir, resume)
+    cfg, corpus, tokenizers = _prepare_run(cfg, run_dir, resume, overrides)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     torch.manual_seed(cfg.train.seed)
