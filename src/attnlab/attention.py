@@ -103,6 +103,10 @@ def attend(scores: Tensor, values: Tensor, mask: Tensor | None = None,
     """
     weights = masked_softmax(scores, mask)
     dropped = F.dropout(weights, dropout_p, training) if dropout_p > 0 else weights
+    if weights.size(-2) == 1:
+        # One query (step-wise decoding): a broadcast product. As a matmul, its backward is a batched outer
+        # product with inner dimension 1, which CPU BLAS runs about 10x slower.
+        return (dropped.transpose(-2, -1) * values).sum(-2, keepdim=True), weights  # (..., 1, Dv)
     return dropped @ values, weights  # (..., T, Dv)
 
 

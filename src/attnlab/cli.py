@@ -75,16 +75,34 @@ def cmd_data(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    """The main job on the default data."""
+    """The main job on the default data: corpus statistics, then train, translate and evaluate a model."""
+    import shutil
+
     from attnlab.corpus import bible_corpus
+    from attnlab.experiment import load_experiment
+    from attnlab.translate import Translator
+    from attnlab.workflow import evaluate_run, format_eval, train_run
 
     print("== attnlab demo: the English (KJV) -> Spanish (Reina-Valera 1909) Bible ==", flush=True)
     corpus = bible_corpus("kjv")
     ns = argparse.Namespace(tokenizer="unigram", vocab_size=8000, separate_vocab=False, save_tokenizer=None,
                             json=False)
     _report(corpus, ns)
-    p = corpus.test[0]
-    print(f"\nexample ({p.ref}):\n  en: {p.src}\n  es: {p.tgt}")
+    cfg = load_experiment(args.config, args.set)
+    out = args.out
+    if out.exists():
+        shutil.rmtree(out)  # the demo's own output from an earlier run
+    print(f"\n== training {args.config} into {out} ({cfg.model.rnn.attention} attention, "
+          f"{cfg.train.max_minutes:g} minutes) ==", flush=True)
+    train_run(cfg, out)
+    translator = Translator.from_run(out, "best")
+    print("\n== sample test translations (beam 5) ==")
+    samples = [p for p in corpus.test if len(p.src.split()) <= 16][:: 40][:6]
+    for p, t in zip(samples, translator.translate([p.src for p in samples], beam_size=5)):
+        print(f"[{p.ref}]\n  en:  {p.src}\n  ref: {p.tgt}\n  out: {t[0].text}")
+    print("\n== test set ==", flush=True)
+    print(format_eval(evaluate_run(out, "test", beam_size=args.beam, device="auto")))
+    print(f"\nrun directory: {out}\ntranslate your own: echo 'And God said' | attnlab translate {out}")
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -210,7 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.set_defaults(func=cmd_evaluate)
 
     demo = sub.add_parser("demo", help="the main job on the default data (what `make demo` runs)",
-                          description="Build the Bible corpus, train the tokenizer and print the statistics.")
+                          description="Build the Bible corpus and print its statistics, train an attention "
+                                      "model, show test translations and test BLEU.")
+    demo.add_argument("--config", type=Path, default=Path("configs/demo.toml"), help="default: configs/demo.toml")
+    demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="run directory (replaced; default runs/demo)")
+    demo.add_argument("--beam", type=int, default=5, help="beam size for the test BLEU (default 5)")
+    demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     demo.set_defaults(func=cmd_demo)
     return parser
 

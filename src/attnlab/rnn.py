@@ -38,10 +38,18 @@ class _Cell(nn.Module):
         for p in self.parameters():
             nn.init.uniform_(p, -bound, bound)
 
-    def _linear(self, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
-        gi = x @ self.weight_ih.T + self.bias_ih  # (B, G*H)
+    def project_input(self, x: Tensor) -> Tensor:
+        """W_ih x + b_ih for any leading dims: (..., I) -> (..., G*H). Over a whole sequence this is one
+        matmul instead of one per step."""
+        return x @ self.weight_ih.T + self.bias_ih
+
+    def _hidden(self, h: Tensor) -> Tensor:
         gh = h @ self.weight_hh.T  # (B, G*H)
-        return gi, gh if self.bias_hh is None else gh + self.bias_hh
+        return gh if self.bias_hh is None else gh + self.bias_hh
+
+    def forward(self, x: Tensor, state: State) -> State:
+        """One step from the input x (B, I)."""
+        return self.step_projected(self.project_input(x), state)
 
 
 class ElmanCell(_Cell):
@@ -49,9 +57,9 @@ class ElmanCell(_Cell):
 
     gates = 1
 
-    def forward(self, x: Tensor, h: Tensor) -> Tensor:
-        gi, gh = self._linear(x, h)
-        return torch.tanh(gi + gh)
+    def step_projected(self, gi: Tensor, h: Tensor) -> Tensor:
+        """gi = project_input(x) (B, H), h (B, H) -> h' (B, H)."""
+        return torch.tanh(gi + self._hidden(h))
 
 
 class LSTMCell(_Cell):
@@ -60,10 +68,10 @@ class LSTMCell(_Cell):
 
     gates = 4
 
-    def forward(self, x: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    def step_projected(self, gi: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        """gi = project_input(x) (B, 4H), (h, c) -> (h', c')."""
         h, c = state
-        gi, gh = self._linear(x, h)
-        i, f, g, o = (gi + gh).chunk(4, dim=-1)  # (B, H) each
+        i, f, g, o = (gi + self._hidden(h)).chunk(4, dim=-1)  # (B, H) each
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         return torch.sigmoid(o) * torch.tanh(c), c
 
@@ -80,10 +88,10 @@ class GRUCell(_Cell):
     def __init__(self, input_size: int, hidden_size: int, keras_bias: bool = False) -> None:
         super().__init__(input_size, hidden_size, keras_bias=False)
 
-    def forward(self, x: Tensor, h: Tensor) -> Tensor:
-        gi, gh = self._linear(x, h)
+    def step_projected(self, gi: Tensor, h: Tensor) -> Tensor:
+        """gi = project_input(x) (B, 3H), h (B, H) -> h' (B, H)."""
         i_r, i_z, i_n = gi.chunk(3, dim=-1)
-        h_r, h_z, h_n = gh.chunk(3, dim=-1)
+        h_r, h_z, h_n = self._hidden(h).chunk(3, dim=-1)
         r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
         n = torch.tanh(i_n + r * h_n)
         return (1 - z) * n + z * h
@@ -143,10 +151,13 @@ class RNNLayer(nn.Module):
                        ) -> tuple[Tensor, State]:
         """One layer, one direction over time. x (B, L, I), keep (B, L) bool; state h or (h, c) (B, H)."""
         outs = []
+        # all input projections in one matmul; unbind (not x[:, t]) so the backward is one stack rather than
+        # a zero-filled (B, L, G*H) gradient per step
+        gis, keeps = cell.project_input(x).unbind(1), keep.unbind(1)  # L x (B, G*H), L x (B,)
         steps = range(x.size(1) - 1, -1, -1) if reverse else range(x.size(1))
         for t in steps:
-            new = cell(x[:, t], state)
-            m = keep[:, t, None]  # (B, 1): padded steps leave the state as it is
+            new = cell.step_projected(gis[t], state)
+            m = keeps[t][:, None]  # (B, 1): padded steps leave the state as it is
             state = tuple(torch.where(m, n, o) for n, o in zip(new, state)) if isinstance(new, tuple) \
                 else torch.where(m, new, state)
             h = state[0] if isinstance(state, tuple) else state

@@ -211,8 +211,8 @@ class RNNSeq2Seq(nn.Module):
             outputs = self._forward_parallel(emb, state, enc)  # (B, T, H)
         else:
             steps = []
-            for t in range(tgt_in.size(1)):
-                o, state, _ = self._decode_step(emb[:, t], state, enc, need_weights=False)
+            for e_t in emb.unbind(1):  # unbind, not emb[:, t]: its backward is one stack, not T zero-fills
+                o, state, _ = self._decode_step(e_t, state, enc, need_weights=False)
                 steps.append(o)
             outputs = torch.stack(steps, dim=1)  # (B, T, H)
         return self.generator(self.dropout(outputs))  # (B, T, V)
