@@ -15,6 +15,7 @@ from attnlab.corpus import Corpus, atomic_write_text
 from attnlab.errors import AttnlabError
 from attnlab.experiment import ExperimentConfig, build_model, encode_pairs, experiment_from_dict, load_corpus
 from attnlab.metrics import bleu_by_length, corpus_scores, format_length_table
+from attnlab.plotting import plot_bleu_by_length
 from attnlab.tokenizers import TokenizerPair, build_tokenizers, load_tokenizers, save_tokenizers
 from attnlab.trainer import Trainer, resolve_device
 from attnlab.translate import Translator
@@ -101,6 +102,9 @@ def evaluate_run(run_dir: Path | str, split: str = "test", beam_size: int | None
               "chrf_signature": scores.chrf_signature, "by_length": by_length,
               "sentences_per_s": len(pairs) / max(seconds, 1e-9)}
     out = run_dir / "eval"
+    result["plot"] = str(out / f"{split}_bleu_by_length.png")
+    plot_bleu_by_length({run_dir.name: by_length}, result["plot"],
+                        title=f"{run_dir.name}: {split} BLEU by source length")
     write_json(out / f"{split}.json", result)
     atomic_write_text(out / f"{split}.hyp.txt", "".join(h + "\n" for h in hyps))
     return result
@@ -111,4 +115,6 @@ def format_eval(result: dict) -> str:
              f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}",
              f"  {result['bleu_signature']}", f"  {result['chrf_signature']}",
              "BLEU by source length:", format_length_table(result["by_length"])]
+    if "plot" in result:
+        lines.append(f"plot: {result['plot']}")
     return "\n".join(lines)

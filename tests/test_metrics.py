@@ -1,0 +1,27 @@
+"""Metrics through sacrebleu, and BLEU by source length, against direct sacrebleu calls."""
+
+import sacrebleu
+
+from attnlab.metrics import bleu_by_length, corpus_scores
+from attnlab.plotting import plot_bleu_by_length
+
+
+def test_corpus_scores_equal_sacrebleu():
+    hyps = ["the cat sat on the mat", "a dog barks", "hello there world"]
+    refs = ["the cat sat on a mat", "the dog barks", "hello world"]
+    s = corpus_scores(hyps, refs)
+    assert s.bleu == sacrebleu.corpus_bleu(hyps, [refs]).score
+    assert s.chrf == sacrebleu.corpus_chrf(hyps, [refs]).score
+    assert s.bleu_signature.startswith("nrefs:1|case:mixed")
+
+
+def test_bleu_by_length_buckets(tmp_path):
+    src = ["one two", "w " * 15, "w " * 65, "a b c"]
+    hyps = ["x y", "same words here", "good", "a b c d"]
+    refs = ["x y", "same words here", "bad", "a b c d"]
+    rows = bleu_by_length(src, hyps, refs)
+    assert [(r["bucket"], r["sentences"]) for r in rows] == [("1-10", 2), ("11-20", 1), ("60+", 1)]
+    assert rows[0]["bleu"] == sacrebleu.corpus_bleu(["x y", "a b c d"], [["x y", "a b c d"]]).score
+    assert rows[2]["bleu"] == 0.0
+    out = plot_bleu_by_length({"run": rows}, tmp_path / "p.png")
+    assert out.stat().st_size > 1000
