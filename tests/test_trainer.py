@@ -121,3 +121,34 @@ def test_missing_checkpoint_on_resume(tmp_path):
     ckpt.mkdir()
     with pytest.raises(Exception, match="latest.json missing"):
         load_checkpoint(ckpt, torch.nn.Linear(1, 1), None)
+
+
+def test_gradient_accumulation_equals_one_big_batch(tiny_tsv, tmp_path):
+    from attnlab.batching import Seq2SeqDataset, collate_seq2seq
+    from attnlab.experiment import build_model
+    from attnlab.trainer import Trainer
+
+    cfg = tiny_config(tiny_tsv)
+    cfg.model.rnn.dropout = 0.0
+    data = Seq2SeqDataset([[5, 6, 7], [8, 9], [5, 5, 5, 5], [7]], [[4, 5], [6, 7, 8], [9], [4, 4, 4]])
+    grads = []
+    for groups in ([[0, 1, 2, 3]], [[0, 1], [2, 3]]):
+        torch.manual_seed(0)
+        model = build_model(cfg.model, 12, 12)
+        trainer = Trainer(model, cfg.train, data, data, tmp_path / str(len(groups)))
+        trainer.optimizer.step = lambda: None  # keep the weights; look at the accumulated gradients
+        trainer.optimizer.zero_grad = lambda set_to_none=True: None
+        loss, ntok = trainer.train_step([collate_seq2seq([data[i] for i in g]) for g in groups])
+        grads.append((loss, ntok, [p.grad.clone() for p in model.parameters()]))
+    (l1, n1, g1), (l2, n2, g2) = grads
+    assert n1 == n2 == 13  # 9 target tokens + 4 EOS
+    assert l1 == pytest.approx(l2, rel=1e-5)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_early_stopping(tiny_tsv, tmp_path):
+    # a learning rate of zero never improves dev: patience 2 stops after 3 validations
+    state = train_run(tiny_config(tiny_tsv, max_steps=1000, eval_every=5, lr=0.0, patience=2, eval_bleu=False),
+                      tmp_path / "es")
+    assert state["stopped"] == "early_stopping" and state["step"] == 15

@@ -254,7 +254,11 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.tb = None
         if cfg.tensorboard and self.is_main:
-            from torch.utils.tensorboard import SummaryWriter  # optional dependency: tensorboard
+            try:
+                from torch.utils.tensorboard import SummaryWriter  # optional dependency: tensorboard
+            except ImportError:
+                raise AttnlabError("train.tensorboard = true needs the tensorboard package "
+                                   "(pip install tensorboard)") from None
 
             self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
         t_start = time.perf_counter()
