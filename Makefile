@@ -24,7 +24,9 @@ demo: $(STAMP) sysdeps
 	$(VENV)/bin/attnlab demo
 
 # pytest exits 5 when it collects no tests: that is a failure here, not a pass.
-test: $(STAMP) sysdeps
+# Without the SWORD packages (and no root to install them) the one real-corpus test is skipped, not failed.
+test: $(STAMP)
+	-./scripts/system-deps.sh
 	$(PY) -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 

@@ -1,6 +1,5 @@
 """Corpus readers: user files (TSV, two aligned files) with their errors, and the real Bible corpus."""
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -102,8 +101,13 @@ def test_cli_help_lists_commands():
         assert command in done.stdout
 
 
-needs_sword = pytest.mark.skipif(_sword_dir() is None and shutil.which("apt-get") is None,
-                                 reason="SWORD modules not installed")
+def _sword_ready() -> bool:
+    d = _sword_dir()
+    return d is not None and all((d / "mods.d" / f"{m}.conf").is_file() for m in ("engKJV2006eb", "spaRV1909eb"))
+
+
+needs_sword = pytest.mark.skipif(not _sword_ready(), reason="SWORD modules engKJV2006eb/spaRV1909eb not installed "
+                                 "(run ./scripts/system-deps.sh as root)")
 
 
 @pytest.mark.integration

@@ -171,6 +171,33 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     print(json.dumps(result, indent=2) if args.json else format_eval(result))
 
 
+def cmd_summary(args: argparse.Namespace) -> None:
+    import torch
+
+    from attnlab.checkpoint import read_json
+    from attnlab.experiment import build_model, experiment_from_dict, load_experiment
+    from attnlab.summary import format_table, layer_table
+
+    if args.target.is_dir():
+        from attnlab.tokenizers import load_tokenizers
+
+        cfg = experiment_from_dict(read_json(args.target / "config.json"))
+        toks = load_tokenizers(args.target / "tokenizer")
+        src_vocab, tgt_vocab = toks.src.vocab_size, toks.tgt.vocab_size
+    else:
+        cfg = load_experiment(args.target, args.set)
+        src_vocab = tgt_vocab = cfg.tokenizer.vocab_size if cfg.tokenizer.kind != "char" else 100
+    model = build_model(cfg.model, src_vocab, tgt_vocab)
+    B, S, T = 2, args.src_len, args.tgt_len
+    src = torch.randint(4, src_vocab, (B, S))
+    lengths = torch.tensor([S, max(1, S - 2)])
+    src[1, lengths[1]:] = 0
+    tgt_in = torch.randint(4, tgt_vocab, (B, T))
+    title = (f"{args.target}: {cfg.model.family} model, vocab {src_vocab:,} -> {tgt_vocab:,}; "
+             f"dummy batch B={B}, S={S}, T={T}")
+    print(format_table(layer_table(model, src, lengths, tgt_in), title))
+
+
 # ---------------------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -226,6 +253,15 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--max-sentences", type=int, default=0, help="only the first N sentences (0: all)")
             p.add_argument("--json", action="store_true", help="print the result as JSON")
             p.set_defaults(func=cmd_evaluate)
+
+    summ = sub.add_parser("summary", help="per-layer output shapes and parameter counts of a config or run",
+                          description="Per-layer output shapes and parameter counts (like Keras' model.summary()), "
+                                      "from one forward pass on a dummy batch.")
+    summ.add_argument("target", type=Path, metavar="CONFIG_OR_RUN")
+    summ.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    summ.add_argument("--src-len", type=int, default=7, help="dummy source length (default 7)")
+    summ.add_argument("--tgt-len", type=int, default=6, help="dummy target length (default 6)")
+    summ.set_defaults(func=cmd_summary)
 
     demo = sub.add_parser("demo", help="the main job on the default data (what `make demo` runs)",
                           description="Build the Bible corpus and print its statistics, train an attention "

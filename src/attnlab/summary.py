@@ -1,0 +1,74 @@
+"""A per-layer table of output shapes and parameter counts, like Keras' `model.summary()`.
+
+Shapes come from one real forward pass on a dummy batch (forward hooks on every module that owns
+parameters directly), so they are what the model computes, not what a config claims.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import PackedSequence
+
+
+@dataclass
+class LayerRow:
+    name: str  # dotted module path
+    kind: str  # module class
+    output_shape: str  # e.g. (2, 7, 256); "-" if the module never ran in the dummy pass
+    params: int  # parameters owned directly by this module (not its children)
+
+
+def _shape(x) -> str:
+    if isinstance(x, PackedSequence):
+        return f"packed{tuple(x.data.shape)}"
+    if torch.is_tensor(x):
+        return str(tuple(x.shape))
+    if isinstance(x, (tuple, list)):
+        return "[" + ", ".join(_shape(v) for v in x if v is not None) + "]"
+    return type(x).__name__
+
+
+def layer_table(model: nn.Module, *inputs) -> list[LayerRow]:
+    """Runs model(*inputs) once (eval, no grad) and returns a row per module owning parameters, in call order
+    (modules that did not run are appended at the end)."""
+    rows: dict[str, LayerRow] = {}
+    order: list[str] = []
+    hooks = []
+    for name, module in model.named_modules():
+        own = sum(p.numel() for p in module.parameters(recurse=False))
+        if own == 0:
+            continue
+        rows[name] = LayerRow(name, type(module).__name__, "-", own)
+
+        def hook(mod, args, output, name=name):
+            if rows[name].output_shape == "-":
+                order.append(name)
+            rows[name].output_shape = _shape(output)
+
+        hooks.append(module.register_forward_hook(hook))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    return [rows[n] for n in order] + [r for n, r in rows.items() if n not in order]
+
+
+def format_table(rows: list[LayerRow], title: str = "") -> str:
+    """Keras-style text table with the total."""
+    w_name = max([len("Layer (type)")] + [len(f"{r.name} ({r.kind})") for r in rows])
+    w_shape = max([len("Output Shape")] + [len(r.output_shape) for r in rows])
+    line = "=" * (w_name + w_shape + 16)
+    out = [title] if title else []
+    out += [f"{'Layer (type)':<{w_name}}  {'Output Shape':<{w_shape}}  {'Param #':>10}", line]
+    out += [f"{r.name + ' (' + r.kind + ')':<{w_name}}  {r.output_shape:<{w_shape}}  {r.params:>10,}" for r in rows]
+    total = sum(r.params for r in rows)
+    out += [line, f"Total params: {total:,}"]
+    return "\n".join(out)
