@@ -152,3 +152,33 @@ def test_early_stopping(tiny_tsv, tmp_path):
     state = train_run(tiny_config(tiny_tsv, max_steps=1000, eval_every=5, lr=0.0, patience=2, eval_bleu=False),
                       tmp_path / "es")
     assert state["stopped"] == "early_stopping" and state["step"] == 15
+
+
+def test_torchrun_two_processes(tiny_tsv, tmp_path):
+    """DDP on CPU (gloo): two ranks train one model; only rank 0 writes; ranks agree on when to stop."""
+    cfg = tmp_path / "ddp.toml"
+    cfg.write_text(f"""
+[data]
+corpus = "files"
+train = ["{tiny_tsv / 'train.tsv'}"]
+dev = ["{tiny_tsv / 'dev.tsv'}"]
+[tokenizer]
+kind = "char"
+[model.rnn]
+emb_dim = 16
+hidden_dim = 32
+[train]
+max_steps = 10
+max_tokens = 600
+eval_every = 5
+eval_max_sentences = 5
+num_threads = 1
+progress = false
+""")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "-m", "attnlab.cli", "train", str(cfg), "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count("stopped after 10 steps") == 1
+    logs = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logs if "dev_loss" in r] == [5, 10]

@@ -237,6 +237,17 @@ class Trainer:
         self.state["stopped"] = None
 
     def _done(self, t_start: float) -> str | None:
+        """Why training should stop now, or None. Under DDP the ranks agree (a clock may differ by a step)."""
+        reason = self._local_done(t_start)
+        if self.world > 1:
+            flag = torch.tensor([reason is not None], dtype=torch.int32,
+                                device=self.device if self.device.type == "cuda" else "cpu")
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            if flag.item() and reason is None:
+                reason = "another rank stopped"
+        return reason
+
+    def _local_done(self, t_start: float) -> str | None:
         c, s = self.cfg, self.state
         if s["step"] >= c.max_steps:
             return "max_steps"
@@ -324,5 +335,6 @@ class Trainer:
         metrics = self.validate()
         self.log({"step": self.state["step"], "epoch": self.state["epoch"], **metrics})
         summary = ", ".join(f"{k} {v:.2f}" for k, v in metrics.items() if isinstance(v, float))
-        bar.write(f"step {self.state['step']}: {summary}{' (best)' if metrics['improved'] else ''}")
+        if self.is_main:
+            bar.write(f"step {self.state['step']}: {summary}{' (best)' if metrics['improved'] else ''}")
         self.checkpoint(best=metrics["improved"])

@@ -78,8 +78,9 @@ def train_run(cfg: ExperimentConfig | None, run_dir: Path | str, resume: bool = 
         print(f"model: {cfg.model.family}, {count_parameters(model):,} parameters; train pairs "
               f"{len(corpus.train):,}, dev {len(corpus.dev):,}; device {trainer.device}", file=sys.stderr)
     state = trainer.fit()
-    print(f"stopped after {state['step']} steps ({state['stopped']}); {state['train_seconds'] / 60:.1f} min "
-          f"of training", file=sys.stderr)
+    if trainer.is_main:
+        print(f"stopped after {state['step']} steps ({state['stopped']}); {state['train_seconds'] / 60:.1f} min "
+              f"of training", file=sys.stderr)
     return state
 
 
