@@ -25,3 +25,17 @@ def test_bleu_by_length_buckets(tmp_path):
     assert rows[2]["bleu"] == 0.0
     out = plot_bleu_by_length({"run": rows}, tmp_path / "p.png")
     assert out.stat().st_size > 1000
+
+
+def test_plot_attention_checks_labels(tmp_path):
+    import numpy as np
+    import pytest
+
+    from attnlab.plotting import clean_piece, plot_attention
+
+    w = np.eye(3)[:2]  # 2 outputs x 3 sources
+    out = plot_attention(w, ["\u2581a", "b", "</s>"], ["\u2581x", "</s>"], tmp_path / "a.svg", title="t")
+    assert out.read_text().count("<svg") == 1
+    assert clean_piece("\u2581house") == "_house"
+    with pytest.raises(ValueError, match="do not match"):
+        plot_attention(w, ["a", "b"], ["x", "y"], tmp_path / "b.png")

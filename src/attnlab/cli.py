@@ -198,6 +198,27 @@ def cmd_summary(args: argparse.Namespace) -> None:
     print(format_table(layer_table(model, src, lengths, tgt_in), title))
 
 
+def cmd_plot_attention(args: argparse.Namespace) -> None:
+    from attnlab.corpus import normalize
+    from attnlab.plotting import plot_attention
+    from attnlab.trainer import resolve_device
+    from attnlab.translate import Translator
+
+    translator = Translator.from_run(args.run_dir, args.checkpoint, device=str(resolve_device(args.device)))
+    sentence = normalize(args.sentence)
+    if not sentence:
+        raise AttnlabError("--sentence is empty")
+    t = translator.translate([sentence], beam_size=args.beam, need_weights=True)[0][0]
+    if t.attention is None:
+        raise AttnlabError(f"{args.run_dir}: this model has no attention to plot (attention = 'none')")
+    out = args.out or args.run_dir / "plots" / "attention.png"
+    for suffix in args.formats.split(","):
+        path = plot_attention(t.attention.numpy(), t.src_tokens, t.tgt_tokens, out.with_suffix("." + suffix.strip()),
+                              title=f"{sentence[:60]} -> {t.text[:60]}")
+        print(path)
+    print(f"translation: {t.text}", file=sys.stderr)
+
+
 # ---------------------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -253,6 +274,19 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--max-sentences", type=int, default=0, help="only the first N sentences (0: all)")
             p.add_argument("--json", action="store_true", help="print the result as JSON")
             p.set_defaults(func=cmd_evaluate)
+
+    plot = sub.add_parser("plot", help="plots: attention heatmaps of a trained model",
+                          description="Plots of trained models (PNG/SVG via matplotlib).")
+    psub = plot.add_subparsers(dest="what", metavar="WHAT", required=True)
+    patt = psub.add_parser("attention", help="cross-attention heatmap (source x output tokens) of one sentence")
+    patt.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    patt.add_argument("--sentence", required=True, help="the source sentence to translate and plot")
+    patt.add_argument("--beam", type=int, default=1, help="beam size for the translation (default 1)")
+    patt.add_argument("--out", type=Path, help="output path without suffix (default RUN_DIR/plots/attention)")
+    patt.add_argument("--formats", default="png,svg", help="comma-separated formats (default png,svg)")
+    patt.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    patt.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
+    patt.set_defaults(func=cmd_plot_attention)
 
     summ = sub.add_parser("summary", help="per-layer output shapes and parameter counts of a config or run",
                           description="Per-layer output shapes and parameter counts (like Keras' model.summary()), "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -42,3 +43,44 @@ def plot_bleu_by_length(runs: Mapping[str, Sequence[dict]], path: Path | str, ti
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def clean_piece(piece: str) -> str:
+    """A readable label for a subword piece: the sentencepiece word mark becomes a leading space marker."""
+    return piece.replace("\u2581", "_") if piece != "\u2581" else "_"
+
+
+def plot_attention(weights, src_labels: Sequence[str], tgt_labels: Sequence[str], path: Path | str,
+                   title: str = "", ax=None):
+    """Heatmap of attention weights: one row per target token, one column per source token.
+
+    Args:
+        weights: (T, S) array-like, rows = target tokens, columns = source tokens.
+        src_labels: S labels. tgt_labels: T labels.
+        path: .png / .svg / .pdf (ignored when ax is given).
+        ax: draw into this matplotlib Axes (for grids of heads) instead of a new figure.
+    """
+    import numpy as np
+
+    w = np.asarray(weights, dtype=float)
+    if w.shape != (len(tgt_labels), len(src_labels)):
+        raise ValueError(f"weights {w.shape} do not match {len(tgt_labels)} target x {len(src_labels)} source labels")
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(max(4.0, 0.32 * w.shape[1] + 2), max(3.0, 0.3 * w.shape[0] + 1.5)))
+    im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=max(float(w.max()), 1e-9), aspect="auto")
+    ax.set_xticks(range(w.shape[1]), [clean_piece(s) for s in src_labels], rotation=90, fontsize=8)
+    ax.set_yticks(range(w.shape[0]), [clean_piece(t) for t in tgt_labels], fontsize=8)
+    ax.set_xlabel("source")
+    ax.set_ylabel("output")
+    if title:
+        ax.set_title("\n".join(textwrap.wrap(title, width=max(40, 6 * w.shape[1]))), fontsize=9)
+    if own:
+        fig.colorbar(im, ax=ax, fraction=0.03)
+        fig.tight_layout()
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
+    return im
