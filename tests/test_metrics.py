@@ -39,3 +39,10 @@ def test_plot_attention_checks_labels(tmp_path):
     assert clean_piece("\u2581house") == "_house"
     with pytest.raises(ValueError, match="do not match"):
         plot_attention(w, ["a", "b"], ["x", "y"], tmp_path / "b.png")
+
+
+def test_plot_curves(tmp_path):
+    from attnlab.plotting import plot_curves
+
+    runs = {"a": [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.0, "bleu": 1.0}], "b": [{"step": 1, "loss": 2.5}]}
+    assert plot_curves(runs, tmp_path / "c.png").stat().st_size > 1000

@@ -102,7 +102,16 @@ def cmd_demo(args: argparse.Namespace) -> None:
         print(f"[{p.ref}]\n  en:  {p.src}\n  ref: {p.tgt}\n  out: {t[0].text}")
     print("\n== test set ==", flush=True)
     print(format_eval(evaluate_run(out, "test", beam_size=args.beam, device="auto")))
-    print(f"\nrun directory: {out}\ntranslate your own: echo 'And God said' | attnlab translate {out}")
+    p = samples[0]
+    t = translator.translate([p.src], beam_size=5, need_weights=True)[0][0]
+    if t.attention is not None:
+        from attnlab.plotting import plot_attention
+
+        heatmap = plot_attention(t.attention.numpy(), t.src_tokens, t.tgt_tokens, out / "plots" / "demo_attention.png",
+                                 title=f"{p.ref}: {p.src} -> {t.text}")
+        print(f"\nattention heatmap of {p.ref}: {heatmap}")
+    print(f"run directory: {out}\ntranslate your own: echo 'And God said' | attnlab translate {out}\n"
+          f"plot any sentence: attnlab plot attention {out} --sentence 'In the beginning was the Word'")
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -219,6 +228,29 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
     print(f"translation: {t.text}", file=sys.stderr)
 
 
+def cmd_plot_runs(args: argparse.Namespace) -> None:
+    from attnlab.checkpoint import read_json
+    from attnlab.plotting import plot_bleu_by_length, plot_curves
+
+    names = {}
+    for run in args.run_dirs:
+        name = run.name if run.name not in names else str(run)
+        names[name] = run
+    if args.what == "curves":
+        runs = {}
+        for name, run in names.items():
+            log = run / "metrics.jsonl"
+            if not log.is_file():
+                raise AttnlabError(f"{run}: no metrics.jsonl (not a run directory?)")
+            runs[name] = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+        path = plot_curves(runs, args.out or Path("runs/plots/curves.png"))
+    else:
+        runs = {name: read_json(run / "eval" / f"{args.split}.json")["by_length"] for name, run in names.items()}
+        path = plot_bleu_by_length(runs, args.out or Path(f"runs/plots/{args.split}_bleu_by_length.png"),
+                                   title=f"{args.split} BLEU by source length")
+    print(path)
+
+
 # ---------------------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -275,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--json", action="store_true", help="print the result as JSON")
             p.set_defaults(func=cmd_evaluate)
 
-    plot = sub.add_parser("plot", help="plots: attention heatmaps of a trained model",
+    plot = sub.add_parser("plot", help="plots: attention heatmaps, training curves, BLEU by sentence length",
                           description="Plots of trained models (PNG/SVG via matplotlib).")
     psub = plot.add_subparsers(dest="what", metavar="WHAT", required=True)
     patt = psub.add_parser("attention", help="cross-attention heatmap (source x output tokens) of one sentence")
@@ -287,6 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
     patt.add_argument("--checkpoint", choices=("best", "last"), default="best")
     patt.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
     patt.set_defaults(func=cmd_plot_attention)
+
+    pcur = psub.add_parser("curves", help="training curves (train loss, dev loss, dev BLEU) of runs on one figure")
+    pbl = psub.add_parser("bleu-by-length", help="BLEU by source length of evaluated runs on one figure "
+                                                  "(run `attnlab evaluate` first)")
+    pbl.add_argument("--split", choices=("train", "dev", "test"), default="test")
+    for p in (pcur, pbl):
+        p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+        p.add_argument("--out", type=Path, help="output file (.png/.svg/.pdf; default under runs/plots/)")
+        p.set_defaults(func=cmd_plot_runs)
 
     summ = sub.add_parser("summary", help="per-layer output shapes and parameter counts of a config or run",
                           description="Per-layer output shapes and parameter counts (like Keras' model.summary()), "

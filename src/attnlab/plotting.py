@@ -84,3 +84,29 @@ def plot_attention(weights, src_labels: Sequence[str], tgt_labels: Sequence[str]
         plt.close(fig)
         return path
     return im
+
+
+def plot_curves(runs: Mapping[str, Sequence[dict]], path: Path | str, keys: Sequence[str] = ("loss", "dev_loss", "bleu")
+                ) -> Path:
+    """Training curves from metrics.jsonl records, one panel per key, one line per run.
+
+    Args:
+        runs: {run name: records with "step" and some of `keys`}.
+    """
+    path = Path(path)
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for name, records in runs.items():
+            pts = [(r["step"], r[key]) for r in records if key in r]
+            if pts:
+                ax.plot(*zip(*pts), marker="." if len(pts) < 40 else None, label=name)
+        ax.set_xlabel("step")
+        ax.set_title({"loss": "train loss (label-smoothed)", "dev_loss": "dev loss", "bleu": "dev BLEU (greedy)",
+                      "chrf": "dev chrF", "dev_ppl": "dev perplexity"}.get(key, key), fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
