@@ -1,0 +1,372 @@
+"""The Transformer encoder-decoder (Vaswani et al. 2017, "Attention Is All You Need").
+
+- Embeddings scaled by sqrt(d_model) plus sinusoidal (3.5) or learned positions, then dropout (5.4).
+- Encoder layer: self-attention and the position-wise FFN (3.3), each in a residual block with LayerNorm.
+  ``norm = "post"`` is the paper's LayerNorm(x + Dropout(Sublayer(x))) (5.4); ``norm = "pre"`` is
+  x + Dropout(Sublayer(LayerNorm(x))), with a final LayerNorm after each stack.
+- Decoder layer: masked self-attention, encoder-decoder (cross) attention, FFN (3.1).
+- Dropout placement and parameter names follow `torch.nn.TransformerEncoderLayer` / `TransformerDecoderLayer`,
+  so the tests load the same weights into both and compare outputs.
+
+Step-wise decoding (the `attnlab.search` interface) keeps a KV cache: each step projects only its own token
+and attends to the cached keys/values of the earlier ones; the cross-attention keys/values of every decoder
+layer are projected once per sentence in `encode`. A step therefore costs O(t), not a re-run of the prefix.
+
+All attention goes through `attnlab.attention.MultiHeadAttention` with boolean masks (True = may attend); the
+fused kernel runs unless attention weights are requested.
+
+Shape legend: B batch, S source length, T target length, t target positions decoded so far, D d_model,
+H heads (h), Dh head dim (D / h), F d_ff, N layers, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.attention import MultiHeadAttention, causal_mask, padding_mask
+from attnlab.errors import AttnlabError
+
+
+@dataclass
+class TransformerConfig:
+    """A Transformer encoder-decoder; the defaults are the paper's base model (Table 3), post-norm."""
+
+    d_model: int = 512
+    h: int = 8
+    d_ff: int = 2048
+    enc_layers: int = 6
+    dec_layers: int = 6
+    dropout: float = 0.1  # P_drop: sublayer outputs, embeddings + positions, inside the FFN
+    attn_dropout: float = 0.0  # on the attention weights
+    activation: str = "relu"
+    norm: str = "post"
+    positions: str = "sinusoidal"
+    max_len: int = 1024  # longest sequence the positions cover
+    tie_embeddings: str = "none"  # decoder: target embedding = output layer; all: source too (joint vocab)
+    layer_norm_eps: float = 1e-5
+    bias: bool = True  # biases of the linear layers and LayerNorms
+
+    CHOICES: ClassVar[dict] = {"activation": ("relu", "gelu"), "norm": ("post", "pre"),
+                               "positions": ("sinusoidal", "learned"), "tie_embeddings": ("none", "decoder", "all")}
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "h", "d_ff", "enc_layers", "dec_layers", "max_len"):
+            if getattr(self, name) < 1:
+                raise AttnlabError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.d_model % self.h != 0:
+            raise AttnlabError(f"d_model ({self.d_model}) must be divisible by the number of heads h ({self.h})")
+        for name in ("dropout", "attn_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise AttnlabError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.layer_norm_eps <= 0:
+            raise AttnlabError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps}")
+        for name, options in self.CHOICES.items():
+            if getattr(self, name) not in options:
+                raise AttnlabError(f"{name}: {getattr(self, name)!r} is not one of "
+                                   f"{', '.join(repr(o) for o in options)}")
+
+
+@dataclass
+class TransformerEncoderOutput:
+    memory: Tensor  # (B, S, D) top encoder layer (after the final LayerNorm for pre-norm)
+    mask: Tensor  # (B, S) bool, True at real tokens
+    k: Tensor  # (B, N_dec, H, S, Dh) cross-attention keys of every decoder layer
+    v: Tensor  # (B, N_dec, H, S, Dh) cross-attention values
+
+
+@dataclass
+class TransformerState:
+    k: Tensor  # (B, N_dec, H, t, Dh) self-attention keys of the positions decoded so far, every layer
+    v: Tensor  # (B, N_dec, H, t, Dh)
+    t: int  # positions decoded so far (the same for every row, so a plain int survives `select_batch`)
+
+
+# ---------------------------------------------------------------------------------------------- embeddings
+class PositionalEncoding(nn.Module):
+    """Adds position information: sinusoids (3.5), PE(pos, 2i) = sin(pos / 10000^(2i/D)),
+    PE(pos, 2i+1) = cos(pos / 10000^(2i/D)), or a learned (max_len, D) table (3.5, "learned positional
+    embeddings", Table 3 row E).
+
+    Shape: x (B, L, D) -> (B, L, D) with the positions offset .. offset + L - 1 added (offset: incremental
+    decoding).
+    """
+
+    def __init__(self, d_model: int, max_len: int = 1024, learned: bool = False) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.learned = nn.Embedding(max_len, d_model) if learned else None
+        pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (L, 1)
+        inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (ceil(D/2),)
+        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+        pe[:, 0::2] = torch.sin(pos * inv_freq)
+        pe[:, 1::2] = torch.cos(pos * inv_freq[: d_model // 2])
+        # not persistent: a function of the config, so checkpoints need not carry it
+        self.register_buffer("pe", None if learned else pe.float(), persistent=False)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        L = x.size(1)
+        if offset + L > self.max_len:
+            raise AttnlabError(f"sequence positions up to {offset + L} exceed the model's max_len ({self.max_len})")
+        table = self.learned.weight if self.learned is not None else self.pe
+        return x + table[offset:offset + L].to(x.dtype)  # (B, L, D)
+
+
+# ---------------------------------------------------------------------------------------------- layers
+class FeedForward(nn.Module):
+    """Position-wise FFN (3.3, eq. 2): FFN(x) = act(x W_1 + b_1) W_2 + b_2, dropout after the activation."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
+        self.linear2 = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.activation = F.gelu if cfg.activation == "gelu" else F.relu
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, L, D)
+
+
+class _Residual(nn.Module):
+    """Shared residual plumbing of the encoder and decoder layers: `inp` gives a sublayer its input,
+    `add` closes the block. Post-norm: LayerNorm(x + Dropout(sublayer(x))); pre-norm: x + Dropout(sublayer(LN(x)))."""
+
+    def __init__(self, cfg: TransformerConfig, n_norms: int) -> None:
+        super().__init__()
+        self.pre = cfg.norm == "pre"
+        self.dropout = nn.Dropout(cfg.dropout)
+        for i in range(1, n_norms + 1):  # norm1, norm2, (norm3): torch's names
+            self.add_module(f"norm{i}", nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps, bias=cfg.bias))
+
+    def inp(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:
+        return norm(x) if self.pre else x
+
+    def add(self, x: Tensor, sub: Tensor, norm: nn.LayerNorm) -> Tensor:
+        x = x + self.dropout(sub)
+        return x if self.pre else norm(x)
+
+
+class EncoderLayer(_Residual):
+    """Self-attention + FFN, each in a residual block (3.1).
+
+    Shape: x (B, S, D), mask bool broadcastable to (B, H, S, S) (e.g. (B, 1, 1, S) key padding) or None
+    -> x (B, S, D), self-attention weights (B, H, S, S) or None.
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__(cfg, n_norms=2)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attn_dropout, cfg.bias)
+        self.ff = FeedForward(cfg)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False
+                ) -> tuple[Tensor, Tensor | None]:
+        h = self.inp(x, self.norm1)
+        a, weights = self.self_attn(h, h, h, mask, need_weights)  # (B, S, D)
+        x = self.add(x, a, self.norm1)
+        x = self.add(x, self.ff(self.inp(x, self.norm2)), self.norm2)
+        return x, weights
+
+
+class DecoderLayer(_Residual):
+    """Masked self-attention, cross-attention over the encoder output, FFN (3.1).
+
+    `forward` runs all T positions at once (teacher forcing); `step` runs one position against a KV cache.
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__(cfg, n_norms=3)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attn_dropout, cfg.bias)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attn_dropout, cfg.bias)
+        self.ff = FeedForward(cfg)
+
+    def forward(self, y: Tensor, memory: Tensor, self_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None, need_weights: bool = False
+                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Shape: y (B, T, D), memory (B, S, D), self_mask bool broadcastable to (B, H, T, T) (causal:
+        (1, 1, T, T)), memory_mask broadcastable to (B, H, T, S) -> y (B, T, D), self weights (B, H, T, T),
+        cross weights (B, H, T, S) (None without need_weights)."""
+        h = self.inp(y, self.norm1)
+        a, self_w = self.self_attn(h, h, h, self_mask, need_weights)  # (B, T, D)
+        y = self.add(y, a, self.norm1)
+        y, cross_w = self._cross_ff(y, self.cross_attn.project_kv(memory, memory), memory_mask, need_weights)
+        return y, self_w, cross_w
+
+    def step(self, y_t: Tensor, cache: tuple[Tensor, Tensor], memory_kv: tuple[Tensor, Tensor],
+             memory_mask: Tensor | None = None, need_weights: bool = False
+             ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor | None, Tensor | None]:
+        """One position t against the cached keys/values of positions 0..t-1.
+
+        Shape: y_t (B, 1, D), cache (k, v) (B, H, t, Dh) each, memory_kv (k, v) (B, H, S, Dh) each from
+        `self.cross_attn.project_kv(memory, memory)` -> y_t (B, 1, D), cache (B, H, t + 1, Dh) each,
+        self weights (B, H, 1, t + 1), cross weights (B, H, 1, S) (None without need_weights).
+        """
+        h = self.inp(y_t, self.norm1)
+        k_t, v_t = self.self_attn.project_kv(h, h)  # (B, H, 1, Dh)
+        k = torch.cat([cache[0], k_t], dim=2)  # (B, H, t + 1, Dh)
+        v = torch.cat([cache[1], v_t], dim=2)  # (B, H, t + 1, Dh)
+        a, self_w = self.self_attn.attend_projected(h, k, v, None, need_weights)  # no future keys exist yet
+        y_t = self.add(y_t, a, self.norm1)
+        y_t, cross_w = self._cross_ff(y_t, memory_kv, memory_mask, need_weights)
+        return y_t, (k, v), self_w, cross_w
+
+    def _cross_ff(self, y: Tensor, memory_kv: tuple[Tensor, Tensor], memory_mask: Tensor | None,
+                  need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        h = self.inp(y, self.norm2)
+        a, cross_w = self.cross_attn.attend_projected(h, *memory_kv, memory_mask, need_weights)  # (B, T, D)
+        y = self.add(y, a, self.norm2)
+        return self.add(y, self.ff(self.inp(y, self.norm3)), self.norm3), cross_w
+
+
+# ---------------------------------------------------------------------------------------------- model
+class TransformerSeq2Seq(nn.Module):
+    """Transformer encoder-decoder implementing the `attnlab.search` interface.
+
+    Args:
+        src_vocab, tgt_vocab: vocabulary sizes (must be equal for ``tie_embeddings = "all"``).
+        cfg: the `TransformerConfig`.
+
+    Shape:
+        forward: src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V).
+        step: prev (B,) -> log-probs (B, V) float32, state, cross-attention weights (B, N_dec, H, S) of every
+        decoder layer and head for this step (None without need_weights).
+
+    Example:
+        >>> model = TransformerSeq2Seq(20, 20, TransformerConfig(d_model=16, h=4, d_ff=32)).eval()
+        >>> model(torch.randint(4, 20, (2, 7)), torch.tensor([7, 5]), torch.randint(4, 20, (2, 6))).shape
+        torch.Size([2, 6, 20])
+    """
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, cfg: TransformerConfig) -> None:
+        super().__init__()
+        if cfg.tie_embeddings == "all" and src_vocab != tgt_vocab:
+            raise AttnlabError(f"tie_embeddings = 'all' needs a joint vocabulary, but src_vocab ({src_vocab}) "
+                               f"!= tgt_vocab ({tgt_vocab})")
+        self.cfg = cfg
+        D = cfg.d_model
+        self.src_embed = nn.Embedding(src_vocab, D, padding_idx=0)
+        self.tgt_embed = nn.Embedding(tgt_vocab, D, padding_idx=0)
+        self.src_pos = PositionalEncoding(D, cfg.max_len, learned=cfg.positions == "learned")
+        self.tgt_pos = PositionalEncoding(D, cfg.max_len, learned=cfg.positions == "learned")
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.enc_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
+        pre = cfg.norm == "pre"  # pre-norm leaves the residual stream unnormalized: normalize the stack output
+        self.enc_norm = nn.LayerNorm(D, eps=cfg.layer_norm_eps, bias=cfg.bias) if pre else nn.Identity()
+        self.dec_norm = nn.LayerNorm(D, eps=cfg.layer_norm_eps, bias=cfg.bias) if pre else nn.Identity()
+        self.generator = nn.Linear(D, tgt_vocab, bias=cfg.tie_embeddings == "none")
+        self._init_weights()
+        if cfg.tie_embeddings in ("decoder", "all"):  # 3.4: one matrix for embeddings and pre-softmax layer
+            self.generator.weight = self.tgt_embed.weight
+        if cfg.tie_embeddings == "all":
+            self.src_embed.weight = self.tgt_embed.weight
+
+    def _init_weights(self) -> None:
+        """Xavier-uniform matrices and zero biases (as torch.nn.Transformer and the Annotated Transformer
+        do for matrices); embeddings N(0, D^-0.5), so that scaled by sqrt(D) they have unit variance."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=self.cfg.d_model ** -0.5)
+                if module.padding_idx is not None:
+                    with torch.no_grad():
+                        module.weight[module.padding_idx].zero_()
+
+    def param_groups(self, weight_decay: float) -> list[dict]:
+        """Optimizer groups as in nanoGPT: weight decay on matrices and embeddings, none on biases and
+        LayerNorm gains. Tied parameters appear once."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+    # ------------------------------------------------------------------------------------------ stacks
+    def _embed(self, tokens: Tensor, embed: nn.Embedding, pos: PositionalEncoding, offset: int = 0) -> Tensor:
+        """3.4 and 3.5: tokens (B, L) -> Dropout(sqrt(D) * E[tokens] + PE) (B, L, D)."""
+        return self.dropout(pos(embed(tokens) * math.sqrt(self.cfg.d_model), offset))
+
+    def _encode(self, src: Tensor, src_lengths: Tensor, need_weights: bool = False
+                ) -> tuple[Tensor, Tensor, list[Tensor | None]]:
+        """src (B, S) -> memory (B, S, D), mask (B, S), self-attention weights per layer (B, H, S, S)."""
+        mask = padding_mask(src_lengths, src.size(1))  # (B, S)
+        x = self._embed(src, self.src_embed, self.src_pos)  # (B, S, D)
+        weights = []
+        for layer in self.encoder:
+            x, w = layer(x, mask[:, None, None, :], need_weights)  # (B, S, D)
+            weights.append(w)
+        return self.enc_norm(x), mask, weights
+
+    def _decode(self, tgt_in: Tensor, memory: Tensor, mask: Tensor, need_weights: bool = False
+                ) -> tuple[Tensor, list[Tensor | None], list[Tensor | None]]:
+        """tgt_in (B, T) -> top decoder output (B, T, D), self weights (B, H, T, T) and cross weights
+        (B, H, T, S) per layer."""
+        T = tgt_in.size(1)
+        self_mask = causal_mask(T, device=tgt_in.device)[None, None]  # (1, 1, T, T)
+        memory_mask = mask[:, None, None, :]  # (B, 1, 1, S)
+        y = self._embed(tgt_in, self.tgt_embed, self.tgt_pos)  # (B, T, D)
+        self_ws, cross_ws = [], []
+        for layer in self.decoder:
+            y, self_w, cross_w = layer(y, memory, self_mask, memory_mask, need_weights)  # (B, T, D)
+            self_ws.append(self_w)
+            cross_ws.append(cross_w)
+        return self.dec_norm(y), self_ws, cross_ws
+
+    # ------------------------------------------------------------------------------------------ interface
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing: logits (B, T, V) for target inputs tgt_in (B, T) (BOS-prefixed)."""
+        memory, mask, _ = self._encode(src, src_lengths)
+        y, _, _ = self._decode(tgt_in, memory, mask)
+        return self.generator(y)  # (B, T, V)
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> TransformerEncoderOutput:
+        """Encoder output plus the cross-attention keys/values of every decoder layer, projected once."""
+        memory, mask, _ = self._encode(src, src_lengths)
+        kv = [layer.cross_attn.project_kv(memory, memory) for layer in self.decoder]  # N x (B, H, S, Dh)
+        k = torch.stack([k for k, _ in kv], dim=1)  # (B, N, H, S, Dh)
+        v = torch.stack([v for _, v in kv], dim=1)  # (B, N, H, S, Dh)
+        return TransformerEncoderOutput(memory, mask, k, v)
+
+    def init_state(self, enc: TransformerEncoderOutput) -> TransformerState:
+        """Empty self-attention caches: (B, N, H, 0, Dh)."""
+        B, N, H, _, Dh = enc.k.shape
+        empty = enc.k.new_zeros(B, N, H, 0, Dh)
+        return TransformerState(empty, empty, 0)
+
+    def step(self, prev: Tensor, state: TransformerState, enc: TransformerEncoderOutput, need_weights: bool = False
+             ) -> tuple[Tensor, TransformerState, Tensor | None]:
+        """One decoding step at position state.t.
+
+        Shape: prev (B,) -> log-probs (B, V) float32, state with caches (B, N, H, t + 1, Dh), and with
+        need_weights the cross-attention weights (B, N_dec, H, S) of every decoder layer and head.
+        """
+        y = self._embed(prev[:, None], self.tgt_embed, self.tgt_pos, offset=state.t)  # (B, 1, D)
+        memory_mask = enc.mask[:, None, None, :]  # (B, 1, 1, S)
+        ks, vs, cross = [], [], []
+        for i, layer in enumerate(self.decoder):
+            y, (k, v), _, cross_w = layer.step(y, (state.k[:, i], state.v[:, i]), (enc.k[:, i], enc.v[:, i]),
+                                               memory_mask, need_weights)  # (B, 1, D)
+            ks.append(k)
+            vs.append(v)
+            cross.append(cross_w)
+        logits = self.generator(self.dec_norm(y)[:, 0])  # (B, V)
+        state = TransformerState(torch.stack(ks, dim=1), torch.stack(vs, dim=1), state.t + 1)  # (B, N, H, t+1, Dh)
+        weights = torch.stack(cross, dim=1)[:, :, :, 0] if need_weights else None  # (B, N, H, S)
+        return F.log_softmax(logits.float(), dim=-1), state, weights
+
+    @torch.no_grad()
+    def attention_maps(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> dict[str, Tensor]:
+        """All attention weights of a teacher-forced pass (explicit path), for plotting.
+
+        Returns:
+            enc_self (B, N_enc, H, S, S), dec_self (B, N_dec, H, T, T), cross (B, N_dec, H, T, S).
+        """
+        memory, mask, enc_ws = self._encode(src, src_lengths, need_weights=True)
+        _, self_ws, cross_ws = self._decode(tgt_in, memory, mask, need_weights=True)
+        return {"enc_self": torch.stack(enc_ws, dim=1), "dec_self": torch.stack(self_ws, dim=1),
+                "cross": torch.stack(cross_ws, dim=1)}
