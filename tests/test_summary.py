@@ -25,3 +25,14 @@ def test_cli_summary_of_config():
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "Total params: 3,892,640" in done.stdout
+
+
+def test_tied_weights_count_once():
+    from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
+
+    model = TransformerSeq2Seq(30, 30, TransformerConfig(d_model=8, h=2, d_ff=16, enc_layers=1, dec_layers=1,
+                                                         tie_embeddings="all"))
+    src, lengths, tgt = torch.randint(4, 30, (2, 5)), torch.tensor([5, 3]), torch.randint(4, 30, (2, 4))
+    rows = layer_table(model, src, lengths, tgt)
+    assert sum(r.params for r in rows) == sum(p.numel() for p in model.parameters())
+    assert any("(tied)" in r.kind for r in rows)

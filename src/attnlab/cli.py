@@ -207,9 +207,20 @@ def cmd_summary(args: argparse.Namespace) -> None:
     print(format_table(layer_table(model, src, lengths, tgt_in), title))
 
 
+def _index(value: str, n: int, flag: str) -> int:
+    """A 1-based (or negative, from the end) layer/head number from the command line, as a 0-based index."""
+    try:
+        i = int(value)
+    except ValueError:
+        raise AttnlabError(f"{flag} {value!r}: give a number (1..{n}, -1 for the last) or 'all'") from None
+    if not (1 <= i <= n or -n <= i <= -1):
+        raise AttnlabError(f"{flag} {i} is out of range: the model has {n}")
+    return i - 1 if i > 0 else n + i
+
+
 def cmd_plot_attention(args: argparse.Namespace) -> None:
     from attnlab.corpus import normalize
-    from attnlab.plotting import plot_attention
+    from attnlab.plotting import plot_attention, plot_attention_grid
     from attnlab.trainer import resolve_device
     from attnlab.translate import Translator
 
@@ -221,9 +232,23 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
     if t.attention is None:
         raise AttnlabError(f"{args.run_dir}: this model has no attention to plot (attention = 'none')")
     out = args.out or args.run_dir / "plots" / "attention.png"
+    title = f"{sentence} -> {t.text}"
+    att = t.attention.numpy()  # RNN: (T, S); Transformer: (T, layers, heads, S)
     for suffix in args.formats.split(","):
-        path = plot_attention(t.attention.numpy(), t.src_tokens, t.tgt_tokens, out.with_suffix("." + suffix.strip()),
-                              title=f"{sentence[:60]} -> {t.text[:60]}")
+        path = out.with_suffix("." + suffix.strip())
+        if att.ndim == 2:
+            plot_attention(att, t.src_tokens, t.tgt_tokens, path, title=title)
+        else:
+            n_layers, n_heads = att.shape[1], att.shape[2]
+            layers = range(n_layers) if args.layer == "all" else [_index(args.layer, n_layers, "--layer")]
+            heads = range(n_heads) if args.head == "all" else [_index(args.head, n_heads, "--head")]
+            grid = [att[:, l, h] for l in layers for h in heads]  # each (T, S)
+            names = [f"layer {l + 1} head {h + 1}" for l in layers for h in heads]
+            if len(grid) == 1:
+                plot_attention(grid[0], t.src_tokens, t.tgt_tokens, path, title=f"{names[0]}: {title}")
+            else:
+                plot_attention_grid(grid, t.src_tokens, t.tgt_tokens, path, names, ncols=min(n_heads, 4),
+                                    suptitle=f"cross-attention: {title}")
         print(path)
     print(f"translation: {t.text}", file=sys.stderr)
 
@@ -316,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     patt.add_argument("--beam", type=int, default=1, help="beam size for the translation (default 1)")
     patt.add_argument("--out", type=Path, help="output path without suffix (default RUN_DIR/plots/attention)")
     patt.add_argument("--formats", default="png,svg", help="comma-separated formats (default png,svg)")
+    patt.add_argument("--layer", default="-1", help="Transformer: decoder layer 1..N, -1 = last (default), or all")
+    patt.add_argument("--head", default="all", help="Transformer: head 1..H, or all (default: a grid of heads)")
     patt.add_argument("--checkpoint", choices=("best", "last"), default="best")
     patt.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
     patt.set_defaults(func=cmd_plot_attention)

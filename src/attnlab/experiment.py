@@ -16,6 +16,7 @@ from attnlab.errors import AttnlabError
 from attnlab.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
 from attnlab.tokenizers import TokenizerConfig, TokenizerPair
 from attnlab.trainer import TrainConfig
+from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
 
 
 @dataclass
@@ -38,10 +39,13 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
+    """family picks the section that is used: [model.rnn] or [model.transformer]."""
+
     family: str = "rnn"
     rnn: RNNModelConfig = field(default_factory=RNNModelConfig)
+    transformer: TransformerConfig = field(default_factory=TransformerConfig)
 
-    CHOICES: ClassVar[dict] = {"family": ("rnn",)}
+    CHOICES: ClassVar[dict] = {"family": ("rnn", "transformer")}
 
 
 @dataclass
@@ -109,6 +113,8 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> nn.Module:
     """The model of the config's family."""
     if cfg.family == "rnn":
         return RNNSeq2Seq(src_vocab, tgt_vocab, cfg.rnn)
+    if cfg.family == "transformer":
+        return TransformerSeq2Seq(src_vocab, tgt_vocab, cfg.transformer)
     raise AttnlabError(f"model.family {cfg.family!r} is not one of {ModelConfig.CHOICES['family']}")
 
 

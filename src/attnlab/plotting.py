@@ -47,7 +47,9 @@ def plot_bleu_by_length(runs: Mapping[str, Sequence[dict]], path: Path | str, ti
 
 def clean_piece(piece: str) -> str:
     """A readable label for a subword piece: the sentencepiece word mark becomes a leading space marker."""
-    return piece.replace("\u2581", "_") if piece != "\u2581" else "_"
+    if piece.isspace():
+        return "\u2423"  # a character-level space, visible
+    return piece.replace("\u2581", "_")
 
 
 def plot_attention(weights, src_labels: Sequence[str], tgt_labels: Sequence[str], path: Path | str,
@@ -108,5 +110,31 @@ def plot_curves(runs: Mapping[str, Sequence[dict]], path: Path | str, keys: Sequ
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_attention_grid(weights, src_labels: Sequence[str], tgt_labels: Sequence[str], path: Path | str,
+                        titles: Sequence[str], ncols: int = 4, suptitle: str = "") -> Path:
+    """Several heatmaps (e.g. one per head) on one figure. weights: (K, T, S) with K titles."""
+    import numpy as np
+
+    w = np.asarray(weights, dtype=float)
+    k = w.shape[0]
+    ncols = min(ncols, k)
+    nrows = (k + ncols - 1) // ncols
+    cell_w, cell_h = max(3.0, 0.25 * w.shape[2] + 1.5), max(2.5, 0.22 * w.shape[1] + 1.2)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(cell_w * ncols, cell_h * nrows), squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        if i < k:
+            plot_attention(w[i], src_labels, tgt_labels, path, title=titles[i], ax=ax)
+        else:
+            ax.axis("off")
+    if suptitle:
+        fig.suptitle("\n".join(textwrap.wrap(suptitle, width=40 * ncols)), fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -37,11 +37,15 @@ def layer_table(model: nn.Module, *inputs) -> list[LayerRow]:
     rows: dict[str, LayerRow] = {}
     order: list[str] = []
     hooks = []
+    seen: set[int] = set()  # tied weights (shared embeddings) count once, at their first owner
     for name, module in model.named_modules():
-        own = sum(p.numel() for p in module.parameters(recurse=False))
-        if own == 0:
+        params = list(module.parameters(recurse=False))
+        if not params:
             continue
-        rows[name] = LayerRow(name, type(module).__name__, "-", own)
+        own = sum(p.numel() for p in params if id(p) not in seen)
+        seen.update(id(p) for p in params)
+        kind = type(module).__name__ + (" (tied)" if own == 0 else "")
+        rows[name] = LayerRow(name, kind, "-", own)
 
         def hook(mod, args, output, name=name):
             if rows[name].output_shape == "-":

@@ -69,7 +69,7 @@ def train_run(cfg: ExperimentConfig | None, run_dir: Path | str, resume: bool = 
         s = corpus_scores(hyps, [p.tgt for p in dev_pairs])
         return {"bleu": s.bleu, "chrf": s.chrf}
 
-    d_model = getattr(cfg.model, cfg.model.family).__dict__.get("d_model", 512)
+    d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else cfg.model.rnn.hidden_dim
     trainer = Trainer(model, cfg.train, train_data, dev_data, run_dir, dev_bleu=dev_bleu, d_model=d_model)
     if resume:
         trainer.resume()
