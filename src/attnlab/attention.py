@@ -268,12 +268,26 @@ class MultiHeadAttention(nn.Module):
         B, L, _ = x.shape
         return x.view(B, L, self.h, self.d_head).transpose(1, 2)  # (B, H, L, Dh)
 
+    def _packed(self, x: Tensor, linears: tuple[nn.Linear, ...]) -> tuple[Tensor, ...]:
+        """Several projections of the same input as one matmul (one large GEMM is faster than three small
+        ones), split back: (B, L, D) -> tuple of (B, L, D)."""
+        weight = torch.cat([lin.weight for lin in linears])  # (k*D, D)
+        bias = None if linears[0].bias is None else torch.cat([lin.bias for lin in linears])
+        return F.linear(x, weight, bias).chunk(len(linears), dim=-1)
+
     def project_kv(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values projected and split into heads: (B, S, *) -> (B, H, S, Dh) each."""
-        return self.split_heads(self.W_K(key)), self.split_heads(self.W_V(value))
+        if key is value and self.W_K.in_features == self.W_V.in_features:
+            k, v = self._packed(key, (self.W_K, self.W_V))
+        else:
+            k, v = self.W_K(key), self.W_V(value)
+        return self.split_heads(k), self.split_heads(v)
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        if query is key and key is value and self.W_Q.in_features == self.W_K.in_features == self.W_V.in_features:
+            q, k, v = (self.split_heads(t) for t in self._packed(query, (self.W_Q, self.W_K, self.W_V)))
+            return self._attend_heads(q, k, v, mask, need_weights)
         k, v = self.project_kv(key, value)  # (B, H, S, Dh)
         return self.attend_projected(query, k, v, mask, need_weights)
 
@@ -286,8 +300,12 @@ class MultiHeadAttention(nn.Module):
         Returns:
             output (B, T, D), weights (B, H, T, S) or None.
         """
-        B, T, _ = query.shape
-        q = self.split_heads(self.W_Q(query))  # (B, H, T, Dh)
+        return self._attend_heads(self.split_heads(self.W_Q(query)), k, v, mask, need_weights)
+
+    def _attend_heads(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
+                      ) -> tuple[Tensor, Tensor | None]:
+        """q (B, H, T, Dh), k, v (B, H, S, Dh) -> W^O Concat(heads) (B, T, D), weights (B, H, T, S) or None."""
+        B, _, T, _ = q.shape
         context, weights = scaled_dot_product_attention(
             q, k, v, _as_4d(mask), dropout_p=self.dropout, training=self.training, need_weights=need_weights)
         context = context.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, D)
