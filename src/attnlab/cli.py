@@ -115,7 +115,9 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- models
-RESUME_OVERRIDES = ("train.max_steps", "train.max_epochs", "train.max_minutes", "train.patience")
+# what a resumed run may change: its limits, and how it uses this machine (not what it computes)
+RESUME_OVERRIDES = ("train.max_steps", "train.max_epochs", "train.max_minutes", "train.patience",
+                    "train.num_threads", "train.progress", "train.device")
 
 
 def cmd_train(args: argparse.Namespace) -> None:
