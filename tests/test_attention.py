@@ -200,3 +200,16 @@ def test_user_errors():
     with pytest.raises(AttnlabError, match="bool"):
         MultiHeadAttention(8, 2)(torch.randn(1, 2, 8), torch.randn(1, 2, 8), torch.randn(1, 2, 8),
                                  mask=torch.ones(1, 2))
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_causal_flag_equals_causal_mask(need_weights):
+    mha = MultiHeadAttention(D, H).eval()
+    x = torch.randn(B, S, D)
+    ref, _ = mha(x, x, x, mask=causal_mask(S)[None, None], need_weights=True)
+    out, _ = mha(x, x, x, causal=True, need_weights=need_weights)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    keep = padding_mask(torch.tensor([6, 4, 2]), S)
+    both, _ = mha(x, x, x, mask=keep, causal=True, need_weights=need_weights)
+    ref_both, _ = mha(x, x, x, mask=keep[:, None, None, :] & causal_mask(S)[None, None], need_weights=True)
+    torch.testing.assert_close(both, ref_both, atol=1e-5, rtol=1e-5)

@@ -112,17 +112,26 @@ def attend(scores: Tensor, values: Tensor, mask: Tensor | None = None,
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
                                  scale: float | None = None, dropout_p: float = 0.0, training: bool = False,
-                                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+                                 need_weights: bool = False, causal: bool = False) -> tuple[Tensor, Tensor | None]:
     """softmax(q k^T * scale) v (Vaswani et al. 2017, eq. 1); scale defaults to 1/sqrt(Dh).
 
     Args:
         q: (B, H, T, Dh); k: (B, H, S, Dh); v: (B, H, S, Dv).
         mask: bool broadcastable to (B, H, T, S), True = may attend; or None.
         need_weights: if False, the fused kernel runs and weights are None.
+        causal: query t attends keys 0..t only (S == T); without another mask the fused kernel uses its
+            built-in causal mode (flash attention on GPUs), which needs no mask tensor.
     Returns:
         context (B, H, T, Dv) and weights (B, H, T, S) or None.
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    if causal and mask is None and not need_weights:
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p if training else 0.0, scale=scale,
+                                             is_causal=True)
+        return out, None
+    if causal:
+        tri = causal_mask(q.size(-2), k.size(-2), device=q.device)  # (T, S)
+        mask = tri if mask is None else mask & tri
     if need_weights:
         scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S)
         return attend(scores, v, mask, dropout_p, training)
@@ -284,12 +293,13 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(k), self.split_heads(v)
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+                need_weights: bool = False, causal: bool = False) -> tuple[Tensor, Tensor | None]:
+        """causal: self-attention where position t sees 0..t (combined with `mask` if given)."""
         if query is key and key is value and self.W_Q.in_features == self.W_K.in_features == self.W_V.in_features:
             q, k, v = (self.split_heads(t) for t in self._packed(query, (self.W_Q, self.W_K, self.W_V)))
-            return self._attend_heads(q, k, v, mask, need_weights)
+            return self._attend_heads(q, k, v, mask, need_weights, causal)
         k, v = self.project_kv(key, value)  # (B, H, S, Dh)
-        return self.attend_projected(query, k, v, mask, need_weights)
+        return self._attend_heads(self.split_heads(self.W_Q(query)), k, v, mask, need_weights, causal)
 
     def attend_projected(self, query: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                          need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -302,11 +312,12 @@ class MultiHeadAttention(nn.Module):
         """
         return self._attend_heads(self.split_heads(self.W_Q(query)), k, v, mask, need_weights)
 
-    def _attend_heads(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
-                      ) -> tuple[Tensor, Tensor | None]:
+    def _attend_heads(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool,
+                      causal: bool = False) -> tuple[Tensor, Tensor | None]:
         """q (B, H, T, Dh), k, v (B, H, S, Dh) -> W^O Concat(heads) (B, T, D), weights (B, H, T, S) or None."""
         B, _, T, _ = q.shape
         context, weights = scaled_dot_product_attention(
-            q, k, v, _as_4d(mask), dropout_p=self.dropout, training=self.training, need_weights=need_weights)
+            q, k, v, _as_4d(mask), dropout_p=self.dropout, training=self.training, need_weights=need_weights,
+            causal=causal)
         context = context.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, D)
         return self.W_O(context), weights

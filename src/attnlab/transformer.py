@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.attention import MultiHeadAttention, causal_mask, padding_mask
+from attnlab.attention import MultiHeadAttention, padding_mask
 from attnlab.errors import AttnlabError
 
 
@@ -185,13 +185,13 @@ class DecoderLayer(_Residual):
         self.ff = FeedForward(cfg)
 
     def forward(self, y: Tensor, memory: Tensor, self_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None, need_weights: bool = False
+                memory_mask: Tensor | None = None, need_weights: bool = False, causal: bool = False
                 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """Shape: y (B, T, D), memory (B, S, D), self_mask bool broadcastable to (B, H, T, T) (causal:
-        (1, 1, T, T)), memory_mask broadcastable to (B, H, T, S) -> y (B, T, D), self weights (B, H, T, T),
-        cross weights (B, H, T, S) (None without need_weights)."""
+        """Shape: y (B, T, D), memory (B, S, D), self_mask bool broadcastable to (B, H, T, T) and/or
+        causal=True (the fused kernel's own causal mode), memory_mask broadcastable to (B, H, T, S)
+        -> y (B, T, D), self weights (B, H, T, T), cross weights (B, H, T, S) (None without need_weights)."""
         h = self.inp(y, self.norm1)
-        a, self_w = self.self_attn(h, h, h, self_mask, need_weights)  # (B, T, D)
+        a, self_w = self.self_attn(h, h, h, self_mask, need_weights, causal=causal)  # (B, T, D)
         y = self.add(y, a, self.norm1)
         y, cross_w = self._cross_ff(y, self.cross_attn.project_kv(memory, memory), memory_mask, need_weights)
         return y, self_w, cross_w
@@ -306,13 +306,11 @@ class TransformerSeq2Seq(nn.Module):
                 ) -> tuple[Tensor, list[Tensor | None], list[Tensor | None]]:
         """tgt_in (B, T) -> top decoder output (B, T, D), self weights (B, H, T, T) and cross weights
         (B, H, T, S) per layer."""
-        T = tgt_in.size(1)
-        self_mask = causal_mask(T, device=tgt_in.device)[None, None]  # (1, 1, T, T)
         memory_mask = mask[:, None, None, :]  # (B, 1, 1, S)
         y = self._embed(tgt_in, self.tgt_embed, self.tgt_pos)  # (B, T, D)
         self_ws, cross_ws = [], []
         for layer in self.decoder:
-            y, self_w, cross_w = layer(y, memory, self_mask, memory_mask, need_weights)  # (B, T, D)
+            y, self_w, cross_w = layer(y, memory, None, memory_mask, need_weights, causal=True)  # (B, T, D)
             self_ws.append(self_w)
             cross_ws.append(cross_w)
         return self.dec_norm(y), self_ws, cross_ws
