@@ -124,3 +124,16 @@ def test_bible_corpus_counts_and_split(tmp_path, monkeypatch):
     # the cache holds the same corpus
     again = bible_corpus("kjv")
     assert again.test == corpus.test and again.train[-1] == corpus.train[-1]
+
+
+@pytest.mark.integration
+@needs_sword
+def test_sentencepiece_round_trip_on_the_bible():
+    from attnlab.tokenizers import TokenizerConfig, build_tokenizers
+
+    corpus = bible_corpus("kjv")
+    toks = build_tokenizers(TokenizerConfig(kind="bpe", vocab_size=2000, joint=True),
+                            [p.src for p in corpus.train], [p.tgt for p in corpus.train])
+    for p in corpus.dev + corpus.test:
+        assert toks.src.decode(toks.src.encode(p.src)) == p.src
+        assert toks.tgt.decode(toks.tgt.encode(p.tgt)) == p.tgt
