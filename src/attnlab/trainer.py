@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from attnlab.batching import Seq2SeqBatch, Seq2SeqDataset, TokenBudgetBatchSampler, collate_seq2seq
+from attnlab.batching import Seq2SeqBatch, TokenBudgetBatchSampler, collate_seq2seq
 from attnlab.checkpoint import load_checkpoint, save_checkpoint, save_weights, write_json
 from attnlab.errors import AttnlabError
 from attnlab.tokenizers import PAD_ID
@@ -51,7 +51,7 @@ class TrainConfig:
     clip_norm: float = 1.0  # 0: no clipping
     label_smoothing: float = 0.1
     eval_every: int = 500  # steps between validations
-    eval_bleu: bool = True  # dev BLEU (greedy) at every validation; else early-stop on dev loss
+    eval_bleu: bool = True  # run dev_eval (dev BLEU, greedy; accuracy) at every validation; else select on dev loss
     eval_max_sentences: int = 0  # decode only the first N dev sentences for BLEU (0: all)
     patience: int = 0  # early stop after this many validations without improvement (0: off)
     keep_last: int = 2
@@ -99,21 +99,56 @@ def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: 
                            ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
 
 
-class Trainer:
-    """Trains `model` (forward(src, src_lengths, tgt_in) -> logits) on token-budget batches.
+class Task(Protocol):
+    """What the trainer needs to know about a kind of data: how to batch examples and what the loss is.
 
-    Args:
-        model: any attnlab sequence model.
-        cfg: the train section of the experiment config.
-        train_data / dev_data: encoded datasets.
-        run_dir: where checkpoints and metrics.jsonl go.
-        dev_bleu: optional callable(model) -> {"bleu": ..., "chrf": ...} (decodes the dev set).
-        d_model: for the noam schedule.
+    `collate(examples) -> batch` (the batch has `.to(device)`); `loss(model, batch, label_smoothing) ->
+    (summed loss over the batch's items, number of items)`; `perplexity`: whether exp(dev loss) means something.
+    Datasets give `__len__`, `__getitem__` and `lengths()` (each example's cost for the token budget).
     """
 
-    def __init__(self, model: nn.Module, cfg: TrainConfig, train_data: Seq2SeqDataset, dev_data: Seq2SeqDataset,
-                 run_dir: Path, dev_bleu: Callable[[nn.Module], dict] | None = None, d_model: int = 512) -> None:
-        self.cfg, self.run_dir, self.dev_bleu, self.d_model = cfg, Path(run_dir), dev_bleu, d_model
+    perplexity: bool
+
+    def collate(self, examples: list) -> Any: ...
+
+    def loss(self, model: nn.Module, batch: Any, label_smoothing: float) -> tuple[torch.Tensor, int]: ...
+
+
+class Seq2SeqTask:
+    """Teacher-forced sequence-to-sequence: model(src, src_lengths, tgt_in) -> logits (B, T, V); loss summed over
+    non-pad target tokens."""
+
+    perplexity = True
+
+    @staticmethod
+    def collate(examples: list) -> Seq2SeqBatch:
+        return collate_seq2seq(examples)
+
+    @staticmethod
+    def loss(model: nn.Module, batch: Seq2SeqBatch, label_smoothing: float) -> tuple[torch.Tensor, int]:
+        logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+        return sequence_loss(logits, batch.tgt_out, label_smoothing), batch.num_tgt_tokens
+
+
+class Trainer:
+    """Trains `model` on token-budget batches of `train_data`, with the loss of `task` (default: seq2seq).
+
+    Args:
+        model: any attnlab model.
+        cfg: the train section of the experiment config.
+        train_data / dev_data: encoded datasets (with `lengths()`).
+        run_dir: where checkpoints and metrics.jsonl go.
+        dev_eval: optional callable(model) -> dict of extra dev metrics, e.g. {"bleu", "chrf"} (decodes the dev
+            set) or {"accuracy"}. The model-selection score is bleu if present, else accuracy, else -dev_loss.
+        d_model: for the noam schedule.
+        task: a `Task`; default `Seq2SeqTask()`.
+    """
+
+    def __init__(self, model: nn.Module, cfg: TrainConfig, train_data, dev_data, run_dir: Path,
+                 dev_eval: Callable[[nn.Module], dict] | None = None, d_model: int = 512,
+                 task: Task | None = None) -> None:
+        self.cfg, self.run_dir, self.dev_eval, self.d_model = cfg, Path(run_dir), dev_eval, d_model
+        self.task = task if task is not None else Seq2SeqTask()
         self.world = int(os.environ.get("WORLD_SIZE", 1))
         self.rank = int(os.environ.get("RANK", 0))
         self.device = resolve_device(cfg.device)
@@ -147,23 +182,30 @@ class Trainer:
         lr = self.cfg.lr * lr_factor(self.cfg, self.state["step"] + 1, self.d_model) * self.state["lr_scale"]
         return max(lr, self.cfg.min_lr) if self.cfg.schedule == "plateau" else lr
 
-    def train_step(self, batches: list[Seq2SeqBatch]) -> tuple[float, int]:
-        """One optimizer update over `batches` (gradient accumulation). Returns (summed loss, target tokens)."""
+    def train_step(self, batches: list) -> tuple[float, int]:
+        """One optimizer update over `batches` (gradient accumulation). Returns (summed loss, items), items being
+        target tokens for seq2seq."""
         self.ddp.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.current_lr()
-        ntok = sum(b.num_tgt_tokens for b in batches)
-        total = 0.0
+        batches = [b.to(self.device, non_blocking=True) for b in batches]
+        losses, counts = [], []
+        # the loss is normalised by the items of the whole update, known only after the forward passes; backward
+        # each micro-batch with the running count, then rescale the gradients once
         for i, batch in enumerate(batches):
-            batch = batch.to(self.device)
             sync = self.world == 1 or i == len(batches) - 1
             ctx = self.ddp.no_sync() if not sync else contextlib.nullcontext()
             with ctx:
                 with self._autocast():
-                    logits = self.ddp(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
-                loss = sequence_loss(logits, batch.tgt_out, self.cfg.label_smoothing)
-                self.scaler.scale(loss / max(ntok, 1)).backward()
-            total += loss.item()
+                    loss, n = self.task.loss(self.ddp, batch, self.cfg.label_smoothing)
+                self.scaler.scale(loss).backward()
+            losses.append(loss.detach())
+            counts.append(n)
+        ntok = sum(counts)
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.div_(max(ntok, 1))
+        total = torch.stack(losses).sum().item()
         if self.cfg.clip_norm > 0:
             self.scaler.unscale_(self.optimizer)
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
@@ -173,34 +215,39 @@ class Trainer:
         self.state["step"] += 1
         return total, ntok
 
-    @staticmethod
-    def _loader(data: Seq2SeqDataset, batches) -> DataLoader:
+    def _loader(self, data, batches) -> DataLoader:
         # A DataLoader iterator draws a seed from the global RNG unless given a generator of its own; that
         # draw would make dropout after a resume differ from an uninterrupted run.
-        return DataLoader(data, batch_sampler=batches, collate_fn=collate_seq2seq, generator=torch.Generator())
+        pin = self.device.type == "cuda"
+        return DataLoader(data, batch_sampler=batches, collate_fn=self.task.collate, generator=torch.Generator(),
+                          pin_memory=pin)
 
     @torch.no_grad()
     def dev_loss(self) -> dict:
-        """Dev loss per target token (without label smoothing) and perplexity."""
+        """Dev loss per item (target token for seq2seq; without label smoothing) and, if meaningful, perplexity."""
         self.model.eval()
         sampler = TokenBudgetBatchSampler(self.dev_data.lengths(), self.cfg.max_tokens, shuffle=False)
         total, ntok = 0.0, 0
         for batch in self._loader(self.dev_data, sampler):
             batch = batch.to(self.device)
             with self._autocast():
-                logits = self.model(batch.src, batch.src_lengths, batch.tgt_in)
-            total += sequence_loss(logits, batch.tgt_out, 0.0).item()
-            ntok += batch.num_tgt_tokens
+                loss, n = self.task.loss(self.model, batch, 0.0)
+            total += loss.item()
+            ntok += n
         loss = total / max(ntok, 1)
-        return {"dev_loss": loss, "dev_ppl": math.exp(min(loss, 50.0))}
+        out = {"dev_loss": loss}
+        if getattr(self.task, "perplexity", True):
+            out["dev_ppl"] = math.exp(min(loss, 50.0))
+        return out
 
     def validate(self) -> dict:
-        """Dev loss/perplexity, dev BLEU/chrF (if configured); updates best, patience and the plateau scale."""
+        """Dev loss/perplexity and the dev_eval metrics (BLEU/chrF, accuracy; if configured); updates best,
+        patience and the plateau scale."""
         metrics = self.dev_loss()
-        if self.dev_bleu is not None and self.cfg.eval_bleu:
+        if self.dev_eval is not None and self.cfg.eval_bleu:
             self.model.eval()
-            metrics.update(self.dev_bleu(self.model))
-        score = metrics["bleu"] if "bleu" in metrics else -metrics["dev_loss"]
+            metrics.update(self.dev_eval(self.model))
+        score = next((metrics[k] for k in ("bleu", "accuracy") if k in metrics), -metrics["dev_loss"])
         improved = self.state["best_score"] is None or score > self.state["best_score"]
         if improved:
             self.state["best_score"], self.state["bad_evals"] = score, 0
@@ -281,7 +328,7 @@ class Trainer:
             self.sampler.set_epoch(s["epoch"])
             batches = list(self.sampler)[s["batch_in_epoch"]:]
             loader = self._loader(self.train_data, batches)
-            group: list[Seq2SeqBatch] = []
+            group: list = []
             for batch in loader:
                 group.append(batch)
                 if len(group) < cfg.accum_steps:

@@ -70,7 +70,7 @@ def train_run(cfg: ExperimentConfig | None, run_dir: Path | str, resume: bool = 
         return {"bleu": s.bleu, "chrf": s.chrf}
 
     d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else cfg.model.rnn.hidden_dim
-    trainer = Trainer(model, cfg.train, train_data, dev_data, run_dir, dev_bleu=dev_bleu, d_model=d_model)
+    trainer = Trainer(model, cfg.train, train_data, dev_data, run_dir, dev_eval=dev_bleu, d_model=d_model)
     if resume:
         trainer.resume()
         print(f"resuming at step {trainer.state['step']} (epoch {trainer.state['epoch']})", file=sys.stderr)
