@@ -183,11 +183,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_summary(args: argparse.Namespace) -> None:
-    import torch
-
     from attnlab.checkpoint import read_json
     from attnlab.experiment import build_model, experiment_from_dict, load_experiment
-    from attnlab.summary import format_table, layer_table
+    from attnlab.summary import dummy_batch, format_table, layer_table
 
     if args.target.is_dir():
         from attnlab.tokenizers import load_tokenizers
@@ -200,10 +198,7 @@ def cmd_summary(args: argparse.Namespace) -> None:
         src_vocab = tgt_vocab = cfg.tokenizer.vocab_size if cfg.tokenizer.kind != "char" else 100
     model = build_model(cfg.model, src_vocab, tgt_vocab)
     B, S, T = 2, args.src_len, args.tgt_len
-    src = torch.randint(4, src_vocab, (B, S))
-    lengths = torch.tensor([S, max(1, S - 2)])
-    src[1, lengths[1]:] = 0
-    tgt_in = torch.randint(4, tgt_vocab, (B, T))
+    src, lengths, tgt_in = dummy_batch(src_vocab, tgt_vocab, S, T)
     title = (f"{args.target}: {cfg.model.family} model, vocab {src_vocab:,} -> {tgt_vocab:,}; "
              f"dummy batch B={B}, S={S}, T={T}")
     print(format_table(layer_table(model, src, lengths, tgt_in), title))
@@ -276,6 +271,27 @@ def cmd_plot_runs(args: argparse.Namespace) -> None:
         path = plot_bleu_by_length(runs, args.out or Path(f"runs/plots/{args.split}_bleu_by_length.png"),
                                    title=f"{args.split} BLEU by source length")
     print(path)
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    from attnlab.report import build_report
+    from attnlab.trainer import resolve_device
+
+    out = args.out or Path("runs/report.html")
+    path = build_report(args.run_dirs, out, split=args.split, n_samples=args.samples, sentences=args.sentence,
+                        beam=args.beam, checkpoint=args.checkpoint, device=str(resolve_device(args.device)))
+    print(path)
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    from attnlab.server import serve
+    from attnlab.trainer import resolve_device
+
+    if not 0 <= args.port <= 65535:
+        raise AttnlabError(f"--port {args.port} is not a TCP port (0..65535)")
+    if args.max_chars < 1:
+        raise AttnlabError(f"--max-chars must be >= 1, got {args.max_chars}")
+    serve(args.run_dirs, args.host, args.port, str(resolve_device(args.device)), args.checkpoint, args.max_chars)
 
 
 # ---------------------------------------------------------------------------------------------- parser
@@ -366,6 +382,36 @@ def build_parser() -> argparse.ArgumentParser:
     summ.add_argument("--src-len", type=int, default=7, help="dummy source length (default 7)")
     summ.add_argument("--tgt-len", type=int, default=6, help="dummy target length (default 6)")
     summ.set_defaults(func=cmd_summary)
+
+    rep = sub.add_parser("report", help="one self-contained HTML page comparing runs",
+                         description="One self-contained HTML page (figures inlined, no external assets) comparing "
+                                     "runs: configs, parameter summaries, training curves, BLEU/chrF (from "
+                                     "`attnlab evaluate`), BLEU by length, sample translations with heatmaps.")
+    rep.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    rep.add_argument("--out", type=Path, metavar="FILE.html", help="output file (default runs/report.html)")
+    rep.add_argument("--split", choices=("train", "dev", "test"), default="test",
+                     help="split of the scores table and of the sample sentences (default test)")
+    rep.add_argument("--samples", type=int, default=4, help="sample sentences from the split (default 4)")
+    rep.add_argument("--sentence", action="append", metavar="TEXT",
+                     help="translate this sentence instead of split samples (repeatable)")
+    rep.add_argument("--beam", type=int, default=None, help="beam size of the samples (default: each run's)")
+    rep.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    rep.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu")
+    rep.set_defaults(func=cmd_report)
+
+    srv = sub.add_parser("serve", help="web app: translate and explore attention in the browser",
+                         description="Serve runs in a local web app (FastAPI + uvicorn): type a sentence, pick "
+                                     "models side by side, get the translation and an interactive attention "
+                                     "heatmap. JSON API: GET /api/models, POST /api/translate; schema at "
+                                     "/openapi.json. Models are named by their run directory's name.")
+    srv.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    srv.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    srv.add_argument("--max-chars", type=int, default=1000, help="longest sentence accepted, in characters "
+                                                                 "(default 1000; tokens: the run's decode.max_src_tokens)")
+    srv.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    srv.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu")
+    srv.set_defaults(func=cmd_serve)
 
     demo = sub.add_parser("demo", help="the main job on the default data (what `make demo` runs)",
                           description="Build the Bible corpus and print its statistics, train an attention "

@@ -31,6 +31,18 @@ def _shape(x) -> str:
     return type(x).__name__
 
 
+def dummy_batch(src_vocab: int, tgt_vocab: int, src_len: int = 7, tgt_len: int = 6
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A seq2seq batch of two random sentences, the second shorter by 2 (padded), for `layer_table`.
+
+    Shape: -> src (2, S), src lengths (2,), tgt_in (2, T).
+    """
+    src = torch.randint(4, src_vocab, (2, src_len))
+    lengths = torch.tensor([src_len, max(1, src_len - 2)])
+    src[1, lengths[1]:] = 0
+    return src, lengths, torch.randint(4, tgt_vocab, (2, tgt_len))
+
+
 def layer_table(model: nn.Module, *inputs) -> list[LayerRow]:
     """Runs model(*inputs) once (eval, no grad) and returns a row per module owning parameters, in call order
     (modules that did not run are appended at the end)."""
