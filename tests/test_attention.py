@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.attention import (SCORE_KINDS, Attention, MultiHeadAttention, causal_mask, masked_softmax,
-                               padding_mask, scaled_dot_product_attention)
+from attnlab.attention import (SCORE_KINDS, Attention, LearnedQueryAttention, MultiHeadAttention, causal_mask,
+                               masked_softmax, padding_mask, scaled_dot_product_attention)
 from attnlab.errors import AttnlabError
 
 B, T, S, D, H = 3, 4, 6, 16, 4
@@ -213,3 +213,34 @@ def test_causal_flag_equals_causal_mask(need_weights):
     both, _ = mha(x, x, x, mask=keep, causal=True, need_weights=need_weights)
     ref_both, _ = mha(x, x, x, mask=keep[:, None, None, :] & causal_mask(S)[None, None], need_weights=True)
     torch.testing.assert_close(both, ref_both, atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- learned query
+def test_learned_query_attention_matches_the_seed_formula():
+    """IF3270's layer written out per position with Python loops: e_t = tanh(h_t . w + b_t), a = softmax(e),
+    c = sum_t a_t h_t; Dk + S parameters (2 + 20 = 22 in the seed)."""
+    att = LearnedQueryAttention(2, 20).double()
+    assert sum(p.numel() for p in att.parameters()) == 22
+    with torch.no_grad():
+        att.b.copy_(torch.randn(20, dtype=torch.float64))
+    h = torch.randn(3, 20, 2, dtype=torch.float64)
+    context, weights = att(h)
+    w, b, hs = att.w.tolist(), att.b.tolist(), h.tolist()
+    for i in range(3):
+        e = [math.tanh(hs[i][t][0] * w[0] + hs[i][t][1] * w[1] + b[t]) for t in range(20)]
+        z = sum(math.exp(v) for v in e)
+        a = [math.exp(v) / z for v in e]
+        c = [sum(a[t] * hs[i][t][j] for t in range(20)) for j in range(2)]
+        torch.testing.assert_close(weights[i], torch.tensor(a, dtype=torch.float64))
+        torch.testing.assert_close(context[i], torch.tensor(c, dtype=torch.float64))
+
+
+def test_learned_query_attention_mask_gradcheck_and_errors():
+    att = LearnedQueryAttention(3, 5).double()
+    keys = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True)
+    keep = padding_mask(torch.tensor([5, 2]), 5)
+    _, w = att(keys, keep)
+    assert torch.all(w[1, 2:] == 0) and torch.allclose(w.sum(-1), torch.ones(2, dtype=torch.float64))
+    assert torch.autograd.gradcheck(lambda k: att(k, keep)[0], (keys,))
+    with pytest.raises(AttnlabError, match=r"\(B, 5, 3\)"):
+        att(torch.randn(2, 6, 3, dtype=torch.float64))

@@ -8,7 +8,9 @@ Score functions (query q, key k; each returns scores of shape (B, T, S)):
 - ``scaled_dot``     q . k / sqrt(d_k)                      (Vaswani et al. 2017, eq. 1)
 - ``parameterized``  (W^Q q) . (W^K k), values W^V v        (seed ML:IX "parameterized attention")
 
-plus `MultiHeadAttention` (Vaswani et al. 2017, 3.2.2) with the output projection W^O.
+plus `MultiHeadAttention` (Vaswani et al. 2017, 3.2.2) with the output projection W^O, and
+`LearnedQueryAttention`, the many-to-one pooling of the IF3270 notes: no query input, a learned vector w
+and a bias per position, e_s = tanh(k_s . w + b_s) (seed IF3270 "Many to One with Attention").
 
 Masks are boolean and mean "may attend": True keeps a key, False removes it. A masked key gets exactly
 zero weight. A query whose keys are all masked (a fully masked row) is a defined result, never NaN: its
@@ -237,6 +239,44 @@ class Attention(nn.Module):
         context, weights = scaled_dot_product_attention(
             q[:, None], keys[:, None], values[:, None], heads_mask, scale=scale, need_weights=need_weights)
         return context[:, 0], None if weights is None else weights[:, 0]  # (B, T, Dv), (B, T, S)
+
+
+# ---------------------------------------------------------------------------------------------- learned query
+class LearnedQueryAttention(nn.Module):
+    """Many-to-one attention of the IF3270 notes (the Keras `attention` layer of their Fibonacci example):
+    e_s = tanh(k_s . w + b_s), a = softmax_s(e), c = sum_s a_s k_s.
+
+    The query is a learned vector w (Dk) instead of a decoder state, and every position s has its own bias b_s,
+    so the layer works at one fixed length S: Dk + S parameters (22 for H = 2 states over 20 time steps).
+    Initialised as the Keras layer: w ~ N(0, 0.05^2), b = 0.
+
+    Args:
+        key_dim: Dk, the size of each state k_s. length: S, the number of positions.
+
+    Shape:
+        keys (B, S, Dk), mask (B, S) bool or None (True = may attend).
+        Returns context (B, Dk) and weights (B, S).
+    """
+
+    def __init__(self, key_dim: int, length: int) -> None:
+        super().__init__()
+        if key_dim < 1 or length < 1:
+            raise AttnlabError(f"LearnedQueryAttention needs key_dim ({key_dim}) and length ({length}) >= 1")
+        self.length = length
+        self.w = nn.Parameter(torch.randn(key_dim) * 0.05)
+        self.b = nn.Parameter(torch.zeros(length))
+
+    def score(self, keys: Tensor) -> Tensor:
+        """keys (B, S, Dk) -> e (B, S)."""
+        if keys.dim() != 3 or keys.size(1) != self.length or keys.size(2) != self.w.numel():
+            raise AttnlabError(f"LearnedQueryAttention expects keys of shape (B, {self.length}, {self.w.numel()}), "
+                               f"got {tuple(keys.shape)}")
+        return torch.tanh(keys @ self.w + self.b)  # (B, S)
+
+    def forward(self, keys: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        scores = self.score(keys)[:, None, :]  # (B, 1, S): one (learned) query
+        context, weights = attend(scores, keys, None if mask is None else mask[:, None, :])
+        return context[:, 0], weights[:, 0]  # (B, Dk), (B, S)
 
 
 # ---------------------------------------------------------------------------------------------- multi-head
