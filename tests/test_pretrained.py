@@ -1,0 +1,158 @@
+"""all-MiniLM-L6-v2 in attnlab's own encoder layers, against the reference implementation (transformers'
+BertModel + mean pooling + L2 normalisation, sentence-transformers' pipeline for this model)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers
+from safetensors.torch import load_file, save_file
+
+from attnlab.errors import AttnlabError
+from attnlab.pretrained import (BertConfig, BertEncoder, encode, load_bert_weights, load_minilm, mean_pool,
+                                minilm_dir, read_bert_config)
+from attnlab.transformer import TransformerConfig
+
+SENTENCES = [
+    "In the beginning God created the heaven and the earth.",
+    "In the beginning, God created the heavens and the earth.",
+    "Jesus wept.",
+    "And God said, Let there be light: and there was light.",
+    "The LORD is my shepherd; I shall not want.",
+    "Yahweh is my shepherd: I shall lack nothing.",
+    "For God so loved the world, that he gave his only begotten Son, that whosoever believeth in him should "
+    "not perish, but have everlasting life.",
+    "Blessed are the meek: for they shall inherit the earth.",
+    "A man is eating food.",
+    "A man is riding a horse.",
+    "The quick brown fox jumps over the lazy dog!",
+    "Attention is all you need.",
+    "Transformers replaced recurrence with self-attention in 2017.",
+    "¿Dónde está la biblioteca?",
+    "Naïve café owners’ résumés — with “quotes” and 12,345.67 numbers.",
+    "supercalifragilisticexpialidocious antidisestablishmentarianism",
+    "ok",
+    "",
+    "UPPER CASE AND lower case Are The Same For An Uncased Model",
+    "Now the serpent was more subtil than any beast of the field which the LORD God had made. And he said "
+    "unto the woman, Yea, hath God said, Ye shall not eat of every tree of the garden?",
+    "The grass withereth, the flower fadeth: but the word of our God shall stand for ever.",
+    "Verily, verily, I say unto thee, Except a man be born again, he cannot see the kingdom of God.",
+    "word " * 300,  # longer than max_seq_length: truncated to 256 tokens by both implementations
+]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return load_minilm()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    model_dir = str(minilm_dir())
+    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+    model = transformers.BertModel.from_pretrained(model_dir, add_pooling_layer=False).eval()
+    return tok, model
+
+
+def test_config_of_the_package():
+    cfg = read_bert_config(minilm_dir())
+    L = cfg.layers
+    assert (L.d_model, L.h, L.d_ff, L.enc_layers, L.activation, L.norm, L.positions, L.layer_norm_eps) == \
+        (384, 12, 1536, 6, "gelu", "post", "learned", 1e-12)
+    assert (cfg.vocab_size, cfg.type_vocab_size, cfg.max_seq_length) == (30522, 2, 256)
+
+
+def test_tokenizer_matches_reference(minilm, reference):
+    _, ours = minilm
+    tok, _ = reference
+    ref = tok(SENTENCES, truncation=True, max_length=256)["input_ids"]
+    assert ours.ids(SENTENCES) == ref
+    assert len(ref[-1]) == 256
+
+
+def test_sentence_embeddings_match_reference(minilm, reference):
+    """The must-show figure: cosine >= 0.9999 on >= 20 sentences (in practice it is 1 to float precision)."""
+    encoder, tokenizer = minilm
+    tok, model = reference
+    assert len(SENTENCES) >= 20
+    ours = encode(SENTENCES, encoder, tokenizer, batch_size=8)  # (N, 384), length-sorted batches with padding
+    ref = []
+    for s in SENTENCES:  # one at a time: no padding on the reference side
+        with torch.no_grad():
+            hidden = model(**tok([s], truncation=True, max_length=256, return_tensors="pt")).last_hidden_state
+        ref.append(F.normalize(hidden[0].mean(0), dim=-1))  # mean pooling (all tokens real), L2 norm
+    ref = torch.stack(ref)  # (N, 384)
+    assert ours.shape == (len(SENTENCES), 384)
+    cos = F.cosine_similarity(ours, ref, dim=-1)
+    assert cos.min() >= 0.9999, cos
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-4)
+    assert torch.allclose(ours.norm(dim=-1), torch.ones(len(SENTENCES)), atol=1e-5)
+
+
+def test_embeddings_do_not_depend_on_padding(minilm):
+    encoder, tokenizer = minilm
+    alone = torch.cat([encode([s], encoder, tokenizer) for s in SENTENCES[:4]])
+    together = encode(SENTENCES[:4], encoder, tokenizer)
+    torch.testing.assert_close(alone, together, atol=1e-5, rtol=1e-5)
+
+
+def test_paraphrases_are_closer_than_other_verses(minilm):
+    """A sanity check that the weights are the trained model: two renderings of a verse are nearer than
+    two different verses."""
+    e = encode(SENTENCES[:6], *minilm)
+    assert e[0] @ e[1] > 0.8 and e[4] @ e[5] > 0.6
+    assert e[0] @ e[1] > e[0] @ e[3] and e[4] @ e[5] > e[4] @ e[2]
+
+
+def _tiny_bert(seed: int = 0):
+    """A random 2-layer BERT in transformers, saved as safetensors; used to test token types and errors."""
+    torch.manual_seed(seed)
+    hf_cfg = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=24, max_position_embeddings=20, type_vocab_size=2,
+                                     layer_norm_eps=1e-12, hidden_act="gelu")
+    model = transformers.BertModel(hf_cfg).eval()
+    cfg = BertConfig(40, 2, 0, TransformerConfig(d_model=16, h=4, d_ff=24, enc_layers=2, activation="gelu",
+                                                 positions="learned", max_len=20, layer_norm_eps=1e-12))
+    return model, cfg, {k: v.contiguous() for k, v in model.state_dict().items()}
+
+
+def test_random_bert_with_token_types_and_padding(tmp_path):
+    model, cfg, tensors = _tiny_bert()
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, str(path))
+    ours = BertEncoder(cfg).eval()
+    load_bert_weights(ours, load_file(str(path)))
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(1, 40, (3, 11), generator=g)
+    types = (torch.arange(11)[None, :] >= torch.tensor([[4], [6], [2]])).long()  # (3, 11) segment A then B
+    mask = torch.arange(11)[None, :] < torch.tensor([[11], [8], [5]])
+    tokens = tokens.masked_fill(~mask, 0)
+    with torch.no_grad():
+        ref = model(input_ids=tokens, attention_mask=mask.long(), token_type_ids=types).last_hidden_state
+        out = ours(tokens, mask, types)
+    torch.testing.assert_close(out[mask], ref[mask], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(mean_pool(out, mask), mean_pool(ref, mask), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda t: t.pop("encoder.layer.1.output.dense.bias"), "missing tensor 'encoder.layer.1.output.dense.bias'"),
+    (lambda t: t.update({"encoder.layer.0.intermediate.dense.weight": torch.zeros(25, 16)}),
+     r"'encoder.layer.0.intermediate.dense.weight' has shape \(25, 16\), but layers.0.ff.linear1.weight needs "
+     r"\(24, 16\)"),
+    (lambda t: t.update({"encoder.layer.2.output.dense.bias": torch.zeros(16)}),
+     "unexpected tensor 'encoder.layer.2.output.dense.bias'"),
+])
+def test_mismatched_checkpoint_is_refused(damage, message):
+    _, cfg, tensors = _tiny_bert()
+    damage(tensors)
+    with pytest.raises(AttnlabError, match=message):
+        load_bert_weights(BertEncoder(cfg), tensors)
+
+
+def test_unreadable_weights_are_a_clear_error(tmp_path):
+    model_dir = minilm_dir()
+    for name in ("config.json", "tokenizer.json"):
+        (tmp_path / name).write_bytes((model_dir / name).read_bytes())
+    (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(AttnlabError, match="cannot read safetensors weights"):
+        load_minilm(tmp_path)
