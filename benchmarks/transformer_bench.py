@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.search import beam_search
 from attnlab.transformer import PositionalEncoding, TransformerConfig, TransformerSeq2Seq
@@ -131,6 +132,9 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="torch.compile both models")
     ap.add_argument("--decode-sentences", type=int, default=16)
     ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--peak-tflops", type=float, default=0.0,
+                    help="the device's peak dense TFLOP/s for the dtype (H100 SXM bf16: 989): prints MFU")
+    ap.add_argument("--skip-decode", action="store_true")
     args = ap.parse_args()
     device = torch.device(args.device)
     torch.manual_seed(0)
@@ -160,12 +164,23 @@ def main() -> None:
     for b in batches:
         for k in models:
             times[k].append(timers[k](b))
+    # FLOPs of one training step (forward + backward, matmuls and attention), counted by torch on the eager model
+    flops = {}
+    for k, m in (("attnlab", mine), ("torch.nn.Transformer", ref)):
+        step, _ = train_timer(m, batches, device, args.amp)
+        with FlopCounterMode(display=False) as counter:
+            step(batches[0])
+        flops[k] = counter.get_total_flops()
     tokens = args.batch * args.tgt_len
     base = statistics.median(times["torch.nn.Transformer"])
     print("\ntraining (median step):")
     for k, ts in times.items():
         med = statistics.median(ts)
-        print(f"  {k:<22} {med * 1e3:9.1f} ms/step  {tokens / med:10,.0f} tgt tok/s  {base / med:5.2f}x torch")
+        mfu = f"  MFU {flops[k] / med / (args.peak_tflops * 1e12):6.1%}" if args.peak_tflops else ""
+        print(f"  {k:<22} {med * 1e3:9.1f} ms/step  {tokens / med:10,.0f} tgt tok/s  {base / med:5.2f}x torch  "
+              f"{flops[k] / 1e12:6.2f} TFLOP/step{mfu}")
+    if args.skip_decode:
+        return
 
     mine.eval()
     src = batches[0].src[: args.decode_sentences]

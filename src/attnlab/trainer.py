@@ -60,6 +60,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | mps
     amp: str = "none"  # none | bf16 | fp16 (CUDA)
     num_threads: int = 0  # CPU threads for torch (0: torch's default)
+    compile: bool = False  # torch.compile the model (dynamic shapes; worth it for long GPU runs)
     progress: bool = True
 
     CHOICES: ClassVar[dict] = {"optimizer": ("adam", "adamw"),
@@ -160,6 +161,8 @@ class Trainer:
         self.ddp = (nn.parallel.DistributedDataParallel(self.model, device_ids=[self.device.index]
                                                          if self.device.type == "cuda" else None)
                     if self.world > 1 else self.model)
+        if cfg.compile:  # the compiled module shares its parameters with self.model, which checkpoints use
+            self.ddp = torch.compile(self.ddp, dynamic=True)
         self.train_data, self.dev_data = train_data, dev_data
         self.sampler = TokenBudgetBatchSampler(train_data.lengths(), cfg.max_tokens, shuffle=True, seed=cfg.seed,
                                                num_replicas=self.world, rank=self.rank)
@@ -172,6 +175,7 @@ class Trainer:
         self.state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_score": None, "bad_evals": 0,
                       "lr_scale": 1.0, "train_tokens": 0, "train_seconds": 0.0, "stopped": None}
         self.is_main = self.rank == 0
+        self._t_start = time.perf_counter()
 
     # ------------------------------------------------------------------------------------------ steps
     def _autocast(self):
@@ -270,6 +274,8 @@ class Trainer:
     def log(self, record: dict) -> None:
         if not self.is_main:
             return
+        # wall-clock seconds of training so far (validation included; resumed runs continue the count)
+        record = {**record, "time_s": round(self.state["train_seconds"] + time.perf_counter() - self._t_start, 2)}
         with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
         if self.tb is not None:
@@ -319,7 +325,7 @@ class Trainer:
                                    "(pip install tensorboard)") from None
 
             self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
-        t_start = time.perf_counter()
+        t_start = self._t_start = time.perf_counter()
         # with a time budget the step limit is usually far away: show elapsed time and rate, not a fake ETA
         bar = tqdm(total=None if cfg.max_minutes else cfg.max_steps, initial=s["step"], disable=not (cfg.progress and self.is_main),
                    dynamic_ncols=True, unit="step")
@@ -360,6 +366,7 @@ class Trainer:
                 s["batch_in_epoch"] = 0
         s["stopped"] = reason
         s["train_seconds"] += time.perf_counter() - t_start
+        self._t_start = time.perf_counter()  # the clock of log records continues from train_seconds
         if s["step"] % cfg.eval_every != 0:  # the last steps have not been validated yet
             self._validate_and_save(bar)
         else:
