@@ -27,3 +27,37 @@ def tiny_tsv(tmp_path_factory):
     for name, n, seed in (("train", 1500, 0), ("dev", 40, 1), ("test", 40, 2)):
         (d / f"{name}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in make_pairs(n, seed)), encoding="utf-8")
     return d
+
+
+def tiny_experiment(tiny_dir, family: str = "rnn", max_steps: int = 20):
+    """A char-level model of the synthetic task, trained in seconds: an RNN with Bahdanau attention, or a
+    Transformer with 2 decoder layers of 2 heads."""
+    from attnlab.experiment import experiment_from_dict
+
+    model = ({"rnn": {"cell": "gru", "emb_dim": 32, "hidden_dim": 64, "attention": "bahdanau", "dropout": 0.1}}
+             if family == "rnn" else
+             {"family": "transformer", "transformer": {"d_model": 32, "h": 2, "d_ff": 64, "enc_layers": 1,
+                                                       "dec_layers": 2, "dropout": 0.1, "norm": "pre"}})
+    return experiment_from_dict({
+        "data": {"corpus": "files", "train": [str(tiny_dir / "train.tsv")], "dev": [str(tiny_dir / "dev.tsv")],
+                 "test": [str(tiny_dir / "test.tsv")]},
+        "tokenizer": {"kind": "char"},
+        "model": model,
+        "train": {"max_steps": max_steps, "max_tokens": 1200, "lr": 0.005, "eval_every": max_steps,
+                  "log_every": 10, "seed": 3, "progress": False, "keep_last": 1, "eval_max_sentences": 10},
+        "decode": {"beam_size": 2, "max_src_tokens": 80},
+    })
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tiny_tsv, tmp_path_factory):
+    """Two trained run directories of the synthetic task, {"rnn": path, "transformer": path}, made once per
+    session (for the report, the server and the browser test)."""
+    from attnlab.workflow import train_run
+
+    root = tmp_path_factory.mktemp("tiny_runs")
+    runs = {}
+    for family in ("rnn", "transformer"):
+        runs[family] = root / family
+        train_run(tiny_experiment(tiny_tsv, family), runs[family])
+    return runs

@@ -89,10 +89,12 @@ def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "c
                 ) -> dict[str, ServedModel]:
     """Loads each run once; a model's name is its directory name (the full path when two names clash)."""
     models: dict[str, ServedModel] = {}
+    seen: set[Path] = set()
     for run in map(Path, run_dirs):
-        name = run.name if run.name not in models else str(run)
-        if name in models:
+        if run.resolve() in seen:
             raise AttnlabError(f"{run} is given twice")
+        seen.add(run.resolve())
+        name = run.name if run.name not in models else str(run)
         cfg, tokenizers, model = load_run(run, checkpoint)
         if cfg.model.family == "transformer":
             t = cfg.model.transformer

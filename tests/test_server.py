@@ -1,0 +1,181 @@
+"""The `attnlab serve` API on two tiny trained runs (RNN + Bahdanau, Transformer): answers equal the
+Translator's, limits and bad requests get clear 4xx JSON errors (never a 500), and 20 concurrent requests to a
+real uvicorn server are all answered correctly while it keeps serving."""
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from attnlab.cli import main
+from attnlab.server import create_app, load_models
+from attnlab.translate import Translator
+
+MAX_CHARS, MAX_BODY = 300, 4096
+
+
+@pytest.fixture(scope="module")
+def models(tiny_runs):
+    return load_models([tiny_runs["rnn"], tiny_runs["transformer"]], max_chars=MAX_CHARS)
+
+
+@pytest.fixture(scope="module")
+def client(models):
+    # raise_server_exceptions=False: a bug would show as the 500 a browser gets, which the tests refuse
+    return TestClient(create_app(models, max_chars=MAX_CHARS, max_body=MAX_BODY), raise_server_exceptions=False)
+
+
+def test_models(client):
+    r = client.get("/api/models")
+    assert r.status_code == 200
+    info = {m["name"]: m for m in r.json()}
+    assert set(info) == {"rnn", "transformer"}
+    assert (info["rnn"]["attention"], info["rnn"]["layers"], info["rnn"]["heads"]) == ("bahdanau", 1, 1)
+    assert (info["transformer"]["layers"], info["transformer"]["heads"]) == (2, 2)
+    assert info["rnn"]["max_src_tokens"] == 80 and info["rnn"]["max_chars"] == MAX_CHARS
+
+
+@pytest.mark.parametrize("name", ["rnn", "transformer"])
+@pytest.mark.parametrize("beam", [1, 2])
+def test_translate_equals_translator(client, tiny_runs, name, beam):
+    sentence = "the red house is big"
+    r = client.post("/api/translate", json={"model": name, "sentence": "  the red  house is big ", "beam": beam})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    ref = Translator.from_run(tiny_runs[name]).translate([sentence], beam_size=beam, need_weights=True)[0][0]
+    assert got["sentence"] == sentence and got["beam"] == beam
+    assert (got["translation"], got["src_tokens"], got["tgt_tokens"]) == (ref.text, ref.src_tokens, ref.tgt_tokens)
+    att = np.array(got["attention"])  # (L, H, T, S)
+    want = ref.attention.numpy()
+    want = want[None, None] if want.ndim == 2 else want.transpose(1, 2, 0, 3)  # RNN (T, S); Transformer (T, L, H, S)
+    assert att.shape == want.shape == (got["layers"], got["heads"], len(ref.tgt_tokens), len(ref.src_tokens))
+    np.testing.assert_allclose(att, want, atol=6e-5)  # the API rounds to 4 decimals
+    np.testing.assert_allclose(att.sum(-1), 1.0, atol=1e-3)  # each output token's weights are a distribution
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ('{"model": "rnn", "sentence": "the cat"', 400, "malformed JSON"),
+    ("not json at all", 400, "malformed JSON"),
+    ('{"model": "rnn", "sentence": ""}', 422, "sentence is empty"),
+    ('{"model": "rnn", "sentence": " \\t\\u00b6 "}', 422, "sentence is empty"),
+    ('{"model": "rnn"}', 422, "sentence: Field required"),
+    ('{"model": "rnn", "sentence": 5}', 422, "sentence"),
+    ('[1, 2]', 422, "body"),
+    ('{"model": "rnn", "sentence": "the cat", "beam": 0}', 422, "beam"),
+    ('{"model": "rnn", "sentence": "the cat", "beam": 13}', 422, "beam"),
+    ('{"model": "rnn", "sentence": "the cat", "path": "/etc"}', 422, "path"),
+    ('{"model": "nope", "sentence": "the cat"}', 404, "unknown model 'nope'; served: rnn, transformer"),
+    ('{"model": "../rnn", "sentence": "the cat"}', 404, "unknown model"),
+    (json.dumps({"model": "rnn", "sentence": "the " * 30}), 422, "the limit is 80 (decode.max_src_tokens)"),
+])
+def test_bad_requests(client, body, status, message):
+    r = client.post("/api/translate", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == status, r.text
+    assert message in r.json()["error"]
+
+
+def test_ten_thousand_characters(models, client):
+    r = client.post("/api/translate", json={"model": "rnn", "sentence": "a" * 10_000})
+    assert r.status_code == 413 and "over 4096 bytes" in r.json()["error"]  # this app's body limit comes first
+    roomy = TestClient(create_app(models, max_chars=MAX_CHARS, max_body=64 * 1024), raise_server_exceptions=False)
+    r = roomy.post("/api/translate", json={"model": "rnn", "sentence": "a" * 10_000})
+    assert r.status_code == 422 and r.json()["error"] == "sentence has 10,000 characters; the limit is 300"
+    assert roomy.post("/api/translate", json={"model": "rnn", "sentence": "the cat"}).status_code == 200
+
+
+def test_body_limit_without_content_length(client):
+    """A chunked upload declares no length: the bytes received are counted."""
+    chunks = (b'{"model": "rnn", "sentence": "' + b"a" * 1000 + b'"' if i == 0 else b"a" * 1000 for i in range(6))
+    r = client.post("/api/translate", content=chunks, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_openapi_and_page(client):
+    schema = client.get("/openapi.json").json()
+    assert {"/api/models", "/api/translate"} <= set(schema["paths"])
+    assert "TranslateResponse" in schema["components"]["schemas"]
+    page = client.get("/")
+    assert page.status_code == 200 and "/static/app.js" in page.text
+    for asset in ("app.js", "style.css"):
+        text = client.get(f"/static/{asset}").text
+        assert "http://" not in text and "https://" not in text  # offline: no CDN
+    assert "http://" not in page.text and "https://" not in page.text
+    assert client.get("/docs").status_code == 404  # Swagger UI would load from a CDN
+
+
+def _free_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def _post(url: str, body: bytes) -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_twenty_concurrent_requests(models, client):
+    """20 requests at once from threads against uvicorn on a free loopback port: valid ones get exactly the
+    answer they get alone, bad ones their 4xx, none a 5xx; the server answers afterwards."""
+    sentences = ["the cat", "my old door opens", "a green window", "the house is small", "red and big"]
+    good = [{"model": m, "sentence": s, "beam": 1 + i % 2} for i, s in enumerate(sentences) for m in models]  # 10
+    bad = [({"model": "ghost", "sentence": "the cat"}, 404), ({"model": "rnn", "sentence": ""}, 422),
+           ({"model": "transformer", "sentence": "x" * 400}, 422), ({"model": "rnn", "sentence": "a", "beam": 99}, 422)]
+    jobs = [(json.dumps(g).encode(), 200) for g in good] + [(json.dumps(b).encode(), s) for b, s in bad] * 2
+    jobs += [(b'{"model": "rnn", "sente', 400), (b"[]", 422)]
+    assert len(jobs) == 20
+    alone = {json.dumps(g): client.post("/api/translate", json=g).json() for g in good}
+
+    sock = _free_socket()
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/api/translate"
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            answers = list(pool.map(lambda job: _post(url, job[0]), jobs))
+        for (body, want), (status, data) in zip(jobs, answers):
+            assert status == want, (body, status, data)
+            if status == 200:
+                expected = alone[body.decode()]
+                assert (data["translation"], data["attention"]) == (expected["translation"], expected["attention"])
+            else:
+                assert data["error"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/models", timeout=30) as resp:
+            assert resp.status == 200 and len(json.loads(resp.read())) == 2
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+    assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["serve", "{tmp}/missing"], "not a run directory"),
+    (["serve", "{rnn}", "--port", "70000"], "--port 70000 is not a TCP port"),
+    (["serve", "{rnn}", "--max-chars", "0"], "--max-chars must be >= 1"),
+    (["serve", "{rnn}", "{rnn}"], "is given twice"),
+])
+def test_cli_serve_errors(tiny_runs, tmp_path, capsys, args, message):
+    args = [a.format(tmp=tmp_path, rnn=tiny_runs["rnn"]) for a in args]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
