@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv sysdeps bench clean
+.PHONY: demo test e2e venv sysdeps bench clean
 
 # torch==2.13.0 first: the CPU wheel on this machine's disk, so pip never pulls a multi-GB CUDA build.
 # pyproject.toml only asks for torch>=2.4, so a user's own CUDA torch is kept.
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,e2e]"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -27,8 +27,15 @@ demo: $(STAMP) sysdeps
 # Without the SWORD packages (and no root to install them) the one real-corpus test is skipped, not failed.
 test: $(STAMP)
 	-./scripts/system-deps.sh
-	$(PY) -m pytest; rc=$$?; \
+	$(PY) -m pytest --ignore=tests/e2e; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The browser test: `attnlab serve` in headless Chromium (Debian's chromium + chromium-driver, installed here as
+# root; a failed install as root fails). Without root it is skipped with the reason (-rs prints it), not failed.
+e2e: $(STAMP)
+	./scripts/system-deps.sh e2e || [ "$$(id -u)" -ne 0 ]
+	$(PY) -m pytest tests/e2e -rs; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make e2e: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 bench: $(STAMP)
 	$(PY) benchmarks/attention_bench.py

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages attnlab uses: the SWORD Bible modules (KJV, Reina-Valera 1909, World English
-# Bible). Does nothing when they are present; prints the apt command when not root.
+# Bible); with the argument `e2e`, also chromium + chromium-driver for the browser test (tests/e2e, `make e2e`).
+# Does nothing when they are present; prints the apt command when not root.
 set -euo pipefail
 pkgs=(sword-text-kjv sword-text-sparv sword-text-web)
+if [ "${1:-}" = "e2e" ]; then
+  pkgs+=(chromium chromium-driver)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

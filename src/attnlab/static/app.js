@@ -35,7 +35,9 @@ function renderHeatmap(panel, result) {
   const top = el("tr");
   top.append(el("th", {class: "corner"}));
   result.src_labels.forEach((s, j) => top.append(el("th", {class: "src", "data-j": j}, s)));
-  table.append(el("thead")).append(top);
+  const thead = el("thead");
+  thead.append(top);
+  table.append(thead);
   const body = el("tbody");
   result.tgt_labels.forEach((t, i) => {
     const tr = el("tr", {"data-i": i});
