@@ -74,6 +74,23 @@ def cmd_data(args: argparse.Namespace) -> None:
     _report(corpus, args)
 
 
+def cmd_data_paraphrase(args: argparse.Namespace) -> None:
+    from attnlab.paraphrase import format_paraphrase_stats, paraphrase_corpus, paraphrase_stats
+
+    t0 = time.perf_counter()
+    corpus = paraphrase_corpus(args.seed, refresh=args.refresh)
+    print(f"built the paraphrase pairs in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    if args.export:
+        from attnlab.corpus import atomic_write_text
+
+        for split in ("train", "dev", "test"):
+            rows = [f"{p.a}\t{p.b}\t{p.label}\t{p.kind}\t{p.ref_a}\t{p.ref_b}" for p in corpus.split(split)]
+            atomic_write_text(args.export / f"{split}.tsv", "".join(r + "\n" for r in rows))
+        print(f"wrote {args.export}/{{train,dev,test}}.tsv (a, b, label, kind, ref_a, ref_b)", file=sys.stderr)
+    stats = paraphrase_stats(corpus)
+    print(json.dumps(stats, indent=2) if args.json else format_paraphrase_stats(stats))
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     """The main job on the default data: corpus statistics, then train, translate and evaluate a model."""
     import shutil
@@ -319,6 +336,15 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (tsv, files):
         p.add_argument("--dev-size", type=int, default=500, help="pairs held out for dev (default: 500)")
         p.add_argument("--test-size", type=int, default=500, help="pairs held out for test (default: 500)")
+    para = dsub.add_parser("paraphrase", help="KJV vs WEB verse pairs for paraphrase identification",
+                           description="Pairs of English renderings of Bible verses, KJV (a) vs World English "
+                                       "Bible (b): label 1 = same verse, 0 = another verse of the same chapter "
+                                       "(hard) or of another chapter (easy); balanced, split by book.")
+    para.add_argument("--seed", type=int, default=0, help="seed of the negative pairs (default 0)")
+    para.add_argument("--refresh", action="store_true", help="re-read the SWORD modules (rebuild the cache)")
+    para.add_argument("--export", type=Path, metavar="DIR", help="write train/dev/test TSV files to DIR")
+    para.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    para.set_defaults(func=cmd_data_paraphrase)
     for p in (bible, tsv, files):
         _add_tokenizer_args(p)
         p.set_defaults(func=cmd_data)

@@ -120,8 +120,14 @@ def ensure_sword_modules(modules: Sequence[tuple[str, str]]) -> Path:
     return d
 
 
-def read_sword_bible(module: str, sword_dir: Path) -> dict[tuple[str, int, int], str]:
-    """All verses of a SWORD Bible module, markup removed: {(OSIS book, chapter, verse): text}, in canon order."""
+# A footnote placed between two words (WEB: "God<note>...</note><w>created</w>"): removing the note glues the
+# words ("Godcreated"), so `space_notes` puts a space in its place when a word follows.
+_NOTE_BEFORE_WORD = re.compile(r"<note\b[^>]*>.*?</note>(?=<w\b|\w)", re.S)
+
+
+def read_sword_bible(module: str, sword_dir: Path, space_notes: bool = False) -> dict[tuple[str, int, int], str]:
+    """All verses of a SWORD Bible module, markup removed: {(OSIS book, chapter, verse): text}, in canon order.
+    space_notes: a footnote right before a word becomes a space (else the words around it are glued)."""
     from pysword.modules import SwordModules  # imported here: only the Bible corpus needs it
 
     mods = SwordModules(str(sword_dir))
@@ -133,7 +139,9 @@ def read_sword_bible(module: str, sword_dir: Path) -> dict[tuple[str, int, int],
     verses: dict[tuple[str, int, int], str] = {}
     for testament in bible.get_structure().get_books().values():
         for book in testament:
-            texts = bible.get(books=[book.osis_name], clean=True, join="\x00").split("\x00")
+            texts = bible.get(books=[book.osis_name], clean=not space_notes, join="\x00").split("\x00")
+            if space_notes:
+                texts = [bible._cleaner.clean(_NOTE_BEFORE_WORD.sub(" ", t)) if "<" in t else t for t in texts]
             refs = [(book.osis_name, c + 1, v + 1)
                     for c, n in enumerate(book.chapter_lengths) for v in range(n)]
             assert len(texts) == len(refs), f"{module} {book.osis_name}: {len(texts)} texts for {len(refs)} verses"

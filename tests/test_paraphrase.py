@@ -1,0 +1,97 @@
+"""The paraphrase pairs (attnlab.paraphrase): labels, kinds, balance, determinism, split by book."""
+
+from collections import Counter
+
+import pytest
+
+from attnlab.corpus import DEV_BOOKS, TEST_BOOKS, _sword_dir
+from attnlab.errors import AttnlabError
+from attnlab.paraphrase import KINDS, Verse, make_pairs
+
+
+def synthetic_verses(chapters: int = 6, per_chapter: int = 5, repeat: bool = False) -> list[Verse]:
+    verses = [Verse(f"Book {c}:{v}", f"kjv {c} {v}", f"web {c} {v}")
+              for c in range(1, chapters + 1) for v in range(1, per_chapter + 1)]
+    if repeat:  # a refrain: verse 2 of every chapter has the same text
+        verses = [Verse(x.ref, "refrain", "refrain web") if x.ref.endswith(":2") else x for x in verses]
+    return verses
+
+
+def check_invariants(verses: list[Verse], pairs) -> None:
+    by_ref = {v.ref: v for v in verses}
+    assert len(pairs) == 2 * len(verses)
+    assert sum(p.label for p in pairs) == len(verses)  # balanced
+    for p in pairs:
+        assert p.kind in KINDS
+        a, b = by_ref[p.ref_a], by_ref[p.ref_b]
+        assert (p.a, p.b) == (a.kjv, b.web)
+        assert p.label == (p.kind == "same") == (p.ref_a == p.ref_b)
+        if p.kind == "chapter":
+            assert a.chapter == b.chapter
+        if p.kind == "random":
+            assert a.chapter != b.chapter
+        if p.label == 0:
+            assert p.b != a.web and p.a != b.kjv  # never a negative with the verse's own text
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_pairs_are_labelled_balanced_and_half_hard(seed):
+    verses = synthetic_verses()
+    pairs = make_pairs(verses, seed)
+    check_invariants(verses, pairs)
+    kinds = Counter(p.kind for p in pairs)
+    assert kinds == {"same": 30, "chapter": 15, "random": 15}
+    # one positive and one negative per verse, in verse order
+    assert [p.ref_a for p in pairs] == [v.ref for v in verses for _ in range(2)]
+
+
+def test_pairs_are_deterministic_by_seed():
+    verses = synthetic_verses()
+    assert make_pairs(verses, 3) == make_pairs(verses, 3)
+    assert make_pairs(verses, 3) != make_pairs(verses, 4)
+
+
+def test_repeated_texts_are_never_negatives_and_single_verse_chapters_fall_back_to_random():
+    verses = synthetic_verses(repeat=True) + [Verse("Solo 1:1", "alone", "alone web")]
+    pairs = make_pairs(verses, 0)
+    check_invariants(verses, pairs)
+    solo = [p for p in pairs if p.ref_a == "Solo 1:1" and p.label == 0]
+    assert solo[0].kind == "random"
+    # no pair pairs one refrain verse with another's (equal) text
+    assert not any(p.label == 0 and p.ref_a.endswith(":2") and p.ref_b.endswith(":2") for p in pairs)
+
+
+def test_one_chapter_is_an_error():
+    with pytest.raises(AttnlabError, match="at least 2 chapters"):
+        make_pairs(synthetic_verses(chapters=1), 0)
+
+
+def _sword_ready() -> bool:
+    d = _sword_dir()
+    return d is not None and all((d / "mods.d" / f"{m}.conf").is_file() for m in ("engKJV2006eb", "engWEB2015eb"))
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _sword_ready(), reason="SWORD modules engKJV2006eb/engWEB2015eb not installed "
+                    "(run ./scripts/system-deps.sh as root)")
+def test_bible_paraphrase_corpus():
+    from attnlab.paraphrase import cached_verses, paraphrase_corpus
+
+    corpus = paraphrase_corpus(0)
+    assert (len(corpus.train), len(corpus.dev), len(corpus.test)) == (59_908, 446, 1_836)
+    assert corpus.dropped == 7
+    splits, _ = cached_verses()
+    for name, books in (("dev", set(DEV_BOOKS)), ("test", set(TEST_BOOKS))):
+        pairs = corpus.split(name)
+        assert {p.ref_a.split(" ")[0] for p in pairs} == {p.ref_b.split(" ")[0] for p in pairs} == books
+        check_invariants(splits[name], pairs)
+        kinds = Counter(p.kind for p in pairs)
+        assert kinds["same"] == len(pairs) // 2 and abs(kinds["chapter"] - kinds["random"]) <= 1
+    train_books = {p.ref_b.split(" ")[0] for p in corpus.train} | {p.ref_a.split(" ")[0] for p in corpus.train}
+    assert not train_books & (set(DEV_BOOKS) | set(TEST_BOOKS)) and len(train_books) == 66 - 7
+    assert sum(p.label for p in corpus.train) == len(corpus.train) // 2
+    gen = corpus.train[0]
+    assert (gen.a, gen.b) == ("In the beginning God created the heaven and the earth.",
+                              "In the beginning, God created the heavens and the earth.")  # no note-glued words
+    assert paraphrase_corpus(0).test == corpus.test  # deterministic (and from the cache)
+    assert paraphrase_corpus(1).test != corpus.test
