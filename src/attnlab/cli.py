@@ -127,8 +127,13 @@ def cmd_demo(args: argparse.Namespace) -> None:
         heatmap = plot_attention(t.attention.numpy(), t.src_tokens, t.tgt_tokens, out / "plots" / "demo_attention.png",
                                  title=f"{p.ref}: {p.src} -> {t.text}")
         print(f"\nattention heatmap of {p.ref}: {heatmap}")
+    from attnlab.report import build_report
+
+    report = build_report([out], out / "report.html", split="test", beam=args.beam)
+    print(f"HTML report of the run: {report}")
     print(f"run directory: {out}\ntranslate your own: echo 'And God said' | attnlab translate {out}\n"
-          f"plot any sentence: attnlab plot attention {out} --sentence 'In the beginning was the Word'")
+          f"plot any sentence: attnlab plot attention {out} --sentence 'In the beginning was the Word'\n"
+          f"explore in the browser: attnlab serve {out}   (then open http://127.0.0.1:8000/)")
 
 
 # ---------------------------------------------------------------------------------------------- models

@@ -17,6 +17,7 @@ source tokens than the run's decode.max_src_tokens (422), an unknown model name 
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -246,6 +247,21 @@ def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8000, devic
 
     models = load_models(run_dirs, checkpoint, device, max_chars)
     app = create_app(models, max_chars=max_chars)
-    print(f"serving {', '.join(models)} at http://{host}:{port}/  (API schema: /openapi.json; Ctrl-C stops)",
+    sock = listen(host, port)
+    port = sock.getsockname()[1]
+    where = f"[{host}]" if ":" in host else host
+    print(f"serving {', '.join(models)} at http://{where}:{port}/  (API schema: /openapi.json; Ctrl-C stops)",
           flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A bound socket for uvicorn; a port in use or a bad address is a user mistake, not a traceback."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as e:
+        raise AttnlabError(f"cannot listen on {host}:{port}: {e.strerror or e} (choose another --host/--port)") from None
+    return sock
