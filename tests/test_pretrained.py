@@ -1,6 +1,8 @@
 """all-MiniLM-L6-v2 in attnlab's own encoder layers, against the reference implementation (transformers'
 BertModel + mean pooling + L2 normalisation, sentence-transformers' pipeline for this model)."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,8 +10,9 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 from attnlab.errors import AttnlabError
-from attnlab.pretrained import (BertConfig, BertEncoder, encode, load_bert_weights, load_minilm, mean_pool,
-                                minilm_dir, read_bert_config)
+from attnlab.pretrained import (BertConfig, BertEncoder, MiniLMConfig, PairClassifier, PairDataset, PairTask,
+                                build_minilm_classifier, encode, load_bert_weights, load_minilm, mean_pool,
+                                minilm_dir, pair_accuracy, predict_pairs, read_bert_config)
 from attnlab.transformer import TransformerConfig
 
 SENTENCES = [
@@ -156,3 +159,98 @@ def test_unreadable_weights_are_a_clear_error(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(AttnlabError, match="cannot read safetensors weights"):
         load_minilm(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- pair classifier
+def _tiny_classifier(head: str, seed: int = 0) -> PairClassifier:
+    _, cfg, tensors = _tiny_bert(seed)
+    encoder = BertEncoder(cfg)
+    load_bert_weights(encoder, tensors)
+    torch.manual_seed(seed)
+    return PairClassifier(encoder, 2, head).eval()
+
+
+@pytest.mark.parametrize("head", ["cosine", "sbert"])
+def test_pair_logits_equal_separately_embedded_sentences(head):
+    """Both sides go through one padded encoder call; each side embedded alone must give the same logits."""
+    model = _tiny_classifier(head)
+    task = PairTask(0)
+    g = torch.Generator().manual_seed(2)
+    examples = [(torch.randint(1, 40, (la,), generator=g).tolist(), torch.randint(1, 40, (lb,), generator=g).tolist(), y)
+                for la, lb, y in ((3, 9, 0), (12, 4, 1), (7, 7, 1))]
+    batch = task.collate(examples)
+    with torch.no_grad():
+        logits = model(batch.a, batch.a_mask, batch.b, batch.b_mask)  # (3, 2)
+        for i, (a, b, _) in enumerate(examples):
+            u = model.encoder.embed(torch.tensor([a]), torch.ones(1, len(a), dtype=torch.bool), normalize=False)
+            v = model.encoder.embed(torch.tensor([b]), torch.ones(1, len(b), dtype=torch.bool), normalize=False)
+            if head == "sbert":
+                expected = model.head(torch.cat([u, v, (u - v).abs()], -1))[0]
+            else:
+                z = 20.0 * (F.cosine_similarity(u, v)[0] - 0.5)
+                expected = torch.stack([-z / 2, z / 2])
+            torch.testing.assert_close(logits[i], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_pair_classifier_learns_with_the_trainer(tmp_path):
+    """A few trainer steps on a learnable toy task (b repeats a, or is unrelated) lower the loss."""
+    from attnlab.trainer import Trainer, TrainConfig
+
+    class Data:
+        def __init__(self, n, seed):
+            g = torch.Generator().manual_seed(seed)
+            self.items = []
+            for i in range(n):
+                a = torch.randint(1, 20, (6,), generator=g).tolist()
+                b = a[::-1] if i % 2 else torch.randint(20, 40, (6,), generator=g).tolist()
+                self.items.append((a, b, i % 2))
+
+        def __len__(self):
+            return len(self.items)
+
+        def __getitem__(self, i):
+            return self.items[i]
+
+        def lengths(self):
+            return [6] * len(self.items)
+
+    model = _tiny_classifier("sbert").train()
+    train, dev = Data(64, 0), Data(32, 1)
+    cfg = TrainConfig(max_steps=30, max_tokens=6 * 16, lr=3e-3, label_smoothing=0.0, eval_every=30, log_every=30,
+                      progress=False, device="cpu", seed=0)
+    trainer = Trainer(model, cfg, train, dev, tmp_path, task=PairTask(0))
+    before = trainer.dev_loss()["dev_loss"]
+    trainer.fit()
+    after = trainer.dev_loss()["dev_loss"]
+    assert after < 0.5 * before, (before, after)
+
+
+def test_real_minilm_cosine_head_before_fine_tuning():
+    """The pretrained similarity through the cosine head: renderings of one verse 'same', other verses not."""
+    model, tokenizer = build_minilm_classifier(MiniLMConfig(max_len=64))
+    # the checkpoint's 22,713,216 less the unused pooler (384 x 384 + 384), plus scale and threshold
+    assert sum(p.numel() for p in model.parameters()) == 22_713_216 - 147_840 + 2
+    pairs = [SimpleNamespace(a=SENTENCES[0], b=SENTENCES[1], label=1),
+             SimpleNamespace(a=SENTENCES[4], b=SENTENCES[5], label=1),
+             SimpleNamespace(a=SENTENCES[0], b=SENTENCES[3], label=0),
+             SimpleNamespace(a=SENTENCES[4], b=SENTENCES[7], label=0)]
+    data = PairDataset(pairs, tokenizer)
+    assert predict_pairs(model, data).tolist() == [1, 1, 0, 0]
+    assert pair_accuracy(model, data) == 1.0
+    assert model.training  # predict_pairs restores the mode
+
+
+def test_minilm_config_is_validated():
+    with pytest.raises(AttnlabError, match="head: 'mlp' is not one of"):
+        MiniLMConfig(head="mlp")
+    with pytest.raises(AttnlabError, match="max_len must be in"):
+        MiniLMConfig(max_len=2)
+    with pytest.raises(AttnlabError, match=r"freeze_layers \(7\) exceeds the model's 6 layers"):
+        build_minilm_classifier(MiniLMConfig(freeze_layers=7))
+    model, _ = build_minilm_classifier(MiniLMConfig(freeze_layers=2, dropout=0.0, head="sbert"))
+    frozen = {n.split(".")[1] + "." + n.split(".")[2] for n, p in model.named_parameters() if not p.requires_grad}
+    assert frozen == {"embeddings.word", "embeddings.position", "embeddings.token_type", "embeddings.norm",
+                      "layers.0", "layers.1"}
+    assert model.encoder.layers[5].self_attn.W_Q.weight.requires_grad and model.head.weight.requires_grad
+    assert all(m.p == 0.0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
+    assert model.encoder.layers[0].self_attn.dropout == 0.0

@@ -25,7 +25,7 @@ import importlib.resources
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -206,11 +206,20 @@ def load_bert_weights(encoder: BertEncoder, tensors: dict[str, Tensor], source: 
     encoder.load_state_dict(state, strict=True)
 
 
-def load_minilm(model_dir: Path | str | None = None) -> tuple[BertEncoder, Tokenizer]:
+def load_minilm(model_dir: Path | str | None = None, dropout: float | None = None,
+                max_len: int | None = None) -> tuple[BertEncoder, Tokenizer]:
     """all-MiniLM-L6-v2 (or another BERT directory with config.json, model.safetensors, tokenizer.json) as an
-    attnlab `BertEncoder` in eval mode, and its WordPiece tokenizer."""
+    attnlab `BertEncoder` in eval mode, and its WordPiece tokenizer.
+
+    dropout: replaces the checkpoint's hidden and attention dropout (for fine-tuning). max_len: truncate inputs
+    to this many tokens instead of the model's max_seq_length.
+    """
     model_dir = minilm_dir() if model_dir is None else Path(model_dir)
     cfg = read_bert_config(model_dir)
+    if dropout is not None:
+        cfg.layers = replace(cfg.layers, dropout=dropout, attn_dropout=dropout)
+    if max_len is not None:
+        cfg.max_seq_length = min(max_len, cfg.layers.max_len)
     encoder = BertEncoder(cfg)
     path = model_dir / "model.safetensors"
     try:
@@ -281,3 +290,165 @@ def encode(sentences: Sequence[str], encoder: BertEncoder | None = None, tokeniz
         b = collate_ids([ids[i] for i in idx], tokenizer.pad_id)
         out[idx] = encoder.embed(b.tokens.to(device), b.mask.to(device), normalize).float().cpu()
     return out
+
+
+# ---------------------------------------------------------------------------------------------- pair classifier
+@dataclass
+class MiniLMConfig:
+    """The fine-tuned all-MiniLM-L6-v2 pair classifier ([model.minilm] of a paraphrase config).
+
+    head: "cosine" (default), a logistic unit on the cosine similarity of the two normalised embeddings, the
+    similarity the model was trained for; or "sbert", softmax(W [u; v; |u - v|]) on the mean-pooled
+    embeddings (Reimers & Gurevych 2019, 3), whose 3D x 2 matrix starts random. max_len: WordPiece tokens per sentence, [CLS]/[SEP] included (longer verses are truncated; fine-tuning
+    cost grows with it). dropout: BERT's hidden and attention dropout during fine-tuning (the checkpoint's is
+    0.1). freeze_layers: the embeddings and the first N encoder layers stay fixed (0: fine-tune everything).
+    """
+
+    head: str = "cosine"
+    max_len: int = 128
+    dropout: float = 0.1
+    freeze_layers: int = 0
+
+    CHOICES: ClassVar[dict] = {"head": ("cosine", "sbert")}
+
+    def __post_init__(self) -> None:
+        if self.head not in self.CHOICES["head"]:
+            raise AttnlabError(f"head: {self.head!r} is not one of 'cosine', 'sbert'")
+        if not 3 <= self.max_len <= 512:
+            raise AttnlabError(f"max_len must be in [3, 512], got {self.max_len}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise AttnlabError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.freeze_layers < 0:
+            raise AttnlabError(f"freeze_layers must be >= 0, got {self.freeze_layers}")
+
+
+class PairClassifier(nn.Module):
+    """Siamese sentence-pair classifier: one shared encoder embeds both sentences (mean pooling), u and v.
+
+    head "sbert": SBERT's classification objective (Reimers & Gurevych 2019, 3), o = softmax(W_t [u; v; |u - v|]).
+    head "cosine": two classes (0 different, 1 same) with logit difference s * (cos(u, v) - t); the scale s
+    starts at 20, the scale of the contrastive loss all-MiniLM-L6-v2 was trained with, the threshold t at 0.5.
+
+    Shape:
+        a, b (B, La), (B, Lb) token ids; a_mask, b_mask bool, True at real tokens -> logits (B, C).
+    """
+
+    def __init__(self, encoder: BertEncoder, n_classes: int = 2, head: str = "sbert") -> None:
+        super().__init__()
+        if head == "cosine" and n_classes != 2:
+            raise AttnlabError(f"the cosine head classifies same / different: n_classes must be 2, got {n_classes}")
+        self.encoder = encoder
+        self.head_kind = head
+        if head == "sbert":
+            self.head = nn.Linear(3 * encoder.cfg.layers.d_model, n_classes)
+        else:
+            self.scale = nn.Parameter(torch.tensor(20.0))
+            self.threshold = nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, a: Tensor, a_mask: Tensor, b: Tensor, b_mask: Tensor) -> Tensor:
+        B, L = a.size(0), max(a.size(1), b.size(1))
+        # one encoder call for both sides: pad to a common length and stack along the batch
+        tokens = torch.cat([F.pad(a, (0, L - a.size(1))), F.pad(b, (0, L - b.size(1)))])  # (2B, L)
+        mask = torch.cat([F.pad(a_mask, (0, L - a.size(1))), F.pad(b_mask, (0, L - b.size(1)))])  # (2B, L)
+        pooled = mean_pool(self.encoder(tokens, mask), mask)  # (2B, D)
+        u, v = pooled[:B], pooled[B:]  # (B, D) each
+        if self.head_kind == "sbert":
+            return self.head(torch.cat([u, v, (u - v).abs()], dim=-1))  # (B, C)
+        z = self.scale * (F.cosine_similarity(u, v, dim=-1) - self.threshold)  # (B,)
+        return torch.stack([-z / 2, z / 2], dim=-1)  # (B, 2): softmax gives sigmoid(z) for "same"
+
+
+def build_minilm_classifier(cfg: MiniLMConfig, n_classes: int = 2, seed: int = 0,
+                            model_dir: Path | str | None = None) -> tuple[PairClassifier, Tokenizer]:
+    """all-MiniLM-L6-v2 (pretrained weights) under a fresh SBERT classification head (initialised from `seed`),
+    and its tokenizer truncating at cfg.max_len."""
+    encoder, tokenizer = load_minilm(model_dir, dropout=cfg.dropout, max_len=cfg.max_len)
+    if cfg.freeze_layers > len(encoder.layers):
+        raise AttnlabError(f"freeze_layers ({cfg.freeze_layers}) exceeds the model's {len(encoder.layers)} layers")
+    for module in [encoder.embeddings, *encoder.layers[:cfg.freeze_layers]] if cfg.freeze_layers else []:
+        module.requires_grad_(False)
+    model = PairClassifier(encoder, n_classes, cfg.head)
+    if cfg.head == "sbert":
+        g = torch.Generator().manual_seed(seed)
+        bound = model.head.in_features ** -0.5  # nn.Linear's default range, from a generator of its own
+        with torch.no_grad():
+            model.head.weight.uniform_(-bound, bound, generator=g)
+            model.head.bias.uniform_(-bound, bound, generator=g)
+    return model.train(), tokenizer
+
+
+@dataclass
+class PairBatch:
+    """Padded token ids of both sides (B, La), (B, Lb), masks (True at real tokens), labels (B,)."""
+
+    a: Tensor
+    a_mask: Tensor
+    b: Tensor
+    b_mask: Tensor
+    labels: Tensor
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> PairBatch:
+        return PairBatch(*(t.to(device, non_blocking=non_blocking) for t in
+                           (self.a, self.a_mask, self.b, self.b_mask, self.labels)))
+
+
+class PairDataset(torch.utils.data.Dataset):
+    """Tokenized sentence pairs with labels; `lengths()` is the longer side, the cost of a pair's row."""
+
+    def __init__(self, pairs: Sequence, tokenizer: Tokenizer) -> None:
+        """pairs: objects with .a, .b (str) and .label (int), e.g. `attnlab.paraphrase.ParaphrasePair`."""
+        self.a = tokenizer.ids([p.a for p in pairs])
+        self.b = tokenizer.ids([p.b for p in pairs])
+        self.labels = [int(p.label) for p in pairs]
+        self.pad_id = tokenizer.pad_id
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[list[int], list[int], int]:
+        return self.a[i], self.b[i], self.labels[i]
+
+    def lengths(self) -> list[int]:
+        return [max(len(a), len(b)) for a, b in zip(self.a, self.b)]
+
+
+class PairTask:
+    """The trainer's `Task` for sentence-pair classification: cross-entropy summed over pairs."""
+
+    perplexity = False
+
+    def __init__(self, pad_id: int = 0) -> None:
+        self.pad_id = pad_id
+
+    def collate(self, examples: list[tuple[list[int], list[int], int]]) -> PairBatch:
+        a = collate_ids([e[0] for e in examples], self.pad_id)
+        b = collate_ids([e[1] for e in examples], self.pad_id)
+        return PairBatch(a.tokens, a.mask, b.tokens, b.mask, torch.tensor([e[2] for e in examples]))
+
+    @staticmethod
+    def loss(model: nn.Module, batch: PairBatch, label_smoothing: float) -> tuple[Tensor, int]:
+        logits = model(batch.a, batch.a_mask, batch.b, batch.b_mask)  # (B, C)
+        loss = F.cross_entropy(logits.float(), batch.labels, label_smoothing=label_smoothing, reduction="sum")
+        return loss, batch.labels.numel()
+
+
+@torch.no_grad()
+def predict_pairs(model: PairClassifier, data: PairDataset, max_tokens: int = 2048) -> Tensor:
+    """Predicted class of every pair of `data`, in dataset order: (N,) long."""
+    from attnlab.batching import TokenBudgetBatchSampler
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    task = PairTask(data.pad_id)
+    preds = torch.empty(len(data), dtype=torch.long)
+    for idx in TokenBudgetBatchSampler(data.lengths(), max_tokens, shuffle=False):
+        b = task.collate([data[i] for i in idx]).to(device)
+        preds[idx] = model(b.a, b.a_mask, b.b, b.b_mask).argmax(-1).cpu()
+    model.train(was_training)
+    return preds
+
+
+def pair_accuracy(model: PairClassifier, data: PairDataset, max_tokens: int = 2048) -> float:
+    """Fraction of pairs of `data` whose predicted class is the label."""
+    return (predict_pairs(model, data, max_tokens) == torch.tensor(data.labels)).float().mean().item()
