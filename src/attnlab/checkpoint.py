@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from safetensors.torch import load_file, load_model, save_file, save_model
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from attnlab.corpus import atomic_write_text
@@ -57,17 +58,47 @@ def read_json(path: Path) -> Any:
 
 
 def save_weights(model: nn.Module, path: Path) -> None:
-    """Model weights as safetensors (tied weights stored once)."""
-    _atomic(path, lambda tmp: save_model(_unwrap(model), tmp))
+    """Model weights as safetensors. Tied weights (the same tensor under several names) are stored once, the other
+    names recorded as aliases in the file's metadata. Every tensor is copied out on its own: cuDNN's RNNs keep their
+    weights as views of one flat buffer, which safetensors' `save_model` refuses to write."""
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    for name, t in _unwrap(model).state_dict().items():
+        key = (t.device, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
+        if t.numel() and key in seen:
+            aliases[name] = seen[key]
+            continue
+        seen[key] = name
+        tensors[name] = t.detach().to("cpu", copy=True).contiguous()
+    meta = {"attnlab_aliases": json.dumps(aliases, sort_keys=True)}
+    _atomic(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
+    """Loads weights written by `save_weights` (or by safetensors' `save_model`) into model; a file that does not
+    fit the model is an AttnlabError naming the first missing and unexpected keys."""
     if not path.is_file():
         raise AttnlabError(f"{path}: no such checkpoint")
-    missing, unexpected = load_model(_unwrap(model), str(path), strict=False)
+    tensors = load_file(str(path))
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+    if "attnlab_aliases" in meta:
+        aliases = json.loads(meta["attnlab_aliases"])
+    else:  # save_model's format: each removed duplicate name maps to the name that was kept
+        aliases = {k: v for k, v in meta.items() if v in tensors and k not in tensors}
+    for alias, name in aliases.items():
+        tensors[alias] = tensors[name]
+    module = _unwrap(model)
+    expected = set(module.state_dict())
+    missing, unexpected = expected - set(tensors), set(tensors) - expected
     if missing or unexpected:
         raise AttnlabError(f"{path}: does not fit the model (missing {sorted(missing)[:3]}, "
                            f"unexpected {sorted(unexpected)[:3]})")
+    try:
+        module.load_state_dict(tensors, strict=True)
+    except RuntimeError as e:  # shape mismatches
+        raise AttnlabError(f"{path}: does not fit the model ({str(e).splitlines()[-1].strip()})") from None
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
