@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny synthetic parallel corpus that models can learn in seconds."""
 
+import contextlib
 import random
 
 import pytest
@@ -57,7 +58,28 @@ def tiny_runs(tiny_tsv, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("tiny_runs")
     runs = {}
-    for family in ("rnn", "transformer"):
-        runs[family] = root / family
-        train_run(tiny_experiment(tiny_tsv, family), runs[family])
+    with one_thread():
+        for family in ("rnn", "transformer"):
+            runs[family] = root / family
+            train_run(tiny_experiment(tiny_tsv, family), runs[family])
     return runs
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch on one intra-op thread, restored after. Tiny models gain nothing from threads, and on a 2-core
+    machine shared with other test runs two threads each made them 5-8x slower (measured)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    with one_thread():
+        yield

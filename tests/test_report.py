@@ -14,6 +14,8 @@ from attnlab.report import build_report
 from attnlab.translate import Translator, load_run
 from attnlab.workflow import evaluate_run
 
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: see conftest.one_thread
+
 
 class Assets(HTMLParser):
     """Every URL-bearing attribute and every tag of a page."""
@@ -36,10 +38,10 @@ def _parse(text: str) -> Assets:
 
 @pytest.fixture(scope="module")
 def report(tiny_runs, tmp_path_factory):
-    """The report of both runs, the RNN evaluated on 10 test sentences, the Transformer not at all."""
-    evaluate_run(tiny_runs["rnn"], "test", beam_size=1, device="cpu", max_sentences=10)
+    """The report of both runs, the RNN evaluated on 6 test sentences, the Transformer not at all."""
+    evaluate_run(tiny_runs["rnn"], "test", beam_size=1, device="cpu", max_sentences=6)
     out = build_report([tiny_runs["rnn"], tiny_runs["transformer"]], tmp_path_factory.mktemp("rep") / "r.html",
-                       n_samples=3, beam=1)
+                       n_samples=2, beam=1)
     return out.read_text(encoding="utf-8")
 
 
@@ -50,8 +52,8 @@ def test_self_contained(report):
         assert (tag, attr) == ("img", "src") and value.startswith("data:image/png;base64,"), (tag, attr, value[:60])
         assert base64.b64decode(value.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     assert "script" not in page.tags and "link" not in page.tags and "iframe" not in page.tags
-    # curves + BLEU by length (only the RNN is evaluated) + 3 samples x 2 runs with attention
-    assert len(page.urls) == 1 + 1 + 3 * 2
+    # curves + BLEU by length (only the RNN is evaluated) + 2 samples x 2 runs with attention
+    assert len(page.urls) == 1 + 1 + 2 * 2
 
 
 def test_contents_are_the_runs(report, tiny_runs):
@@ -64,11 +66,11 @@ def test_contents_are_the_runs(report, tiny_runs):
         assert f"Total params: {n:,}" in report and f"<td class=num>{n:,}</td>" in report
     for key in ('"hidden_dim": 64', '"d_model": 32', '"attention": "bahdanau"'):  # the configs, as JSON
         assert html.escape(key) in report
-    # the samples: 3 sentences of the first run's test split, each translated by both runs
+    # the samples: 2 sentences of the first run's test split, each translated by both runs
     cfg = experiment_from_dict(read_json(tiny_runs["rnn"] / "config.json"))
     test_lines = [line.split("\t") for line in open(cfg.data.test[0], encoding="utf-8").read().splitlines()]
     shown = [(s, t) for s, t in test_lines if f"<b>source:</b> {html.escape(s)}</p>" in report]
-    assert len(shown) == 3
+    assert len(shown) == 2
     for src, ref in shown:
         assert f"<b>reference:</b> {html.escape(ref)}</p>" in report
         for name, run in tiny_runs.items():

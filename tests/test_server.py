@@ -21,6 +21,8 @@ from attnlab.translate import Translator
 
 MAX_CHARS, MAX_BODY = 300, 4096
 
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: see conftest.one_thread
+
 
 @pytest.fixture(scope="module")
 def models(tiny_runs):

@@ -59,7 +59,8 @@ def server(tiny_runs, tmp_path_factory):
     port = _free_port()
     log = open(tmp_path_factory.mktemp("serve") / "serve.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "serve", str(tiny_runs["rnn"]),
-                             str(tiny_runs["transformer"]), "--port", str(port)], stdout=log, stderr=log)
+                             str(tiny_runs["transformer"]), "--port", str(port)], stdout=log, stderr=log,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})  # tiny models: see conftest.one_thread
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
