@@ -92,6 +92,8 @@ def test_cli_report_sentences(tiny_runs, tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["report", "{tmp}"], "not a run directory"),
     (["report", "{rnn}", "--sentence", "  "], "--sentence is empty"),
+    (["report", "{rnn}", "--samples", "-1"], "--samples must be >= 0, got -1"),
+    (["report", "{rnn}", "--sentence", "the cat", "--beam", "0"], "beam size (0)"),
 ])
 def test_cli_report_errors(tiny_runs, tmp_path, capsys, args, message):
     args = [a.format(tmp=tmp_path, rnn=tiny_runs["rnn"]) for a in args] + ["--out", str(tmp_path / "x.html")]

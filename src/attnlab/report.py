@@ -215,6 +215,8 @@ def build_report(run_dirs: list[Path], out: Path, split: str = "test", n_samples
 
     if not run_dirs:
         raise AttnlabError("give at least one run directory")
+    if n_samples < 0:
+        raise AttnlabError(f"--samples must be >= 0, got {n_samples}")
     runs: list[RunInfo] = []
     for run in map(Path, run_dirs):
         name = run.name if run.name not in {r.name for r in runs} else str(run)
