@@ -95,3 +95,60 @@ def test_bible_paraphrase_corpus():
                               "In the beginning, God created the heavens and the earth.")  # no note-glued words
     assert paraphrase_corpus(0).test == corpus.test  # deterministic (and from the cache)
     assert paraphrase_corpus(1).test != corpus.test
+
+
+# ---------------------------------------------------------------------------------------------- experiment
+def test_accuracy_by_kind_counts_each_kind():
+    import torch
+
+    from attnlab.paraphrase import ParaphrasePair, accuracy_by_kind
+
+    kinds = ["same", "chapter", "same", "random", "same", "chapter"]
+    pairs = [ParaphrasePair("a", "b", int(k == "same"), "", "", k) for k in kinds]
+    preds = torch.tensor([1, 1, 0, 0, 1, 0])  # right: 1st, 4th, 5th, 6th
+    r = accuracy_by_kind(pairs, preds)
+    assert r["accuracy"] == pytest.approx(4 / 6) and r["pairs"] == 6
+    assert (r["accuracy_same"], r["accuracy_chapter"], r["accuracy_random"]) == (pytest.approx(2 / 3), 0.5, 1.0)
+    assert (r["pairs_same"], r["pairs_chapter"], r["pairs_random"]) == (3, 2, 1)
+
+
+def test_paraphrase_config_rejects_unknown_keys_and_families(tmp_path):
+    from attnlab.paraphrase import build_classifier, load_paraphrase_config
+
+    cfg = load_paraphrase_config("configs/paraphrase-decomposable.toml")
+    assert cfg.model.family == "decomposable" and cfg.train.label_smoothing == 0.0
+    with pytest.raises(AttnlabError, match="model.decomposable.hiden_dim"):
+        load_paraphrase_config("configs/paraphrase-decomposable.toml", ["model.decomposable.hiden_dim=3"])
+    with pytest.raises(AttnlabError, match="model.family: 'bert' is not one of 'decomposable', 'minilm'"):
+        load_paraphrase_config(None, ["model.family=bert"])
+    with pytest.raises(AttnlabError, match="tokenizer.joint"):
+        build_classifier(load_paraphrase_config(None, ["tokenizer.joint=false"]), tmp_path, [])
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _sword_ready(), reason="SWORD modules engKJV2006eb/engWEB2015eb not installed")
+def test_paraphrase_train_evaluate_resume_plot(tmp_path, capsys):
+    import json
+
+    from attnlab.cli import main
+
+    run = tmp_path / "run"
+    small = ["data.max_train_pairs=300", "tokenizer.vocab_size=500", "model.decomposable.emb_dim=8",
+             "model.decomposable.hidden_dim=8", "model.decomposable.intra_attention=true", "train.max_steps=4",
+             "train.eval_every=4", "train.max_tokens=600", "train.progress=false", "train.max_minutes=0"]
+    args = ["paraphrase", "train", "configs/paraphrase-decomposable.toml", "--out", str(run)]
+    assert main(args + [x for s in small for x in ("--set", s)]) == 0
+    assert main(args) == 2  # the run exists: refused
+    assert main(["paraphrase", "train", str(run), "--resume", "--set", "train.max_steps=6"]) == 0
+    assert main(["paraphrase", "train", str(run), "--resume", "--set", "train.lr=1"]) == 2
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    dev = [r for r in records if "accuracy" in r]
+    assert [r["step"] for r in dev] == [4, 6]
+    capsys.readouterr()
+    assert main(["paraphrase", "evaluate", str(run), "--split", "dev", "--checkpoint", "last", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["pairs"] == 446 and result["accuracy"] == pytest.approx(dev[-1]["accuracy"])
+    assert result["pairs_same"] == 223 and (run / "eval" / "paraphrase_dev.errors.tsv").is_file()
+    assert main(["paraphrase", "plot", str(run), "--a", "Jesus wept.", "--b", "Jesus cried.", "--formats", "png"]) == 0
+    assert (run / "plots" / "alignment.png").stat().st_size > 0 and (run / "plots" / "alignment_b.png").is_file()
+    assert main(["paraphrase", "plot", str(run), "--a", " ", "--b", "Jesus cried."]) == 2

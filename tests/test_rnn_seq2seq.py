@@ -63,3 +63,60 @@ def test_gradients_reach_every_parameter():
     model(src, lengths, tgt_in).sum().backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
     assert missing == []
+
+
+# ---------------------------------------------------------------------------------------------- Keras char model
+def _keras_char_model(**kw):
+    """The seed's character-level LSTM encoder-decoder, small: one-hot in, final (h, c) copied, one bias/gate."""
+    torch.manual_seed(0)
+    args = dict(cell="lstm", impl="scratch", keras_bias=True, embedding="onehot", bridge="copy", attention="none",
+                feed_context=False, bidirectional=False, hidden_dim=12, dropout=0.0)
+    cfg = RNNModelConfig(**{**args, **kw})
+    return RNNSeq2Seq(V_SRC, V_TGT, cfg).eval()
+
+
+def test_keras_char_model_counts_and_matches_torch_lstms():
+    """Keras' counts, 4 (V + H + 1) H per LSTM and (H + 1) V for the Dense; teacher forcing equals torch.nn.LSTMs
+    fed one-hot vectors, the decoder started from the encoder's final (h, c) (zero b_hh: Keras' single bias)."""
+    import torch.nn.functional as F
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    model, H = _keras_char_model(), 12
+    assert sum(p.numel() for p in model.encoder.parameters()) == 4 * (V_SRC + H + 1) * H
+    assert sum(p.numel() for p in model.rnn.parameters()) == 4 * (V_TGT + H + 1) * H
+    assert sum(p.numel() for p in model.parameters()) == 4 * (V_SRC + H + 1) * H + 4 * (V_TGT + H + 1) * H \
+        + (H + 1) * V_TGT
+    enc_ref, dec_ref = model.encoder.rnn.to_torch(), model.rnn.to_torch()
+    assert torch.all(enc_ref.bias_hh_l0 == 0)
+    src, lengths, tgt_in = _batch()
+    with torch.no_grad():
+        x = F.one_hot(src, V_SRC).float()
+        _, (h, c) = enc_ref(pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False))
+        out, _ = dec_ref(F.one_hot(tgt_in, V_TGT).float(), (h, c))
+        ref = out @ model.generator.weight.T + model.generator.bias
+        torch.testing.assert_close(model(src, lengths, tgt_in), ref)
+
+
+def test_keras_char_model_step_decoding_and_beam_reorder():
+    from attnlab.search import select_batch
+
+    model = _keras_char_model()
+    src, lengths, tgt_in = _batch()
+    with torch.no_grad():
+        full = torch.log_softmax(model(src, lengths, tgt_in), dim=-1)  # (B, T, V)
+        enc = model.encode(src, lengths)
+        assert enc.final_h.shape == enc.final_c.shape == (3, 1, 12)
+        state = model.init_state(select_batch(enc, torch.tensor([2, 1, 0])))  # a beam reorders the copied state
+        for t in range(tgt_in.size(1)):
+            logp, state, _ = model.step(tgt_in.flip(0)[:, t], state, select_batch(enc, torch.tensor([2, 1, 0])))
+            torch.testing.assert_close(logp, full.flip(0)[:, t])
+
+
+@pytest.mark.parametrize("kw, message", [({"bidirectional": True}, "bridge = 'copy' needs a unidirectional"),
+                                         ({"dec_layers": 2}, "enc_layers \\(1\\) == dec_layers \\(2\\)"),
+                                         ({"tie_embeddings": True}, "tie_embeddings needs embedding = 'learned'")])
+def test_keras_char_model_config_errors(kw, message):
+    from attnlab.errors import AttnlabError
+
+    with pytest.raises(AttnlabError, match=message):
+        _keras_char_model(**kw)

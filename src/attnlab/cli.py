@@ -206,9 +206,16 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 def cmd_summary(args: argparse.Namespace) -> None:
     from attnlab.checkpoint import read_json
+    from attnlab.config import read_config_file
     from attnlab.experiment import build_model, experiment_from_dict, load_experiment
     from attnlab.summary import dummy_batch, format_table, layer_table
 
+    if not args.target.is_dir() and args.target.suffix in (".toml", ".yaml", ".yml", ".json"):
+        from attnlab.series import is_series_config
+
+        if is_series_config(read_config_file(args.target)):
+            _summary_series(args)
+            return
     if args.target.is_dir():
         from attnlab.tokenizers import load_tokenizers
 
@@ -218,12 +225,49 @@ def cmd_summary(args: argparse.Namespace) -> None:
     else:
         cfg = load_experiment(args.target, args.set)
         src_vocab = tgt_vocab = cfg.tokenizer.vocab_size if cfg.tokenizer.kind != "char" else 100
+        src_vocab, tgt_vocab = cfg.summary.src_vocab or src_vocab, cfg.summary.tgt_vocab or tgt_vocab
     model = build_model(cfg.model, src_vocab, tgt_vocab)
     B, S, T = 2, args.src_len, args.tgt_len
     src, lengths, tgt_in = dummy_batch(src_vocab, tgt_vocab, S, T)
     title = (f"{args.target}: {cfg.model.family} model, vocab {src_vocab:,} -> {tgt_vocab:,}; "
              f"dummy batch B={B}, S={S}, T={T}")
     print(format_table(layer_table(model, src, lengths, tgt_in), title))
+
+
+def _summary_series(args: argparse.Namespace) -> None:
+    """`attnlab summary` of a series config: the many-to-one RNN on a dummy batch of two windows."""
+    import torch
+
+    from attnlab.series import SeriesRNN, load_series_config
+    from attnlab.summary import format_table, layer_table
+
+    cfg = load_series_config(args.target, args.set)
+    model = SeriesRNN(cfg.model, cfg.series.window)
+    title = (f"{args.target}: series model ({cfg.model.cell}, hidden {cfg.model.hidden_dim}, "
+             f"attention {'on' if cfg.model.attention else 'off'}); dummy batch B=2, T={cfg.series.window}")
+    print(format_table(layer_table(model, torch.rand(2, cfg.series.window)), title))
+
+
+def cmd_series(args: argparse.Namespace) -> None:
+    from attnlab.series import compare, format_comparison, load_series_config
+
+    if args.target.endswith((".toml", ".yaml", ".yml", ".json")):
+        cfg = load_series_config(args.target, args.set)
+    else:
+        task = {"fib": "fibonacci"}.get(args.target, args.target)
+        cfg = load_series_config(None, [f"series.task={task}", *args.set])
+    if args.seeds < 1:
+        raise AttnlabError(f"--seeds ({args.seeds}) must be >= 1")
+    if cfg.train.num_threads:
+        import torch
+
+        torch.set_num_threads(cfg.train.num_threads)
+    variants = {"both": (False, True), "rnn": (False,), "attention": (True,)}[args.only]
+    out = args.out or Path("runs") / "series" / cfg.series.task
+    results = compare(cfg, list(range(1, args.seeds + 1)), out, variants,
+                      log=lambda line: print(line, file=sys.stderr, flush=True))
+    print(json.dumps(results, indent=2) if args.json else format_comparison(results))
+    print(f"results: {out / 'results.json'}", file=sys.stderr)
 
 
 def _index(value: str, n: int, flag: str) -> int:
@@ -443,6 +487,22 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--checkpoint", choices=("best", "last"), default="best")
     srv.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu")
     srv.set_defaults(func=cmd_serve)
+
+    ser = sub.add_parser("series", help="many-to-one RNN regression with vs without the IF3270 attention layer",
+                         description="Train SimpleRNN + Dense and SimpleRNN + attention + Dense (the IF3270 "
+                                     "seed's models) on a series, over several seeds, with the one trainer, and "
+                                     "print the test MSE (mean +/- std) and whether attention lowers it.")
+    ser.add_argument("target", metavar="TASK_OR_CONFIG",
+                     help="fib (fibonacci: the seed's 1,200 Fibonacci numbers), sine (noisy two-period sine), "
+                          "or a series config file such as configs/seed-fib-attention.toml")
+    ser.add_argument("--seeds", type=int, default=5, help="train with seeds 1..N (default 5)")
+    ser.add_argument("--only", choices=("both", "rnn", "attention"), default="both",
+                     help="which model(s) to train (default both)")
+    ser.add_argument("--out", type=Path, help="output directory (default runs/series/<task>)")
+    ser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config key, e.g. train.max_epochs=300 or model.hidden_dim=8")
+    ser.add_argument("--json", action="store_true", help="print all results as JSON")
+    ser.set_defaults(func=cmd_series)
 
     demo = sub.add_parser("demo", help="the main job on the default data (what `make demo` runs)",
                           description="Build the Bible corpus and print its statistics, train an attention "

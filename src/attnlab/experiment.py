@@ -59,12 +59,22 @@ class DecodeConfig:
 
 
 @dataclass
+class SummaryConfig:
+    """The vocabulary sizes `attnlab summary CONFIG` builds the model with (a config has no tokenizer trained
+    yet); 0: tokenizer.vocab_size, or 100 for the char tokenizer. A trained run's summary uses its tokenizer."""
+
+    src_vocab: int = 0
+    tgt_vocab: int = 0
+
+
+@dataclass
 class ExperimentConfig:
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    summary: SummaryConfig = field(default_factory=SummaryConfig)
 
 
 def load_experiment(path: Path | str | None, overrides: list[str] | None = None) -> ExperimentConfig:

@@ -53,7 +53,7 @@ def clean_piece(piece: str) -> str:
 
 
 def plot_attention(weights, src_labels: Sequence[str], tgt_labels: Sequence[str], path: Path | str,
-                   title: str = "", ax=None):
+                   title: str = "", ax=None, xlabel: str = "source", ylabel: str = "output"):
     """Heatmap of attention weights: one row per target token, one column per source token.
 
     Args:
@@ -61,6 +61,7 @@ def plot_attention(weights, src_labels: Sequence[str], tgt_labels: Sequence[str]
         src_labels: S labels. tgt_labels: T labels.
         path: .png / .svg / .pdf (ignored when ax is given).
         ax: draw into this matplotlib Axes (for grids of heads) instead of a new figure.
+        xlabel / ylabel: axis titles (e.g. the two sentences of a pair instead of source / output).
     """
     import numpy as np
 
@@ -73,8 +74,8 @@ def plot_attention(weights, src_labels: Sequence[str], tgt_labels: Sequence[str]
     im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=max(float(w.max()), 1e-9), aspect="auto")
     ax.set_xticks(range(w.shape[1]), [clean_piece(s) for s in src_labels], rotation=90, fontsize=8)
     ax.set_yticks(range(w.shape[0]), [clean_piece(t) for t in tgt_labels], fontsize=8)
-    ax.set_xlabel("source")
-    ax.set_ylabel("output")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     if title:
         ax.set_title("\n".join(textwrap.wrap(title, width=max(40, 6 * w.shape[1]))), fontsize=9)
     if own:

@@ -8,6 +8,11 @@
   current state h_t, attentional hidden state h~_t = tanh(W_c [c_t; h_t]) (eq. 5), input feeding of
   h~_{t-1} (sec. 3.3).
 
+The seed IF3270's Keras character-level LSTM encoder-decoder is ``cell = "lstm"``, ``attention = "none"``,
+``feed_context = false``, ``embedding = "onehot"`` (one-hot characters, no embedding layer), ``bridge = "copy"``
+(the encoder's final (h, c) is the decoder's initial state), ``keras_bias`` and ``impl = "scratch"``:
+encoder 4 (V_src + H + 1) H, decoder 4 (V_tgt + H + 1) H and output (H + 1) V_tgt parameters, as Keras counts.
+
 Every model implements the interface of `attnlab.search` (encode, init_state, step) and
 `forward(src, src_lengths, tgt_in) -> logits` for teacher forcing. Decoder state and encoder output keep the
 batch in dim 0 so beam search can reorder them generically.
@@ -50,9 +55,13 @@ class RNNModelConfig:
     feed_context: bool = True  # attention = none: Cho et al. (True) or Sutskever et al. (False)
     input_feeding: bool = True  # Luong attention only
     tie_embeddings: bool = False  # target embedding shared with the output layer (needs E == output dim)
+    embedding: str = "learned"  # "onehot": one-hot token vectors (E = vocabulary size, no parameters)
+    bridge: str = "linear"  # decoder initial state: "linear" tanh(W [summary]), "copy" the encoder's final state
+    keras_bias: bool = False  # one bias per gate, as Keras (needs impl = "scratch")
 
     CHOICES: ClassVar[dict] = {"cell": ("elman", "lstm", "gru"), "impl": ("fused", "scratch"),
-                               "attention": ("none", "bahdanau", *LUONG_KINDS)}
+                               "attention": ("none", "bahdanau", *LUONG_KINDS), "embedding": ("learned", "onehot"),
+                               "bridge": ("linear", "copy")}
 
     def __post_init__(self) -> None:
         for name in ("emb_dim", "hidden_dim", "enc_layers", "dec_layers"):
@@ -60,6 +69,11 @@ class RNNModelConfig:
                 raise AttnlabError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise AttnlabError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.bridge == "copy" and (self.bidirectional or self.enc_layers != self.dec_layers):
+            raise AttnlabError(f"bridge = 'copy' needs a unidirectional encoder (bidirectional = false) and "
+                               f"enc_layers ({self.enc_layers}) == dec_layers ({self.dec_layers})")
+        if self.embedding == "onehot" and self.tie_embeddings:
+            raise AttnlabError("tie_embeddings needs embedding = 'learned' (one-hot vectors have no weights)")
 
 
 @dataclass
@@ -69,6 +83,8 @@ class EncoderOutput:
     summary: Tensor  # (B, He): final forward state ++ final backward state of the top layer
     keys: Tensor | None  # (B, S, *) attention keys, query-independent part precomputed
     values: Tensor | None  # (B, S, *)
+    final_h: Tensor | None = None  # (B, L, H): every layer's final state, for bridge = "copy"
+    final_c: Tensor | None = None  # (B, L, H): the LSTM's final cells, for bridge = "copy"
 
 
 @dataclass
@@ -78,25 +94,43 @@ class DecoderState:
     feed: Tensor | None  # (B, H): Luong's h~_{t-1} (input feeding) or Bahdanau's/Cho's last context
 
 
+class OneHot(nn.Module):
+    """Token ids to one-hot vectors, the input of the Keras character-level seq2seq example (no parameters).
+    ids (...) -> (..., V) float."""
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__()
+        self.embedding_dim = vocab_size
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return F.one_hot(ids, self.embedding_dim).to(torch.get_default_dtype())  # (..., V)
+
+
+def token_embedding(vocab_size: int, cfg: RNNModelConfig) -> nn.Module:
+    """nn.Embedding(V, E) or, for embedding = "onehot", `OneHot(V)`; `.embedding_dim` is the vector size."""
+    return OneHot(vocab_size) if cfg.embedding == "onehot" else nn.Embedding(vocab_size, cfg.emb_dim, padding_idx=0)
+
+
 class RNNEncoder(nn.Module):
-    """Embedding + (bi)directional multi-layer RNN. Returns outputs (B, S, He) and the summary (B, He)."""
+    """Embedding + (bi)directional multi-layer RNN. Returns outputs (B, S, He), the summary (B, He) and the
+    final state (h_n, c_n or None), each (layers * dirs, B, H)."""
 
     def __init__(self, vocab_size: int, cfg: RNNModelConfig) -> None:
         super().__init__()
-        self.embed = nn.Embedding(vocab_size, cfg.emb_dim, padding_idx=0)
+        self.embed = token_embedding(vocab_size, cfg)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.rnn = RNNLayer(cfg.cell, cfg.emb_dim, cfg.hidden_dim, cfg.enc_layers, dropout=cfg.dropout,
-                            bidirectional=cfg.bidirectional, impl=cfg.impl)
+        self.rnn = RNNLayer(cfg.cell, self.embed.embedding_dim, cfg.hidden_dim, cfg.enc_layers, dropout=cfg.dropout,
+                            bidirectional=cfg.bidirectional, impl=cfg.impl, keras_bias=cfg.keras_bias)
         self.dirs = 2 if cfg.bidirectional else 1
         self.out_dim = cfg.hidden_dim * self.dirs
 
-    def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor | None]]:
         x = self.dropout(self.embed(src))  # (B, S, E)
         outputs, final = self.rnn(x, src_lengths)  # (B, S, He)
-        h_n = final[0] if isinstance(final, tuple) else final  # (layers * dirs, B, H)
+        h_n, c_n = final if isinstance(final, tuple) else (final, None)  # (layers * dirs, B, H)
         top = h_n[-self.dirs:]  # (dirs, B, H)
         summary = top.transpose(0, 1).reshape(src.size(0), self.out_dim)  # (B, He)
-        return outputs, summary
+        return outputs, summary, (h_n, c_n)
 
 
 class RNNSeq2Seq(nn.Module):
@@ -112,11 +146,14 @@ class RNNSeq2Seq(nn.Module):
         H, E, kind = cfg.hidden_dim, cfg.emb_dim, cfg.attention
         self.encoder = RNNEncoder(src_vocab, cfg)
         He = self.encoder.out_dim
-        self.embed = nn.Embedding(tgt_vocab, E, padding_idx=0)
+        self.embed = token_embedding(tgt_vocab, cfg)
+        E = self.embed.embedding_dim
         self.dropout = nn.Dropout(cfg.dropout)
-        # the bridge: decoder initial state from the encoder summary (Bahdanau et al. 2015, A.2.2: tanh(W_s h))
-        self.bridge = nn.Linear(He, cfg.dec_layers * H)
-        self.bridge_cell = nn.Linear(He, cfg.dec_layers * H) if cfg.cell == "lstm" else None
+        # the bridge: decoder initial state from the encoder summary (Bahdanau et al. 2015, A.2.2: tanh(W_s h)),
+        # or the encoder's final state itself (Sutskever et al. 2014; the Keras example)
+        copy = cfg.bridge == "copy"
+        self.bridge = None if copy else nn.Linear(He, cfg.dec_layers * H)
+        self.bridge_cell = nn.Linear(He, cfg.dec_layers * H) if cfg.cell == "lstm" and not copy else None
         self.luong = kind in LUONG_KINDS
         if kind == "none":
             self.attention = None
@@ -131,7 +168,8 @@ class RNNSeq2Seq(nn.Module):
             self.W_c = nn.Linear(self.attention.out_dim + H, H, bias=False)  # eq. 5
             feed_dim = H if cfg.input_feeding else 0
         self.feed_dim = feed_dim
-        self.rnn = RNNLayer(cfg.cell, E + feed_dim, H, cfg.dec_layers, dropout=cfg.dropout, impl=cfg.impl)
+        self.rnn = RNNLayer(cfg.cell, E + feed_dim, H, cfg.dec_layers, dropout=cfg.dropout, impl=cfg.impl,
+                            keras_bias=cfg.keras_bias)
         # output layer: Luong's h~_t, else a deep output tanh(W_o [s_t; c_t; e_{t-1}]) when context exists
         self.deep_out = None if self.luong or feed_dim == 0 else nn.Linear(H + feed_dim + E, H)
         self.generator = nn.Linear(H, tgt_vocab, bias=not cfg.tie_embeddings)
@@ -142,18 +180,24 @@ class RNNSeq2Seq(nn.Module):
 
     # ------------------------------------------------------------------------------------------ encode
     def encode(self, src: Tensor, src_lengths: Tensor) -> EncoderOutput:
-        outputs, summary = self.encoder(src, src_lengths)  # (B, S, He), (B, He)
+        outputs, summary, (h_n, c_n) = self.encoder(src, src_lengths)  # (B, S, He), (B, He), (L, B, H)
         mask = padding_mask(src_lengths, src.size(1))  # (B, S)
         keys = values = None
         if self.attention is not None:
             k = self.key_proj(outputs) if self.luong and self.key_proj is not None else outputs
             keys, values = self.attention.precompute(k, outputs)
-        return EncoderOutput(outputs, mask, summary, keys, values)
+        if self.bridge is not None:
+            return EncoderOutput(outputs, mask, summary, keys, values)
+        return EncoderOutput(outputs, mask, summary, keys, values, h_n.transpose(0, 1),  # (B, L, H)
+                             None if c_n is None else c_n.transpose(0, 1))
 
     def init_state(self, enc: EncoderOutput) -> DecoderState:
         B, L, H = enc.summary.size(0), self.cfg.dec_layers, self.cfg.hidden_dim
-        hidden = torch.tanh(self.bridge(enc.summary)).view(B, L, H)  # (B, L, H)
-        cell = torch.tanh(self.bridge_cell(enc.summary)).view(B, L, H) if self.bridge_cell else None
+        if self.bridge is None:  # bridge = "copy"
+            hidden, cell = enc.final_h, enc.final_c  # (B, L, H)
+        else:
+            hidden = torch.tanh(self.bridge(enc.summary)).view(B, L, H)  # (B, L, H)
+            cell = torch.tanh(self.bridge_cell(enc.summary)).view(B, L, H) if self.bridge_cell else None
         feed = None
         if self.cfg.attention == "none" and self.feed_dim:
             feed = enc.summary  # Cho et al.: the fixed context c, every step

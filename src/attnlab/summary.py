@@ -44,25 +44,28 @@ def dummy_batch(src_vocab: int, tgt_vocab: int, src_len: int = 7, tgt_len: int =
 
 
 def layer_table(model: nn.Module, *inputs) -> list[LayerRow]:
-    """Runs model(*inputs) once (eval, no grad) and returns a row per module owning parameters, in call order
-    (modules that did not run are appended at the end)."""
+    """Runs model(*inputs) once (eval, no grad) and returns a row per module owning parameters, in call order.
+
+    A module whose forward is never called (a from-scratch RNN cell stepped through its own methods) takes the
+    output shape and place of its nearest ancestor that ran (its RNN layer); modules under no such ancestor are
+    appended at the end with shape "-"."""
     rows: dict[str, LayerRow] = {}
-    order: list[str] = []
+    shapes: dict[str, str] = {}  # every module that ran: its output shape
+    order: list[str] = []  # every module that ran, by the end of its first call
     hooks = []
     seen: set[int] = set()  # tied weights (shared embeddings) count once, at their first owner
     for name, module in model.named_modules():
         params = list(module.parameters(recurse=False))
-        if not params:
-            continue
-        own = sum(p.numel() for p in params if id(p) not in seen)
-        seen.update(id(p) for p in params)
-        kind = type(module).__name__ + (" (tied)" if own == 0 else "")
-        rows[name] = LayerRow(name, kind, "-", own)
+        if params:
+            own = sum(p.numel() for p in params if id(p) not in seen)
+            seen.update(id(p) for p in params)
+            kind = type(module).__name__ + (" (tied)" if own == 0 else "")
+            rows[name] = LayerRow(name, kind, "-", own)
 
         def hook(mod, args, output, name=name):
-            if rows[name].output_shape == "-":
+            if name not in shapes:
                 order.append(name)
-            rows[name].output_shape = _shape(output)
+            shapes[name] = _shape(output)
 
         hooks.append(module.register_forward_hook(hook))
     was_training = model.training
@@ -74,7 +77,23 @@ def layer_table(model: nn.Module, *inputs) -> list[LayerRow]:
         for h in hooks:
             h.remove()
         model.train(was_training)
-    return [rows[n] for n in order] + [r for n, r in rows.items() if n not in order]
+    rank = {n: i for i, n in enumerate(order)}
+
+    def ran_as(name: str) -> str | None:
+        """The module itself if it ran, else its nearest ancestor that ran (the root excluded)."""
+        while name:
+            if name in shapes:
+                return name
+            name = name.rpartition(".")[0]
+        return None
+
+    placed = []
+    for name, row in rows.items():
+        where = ran_as(name)
+        if where is not None:
+            row.output_shape = shapes[where]
+        placed.append((rank[where] if where is not None else len(rank), row))
+    return [row for _, row in sorted(placed, key=lambda x: x[0])]
 
 
 def format_table(rows: list[LayerRow], title: str = "") -> str:
