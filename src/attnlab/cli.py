@@ -91,6 +91,34 @@ def cmd_data_paraphrase(args: argparse.Namespace) -> None:
     print(json.dumps(stats, indent=2) if args.json else format_paraphrase_stats(stats))
 
 
+def cmd_paraphrase(args: argparse.Namespace) -> None:
+    """train / evaluate / plot a paraphrase classifier (decomposable attention or fine-tuned MiniLM)."""
+    from attnlab import paraphrase as para
+    from attnlab.trainer import resolve_device
+
+    if args.action == "train":
+        if args.resume:
+            bad = [o for o in args.set if o.split("=", 1)[0].strip() not in RESUME_OVERRIDES]
+            if bad:
+                raise AttnlabError(f"--set {bad[0]}: a resumed run keeps its config; only "
+                                   f"{', '.join(RESUME_OVERRIDES)} may change")
+            para.train_paraphrase(None, args.config, resume=True, overrides=args.set)  # config is RUN_DIR here
+            return
+        cfg = para.load_paraphrase_config(args.config, args.set)
+        out = args.out or Path("runs") / args.config.stem
+        para.train_paraphrase(cfg, out)
+        print(f"run directory: {out}")
+    elif args.action == "evaluate":
+        result = para.evaluate_paraphrase(args.run_dir, args.split, args.checkpoint, str(resolve_device(args.device)))
+        print(json.dumps(result, indent=2) if args.json else para.format_paraphrase_eval(result))
+    else:
+        out = args.out or args.run_dir / "plots" / "alignment"
+        paths, p_same = para.plot_alignment(args.run_dir, args.a, args.b, out, args.checkpoint,
+                                            tuple(args.formats.split(",")))
+        print("\n".join(str(p) for p in paths))
+        print(f"P(same verse) = {p_same:.4f}", file=sys.stderr)
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     """The main job on the default data: corpus statistics, then train, translate and evaluate a model."""
     import shutil
@@ -406,6 +434,39 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     train.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR where it stopped")
     train.set_defaults(func=cmd_train)
+
+    para = sub.add_parser("paraphrase", help="Bible verse paraphrase identification: train, evaluate, plot",
+                          description="Sentence-pair classifiers on KJV-vs-WEB verse pairs (see `attnlab data "
+                                      "paraphrase`): decomposable attention (Parikh et al. 2016) or the fine-tuned "
+                                      "all-MiniLM-L6-v2 encoder, chosen by the config's model.family.")
+    psub_para = para.add_subparsers(dest="action", metavar="ACTION", required=True)
+    ptrain = psub_para.add_parser("train", help="train from a config (configs/paraphrase-*.toml), or resume",
+                                  description="Train a paraphrase classifier with the one trainer (model selection "
+                                              "on dev accuracy).")
+    ptrain.add_argument("config", type=Path, help="config file (.toml/.yaml); with --resume: RUN_DIR")
+    ptrain.add_argument("--out", type=Path, metavar="RUN_DIR", help="run directory (default: runs/<config name>)")
+    ptrain.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    ptrain.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR where it stopped")
+    peval = psub_para.add_parser("evaluate", help="accuracy on a split, overall and by kind of negative",
+                                 description="Accuracy of a trained run on a split: overall, on the positives, the "
+                                             "hard (same chapter) and the easy (other chapter) negatives; writes "
+                                             "RUN_DIR/eval/paraphrase_<split>.json and the misclassified pairs.")
+    peval.add_argument("--split", choices=("train", "dev", "test"), default="test")
+    peval.add_argument("--json", action="store_true", help="print the result as JSON")
+    peval.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
+    pplot = psub_para.add_parser("plot", help="heatmaps of the soft alignment of one pair (decomposable)",
+                                 description="The soft alignment matrix of a pair: rows = tokens of a, columns = "
+                                             "tokens of b; OUT.png (each row a softmax over b) and OUT_b.png (each "
+                                             "column a softmax over a).")
+    pplot.add_argument("--a", required=True, help="sentence a (e.g. a KJV verse)")
+    pplot.add_argument("--b", required=True, help="sentence b (e.g. a WEB verse)")
+    pplot.add_argument("--out", type=Path, help="output path without suffix (default RUN_DIR/plots/alignment)")
+    pplot.add_argument("--formats", default="png,svg", help="comma-separated formats (default png,svg)")
+    for p in (peval, pplot):
+        p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+        p.add_argument("--checkpoint", choices=("best", "last"), default="best", help="which weights (default best)")
+    for p in (ptrain, peval, pplot):
+        p.set_defaults(func=cmd_paraphrase)
 
     for name, helptext in (("translate", "translate text with a trained run (stdin to stdout, or files)"),
                            ("evaluate", "BLEU/chrF of a trained run on a split, and BLEU by sentence length")):
