@@ -61,6 +61,33 @@ def test_repeated_texts_are_never_negatives_and_single_verse_chapters_fall_back_
     assert not any(p.label == 0 and p.ref_a.endswith(":2") and p.ref_b.endswith(":2") for p in pairs)
 
 
+def test_overlap_hard_negatives_share_the_most_words_and_leave_the_other_pairs_alone():
+    from attnlab.paraphrase import word_overlap
+
+    verses = [Verse(f"Book {c}:{v}", f"kjv {c} {v} w{v}", f"web {c} {v} w{v} w{(v % 5) + 1}")
+              for c in (1, 2, 3) for v in range(1, 6)]
+    rand, over = make_pairs(verses, 5), make_pairs(verses, 5, hard_negatives="overlap")
+    check_invariants(verses, over)
+    assert [p for p in rand if p.kind != "chapter"] == [p for p in over if p.kind != "chapter"]
+    by_ref = {v.ref: v for v in verses}
+    hard = [p for p in over if p.kind == "chapter"]
+    assert len(hard) == 8
+    for p in hard:  # WEB of verse v contains w{v+1}: the previous verse (cyclically) of the chapter shares most
+        a = by_ref[p.ref_a]
+        others = [v for v in verses if v.chapter == a.chapter and v.ref != a.ref]
+        assert word_overlap(p.a, p.b) == max(word_overlap(a.kjv, v.web) for v in others)
+        assert int(p.ref_b.rsplit(":")[1]) % 5 + 1 == int(p.ref_a.rsplit(":")[1])
+    with pytest.raises(AttnlabError, match="hard_negatives 'x' is not one of random, overlap"):
+        make_pairs(verses, 0, hard_negatives="x")
+
+
+def test_word_overlap_is_jaccard_of_lowercased_word_sets():
+    from attnlab.paraphrase import word_overlap
+
+    assert word_overlap("And God said, Let", "God said: let there") == pytest.approx(3 / 5)
+    assert word_overlap("a", "b") == 0.0
+
+
 def test_one_chapter_is_an_error():
     with pytest.raises(AttnlabError, match="at least 2 chapters"):
         make_pairs(synthetic_verses(chapters=1), 0)

@@ -78,7 +78,7 @@ def cmd_data_paraphrase(args: argparse.Namespace) -> None:
     from attnlab.paraphrase import format_paraphrase_stats, paraphrase_corpus, paraphrase_stats
 
     t0 = time.perf_counter()
-    corpus = paraphrase_corpus(args.seed, refresh=args.refresh)
+    corpus = paraphrase_corpus(args.seed, refresh=args.refresh, hard_negatives=args.hard_negatives)
     print(f"built the paraphrase pairs in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     if args.export:
         from attnlab.corpus import atomic_write_text
@@ -109,7 +109,8 @@ def cmd_paraphrase(args: argparse.Namespace) -> None:
         para.train_paraphrase(cfg, out)
         print(f"run directory: {out}")
     elif args.action == "evaluate":
-        result = para.evaluate_paraphrase(args.run_dir, args.split, args.checkpoint, str(resolve_device(args.device)))
+        result = para.evaluate_paraphrase(args.run_dir, args.split, args.checkpoint, str(resolve_device(args.device)),
+                                          args.hard_negatives)
         print(json.dumps(result, indent=2) if args.json else para.format_paraphrase_eval(result))
     else:
         out = args.out or args.run_dir / "plots" / "alignment"
@@ -419,6 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(hard) or of another chapter (easy); balanced, split by book.")
     para.add_argument("--seed", type=int, default=0, help="seed of the negative pairs (default 0)")
     para.add_argument("--refresh", action="store_true", help="re-read the SWORD modules (rebuild the cache)")
+    para.add_argument("--hard-negatives", choices=("random", "overlap"), default="random",
+                      help="hard negatives: a random verse of the chapter (default), or the one sharing the most "
+                           "words with a")
     para.add_argument("--export", type=Path, metavar="DIR", help="write train/dev/test TSV files to DIR")
     para.add_argument("--json", action="store_true", help="print the statistics as JSON")
     para.set_defaults(func=cmd_data_paraphrase)
@@ -454,6 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
     peval.add_argument("--split", choices=("train", "dev", "test"), default="test")
     peval.add_argument("--json", action="store_true", help="print the result as JSON")
     peval.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
+    peval.add_argument("--hard-negatives", choices=("random", "overlap"),
+                       help="evaluate on these hard negatives instead of the run's: random (a random verse of the "
+                            "chapter) or overlap (the verse of the chapter sharing the most words with a)")
     pplot = psub_para.add_parser("plot", help="heatmaps of the soft alignment of one pair (decomposable)",
                                  description="The soft alignment matrix of a pair: rows = tokens of a, columns = "
                                              "tokens of b; OUT.png (each row a softmax over b) and OUT_b.png (each "

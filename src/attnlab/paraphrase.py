@@ -13,6 +13,10 @@ negative; `paraphrase_stats` counts the kinds). A negative whose a or b text equ
 (repeated verses such as refrains) is never drawn. Splits are by book, as for the translation corpus
 (`attnlab.corpus.DEV_BOOKS`, `TEST_BOOKS`), and the pairs are a deterministic function of the seed.
 
+hard_negatives = "overlap" (not the default) makes the hard negatives adversarial to word matching: of the other
+verses of the chapter, the one whose WEB text shares the most words with a (Jaccard similarity of lower-cased
+word sets). The positives and the easy negatives are the same pairs as with "random".
+
 The experiment part (`ParaphraseConfig`, `train_paraphrase`, `evaluate_paraphrase`, `plot_alignment`, behind
 `attnlab paraphrase train|evaluate|plot`) trains any pair classifier with the one trainer: a classifier is
 model(a, a_mask, b, b_mask) -> logits (B, 2) plus an `ids` object (`ids(sentences)`, `pad_id`), built from the
@@ -25,8 +29,10 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
 
@@ -44,7 +50,9 @@ from attnlab.tokenizers import PAD_ID, TokenizerConfig, build_tokenizers, load_t
 from attnlab.trainer import Trainer, TrainConfig
 
 KINDS = ("same", "chapter", "random")
+HARD_NEGATIVES = ("random", "overlap")
 SPLITS = ("train", "dev", "test")
+_WORD = re.compile(r"\w+")
 VERSES_CACHE_VERSION = 1
 
 
@@ -86,6 +94,7 @@ class ParaphraseCorpus:
     test: list[ParaphrasePair] = field(default_factory=list)
     seed: int = 0
     dropped: int = 0
+    hard_negatives: str = "random"
 
     def split(self, name: str) -> list[ParaphrasePair]:
         if name not in SPLITS:
@@ -137,9 +146,25 @@ def _differs(verses: list[Verse], i: int, j: int) -> bool:
     return verses[j].kjv != verses[i].kjv and verses[j].web != verses[i].web
 
 
-def make_pairs(verses: list[Verse], seed: int) -> list[ParaphrasePair]:
+@lru_cache(maxsize=None)
+def words(text: str) -> frozenset[str]:
+    """The lower-cased word set of a text (for the overlap of two renderings)."""
+    return frozenset(_WORD.findall(text.lower()))
+
+
+def word_overlap(a: str, b: str) -> float:
+    """Jaccard similarity of the word sets of a and b."""
+    wa, wb = words(a), words(b)
+    return len(wa & wb) / max(len(wa | wb), 1)
+
+
+def make_pairs(verses: list[Verse], seed: int, hard_negatives: str = "random") -> list[ParaphrasePair]:
     """One positive and one negative pair per verse (in verse order), half of the negatives from the verse's
-    chapter ("chapter"), half from the other chapters ("random"); deterministic given (verses, seed)."""
+    chapter ("chapter"), half from the other chapters ("random"); deterministic given (verses, seed).
+    hard_negatives: "random" (a random verse of the chapter) or "overlap" (the verse of the chapter whose WEB
+    text overlaps most with the KJV text of the verse)."""
+    if hard_negatives not in HARD_NEGATIVES:
+        raise AttnlabError(f"hard_negatives {hard_negatives!r} is not one of {', '.join(HARD_NEGATIVES)}")
     if len({v.chapter for v in verses}) < 2:
         raise AttnlabError(f"paraphrase pairs need verses of at least 2 chapters, got {len(verses)} verses")
     rng = random.Random(seed)
@@ -155,7 +180,9 @@ def make_pairs(verses: list[Verse], seed: int) -> list[ParaphrasePair]:
         kind, j = "chapter", None
         if i in want_hard:
             same_chapter = [k for k in by_chapter[v.chapter] if k != i and _differs(verses, i, k)]
-            j = rng.choice(same_chapter) if same_chapter else None
+            j = rng.choice(same_chapter) if same_chapter else None  # drawn in both modes: same random stream
+            if j is not None and hard_negatives == "overlap":
+                j = max(same_chapter, key=lambda k: word_overlap(v.kjv, verses[k].web))
         if j is None:  # a random negative: rejection sampling over the split, outside the verse's chapter
             kind = "random"
             for _ in range(10_000):
@@ -169,18 +196,19 @@ def make_pairs(verses: list[Verse], seed: int) -> list[ParaphrasePair]:
     return pairs
 
 
-def paraphrase_corpus(seed: int = 0, refresh: bool = False) -> ParaphraseCorpus:
+def paraphrase_corpus(seed: int = 0, refresh: bool = False, hard_negatives: str = "random") -> ParaphraseCorpus:
     """The KJV-vs-WEB paraphrase pairs of the three splits (dev = Jonah, Phil, Titus, Jude; test = Ruth, Mark,
     Eph; train = the other books). The verses are cached under `cache_dir()`; the pairs are drawn from them
     (well under a second), a deterministic function of `seed`, each split with its own random stream."""
     splits, dropped = cached_verses(refresh)
-    pairs = {s: make_pairs(splits[s], seed * len(SPLITS) + k) for k, s in enumerate(SPLITS)}
-    return ParaphraseCorpus(pairs["train"], pairs["dev"], pairs["test"], seed=seed, dropped=dropped)
+    pairs = {s: make_pairs(splits[s], seed * len(SPLITS) + k, hard_negatives) for k, s in enumerate(SPLITS)}
+    return ParaphraseCorpus(pairs["train"], pairs["dev"], pairs["test"], seed, dropped, hard_negatives)
 
 
 def paraphrase_stats(corpus: ParaphraseCorpus) -> dict:
     """Pairs per split and kind, books, and average words of a and b."""
-    out: dict = {"seed": corpus.seed, "dropped_verses": corpus.dropped, "splits": {}}
+    out: dict = {"seed": corpus.seed, "hard_negatives": corpus.hard_negatives, "dropped_verses": corpus.dropped,
+                 "splits": {}}
     for s in SPLITS:
         pairs = corpus.split(s)
         row = {"pairs": len(pairs), **{k: sum(p.kind == k for p in pairs) for k in KINDS},
@@ -192,7 +220,8 @@ def paraphrase_stats(corpus: ParaphraseCorpus) -> dict:
 
 
 def format_paraphrase_stats(stats: dict) -> str:
-    lines = [f"paraphrase pairs: KJV (a) vs WEB (b), seed {stats['seed']}; verses dropped (empty in one "
+    lines = [f"paraphrase pairs: KJV (a) vs WEB (b), seed {stats['seed']}, {stats['hard_negatives']} hard "
+             f"negatives; verses dropped (empty in one "
              f"Bible): {stats['dropped_verses']}; dev = {', '.join(DEV_BOOKS)}; test = {', '.join(TEST_BOOKS)}",
              f"{'split':<6} {'pairs':>7} {'books':>6} {'same (1)':>9} {'chapter (0)':>12} {'random (0)':>11} "
              f"{'a words':>8} {'b words':>8}"]
@@ -209,8 +238,11 @@ def format_paraphrase_stats(stats: dict) -> str:
 @dataclass
 class ParaphraseDataConfig:
     seed: int = 0  # seed of the negative pairs
+    hard_negatives: str = "random"  # or "overlap": the same-chapter verse sharing the most words with a
     max_train_pairs: int = 0  # a seeded random subset of the training pairs (0: all)
     subset_seed: int = 0
+
+    CHOICES: ClassVar[dict] = {"hard_negatives": HARD_NEGATIVES}
 
 
 @dataclass
@@ -241,7 +273,7 @@ def load_paraphrase_config(path: Path | str | None, overrides: list[str] | None 
 
 def load_pairs(cfg: ParaphraseDataConfig) -> ParaphraseCorpus:
     """The corpus of the config, with the training subset applied (dev and test are never subsampled)."""
-    corpus = paraphrase_corpus(cfg.seed)
+    corpus = paraphrase_corpus(cfg.seed, hard_negatives=cfg.hard_negatives)
     if cfg.max_train_pairs and cfg.max_train_pairs < len(corpus.train):
         keep = sorted(random.Random(cfg.subset_seed).sample(range(len(corpus.train)), cfg.max_train_pairs))
         corpus.train = [corpus.train[i] for i in keep]
@@ -352,29 +384,36 @@ def load_classifier(run_dir: Path | str, checkpoint: str = "best", device: str =
     return cfg, model.to(device).eval(), ids
 
 
-def evaluate_paraphrase(run_dir: Path | str, split: str = "test", checkpoint: str = "best",
-                        device: str = "cpu") -> dict:
+def evaluate_paraphrase(run_dir: Path | str, split: str = "test", checkpoint: str = "best", device: str = "cpu",
+                        hard_negatives: str | None = None) -> dict:
     """Accuracy of a run on a split, overall and per kind; writes RUN_DIR/eval/paraphrase_<split>.json and the
-    misclassified pairs to RUN_DIR/eval/paraphrase_<split>.errors.tsv."""
+    misclassified pairs to RUN_DIR/eval/paraphrase_<split>.errors.tsv. hard_negatives: evaluate on pairs with
+    these hard negatives instead of the run's (files then named paraphrase_<split>-<hard_negatives>.*)."""
     from attnlab.pretrained import PairDataset, predict_pairs
 
     run_dir = Path(run_dir)
     cfg, model, ids = load_classifier(run_dir, checkpoint, device)
+    name = f"paraphrase_{split}"
+    if hard_negatives is not None and hard_negatives != cfg.data.hard_negatives:
+        if hard_negatives not in HARD_NEGATIVES:
+            raise AttnlabError(f"hard_negatives {hard_negatives!r} is not one of {', '.join(HARD_NEGATIVES)}")
+        cfg.data.hard_negatives, name = hard_negatives, f"{name}-{hard_negatives}"
     pairs = load_pairs(cfg.data).split(split)
     preds = predict_pairs(model, PairDataset(pairs, ids), cfg.train.max_tokens)
-    result = {"split": split, "checkpoint": checkpoint, "family": cfg.model.family, **accuracy_by_kind(pairs, preds)}
-    write_json(run_dir / "eval" / f"paraphrase_{split}.json", result)
+    result = {"split": split, "checkpoint": checkpoint, "family": cfg.model.family,
+              "hard_negatives": cfg.data.hard_negatives, **accuracy_by_kind(pairs, preds)}
+    write_json(run_dir / "eval" / f"{name}.json", result)
     rows = [f"{p.label}\t{p.kind}\t{p.ref_a}\t{p.ref_b}\t{p.a}\t{p.b}"
             for p, y in zip(pairs, preds.tolist()) if y != p.label]
-    atomic_write_text(run_dir / "eval" / f"paraphrase_{split}.errors.tsv", "".join(r + "\n" for r in rows))
+    atomic_write_text(run_dir / "eval" / f"{name}.errors.tsv", "".join(r + "\n" for r in rows))
     return result
 
 
 def format_paraphrase_eval(result: dict) -> str:
     names = {"same": "same verse (positives)", "chapter": "same chapter (hard negatives)",
              "random": "other chapter (easy negatives)"}
-    lines = [f"{result['split']}: {result['pairs']:,} pairs, {result['family']} ({result['checkpoint']} "
-             f"checkpoint): accuracy {100 * result['accuracy']:.2f}%"]
+    lines = [f"{result['split']}: {result['pairs']:,} pairs ({result['hard_negatives']} hard negatives), "
+             f"{result['family']} ({result['checkpoint']} checkpoint): accuracy {100 * result['accuracy']:.2f}%"]
     lines += [f"  {names[k]:<31} {result[f'pairs_{k}']:>6,} pairs  accuracy {100 * result[f'accuracy_{k}']:.2f}%"
               for k in KINDS]
     return "\n".join(lines)
