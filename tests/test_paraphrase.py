@@ -179,3 +179,19 @@ def test_paraphrase_train_evaluate_resume_plot(tmp_path, capsys):
     assert main(["paraphrase", "plot", str(run), "--a", "Jesus wept.", "--b", "Jesus cried.", "--formats", "png"]) == 0
     assert (run / "plots" / "alignment.png").stat().st_size > 0 and (run / "plots" / "alignment_b.png").is_file()
     assert main(["paraphrase", "plot", str(run), "--a", " ", "--b", "Jesus cried."]) == 2
+
+
+@pytest.mark.parametrize("intra", [False, True])
+def test_summary_of_a_paraphrase_config_counts_the_papers_layers(intra, capsys):
+    from attnlab.cli import main
+
+    assert main(["summary", "configs/paraphrase-decomposable.toml", "--set",
+                 f"model.decomposable.intra_attention={str(intra).lower()}"]) == 0
+    out = capsys.readouterr().out
+    V, E, D, K = 8000, 200, 200, 10
+    rep = 2 * D if intra else D
+    two_layers = lambda i: (i * D + D) + (D * D + D)  # noqa: E731  (a feed-forward net of sec. 4.1)
+    expected = V * E + E * D + two_layers(rep) + two_layers(2 * rep) + two_layers(2 * D) + (D * 2 + 2)
+    if intra:
+        expected += two_layers(D) + (2 * K + 1)  # F_intra and the distance biases
+    assert f"Total params: {expected:,}" in out and "decomposable pair classifier" in out

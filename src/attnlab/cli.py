@@ -245,6 +245,13 @@ def cmd_summary(args: argparse.Namespace) -> None:
         if is_series_config(read_config_file(args.target)):
             _summary_series(args)
             return
+    config_file = args.target / "config.json" if args.target.is_dir() else args.target
+    if config_file.suffix in (".toml", ".yaml", ".yml", ".json") and config_file.is_file():
+        from attnlab.paraphrase import is_paraphrase_config
+
+        if is_paraphrase_config(read_config_file(config_file)):
+            _summary_paraphrase(args)
+            return
     if args.target.is_dir():
         from attnlab.tokenizers import load_tokenizers
 
@@ -261,6 +268,22 @@ def cmd_summary(args: argparse.Namespace) -> None:
     title = (f"{args.target}: {cfg.model.family} model, vocab {src_vocab:,} -> {tgt_vocab:,}; "
              f"dummy batch B={B}, S={S}, T={T}")
     print(format_table(layer_table(model, src, lengths, tgt_in), title))
+
+
+def _summary_paraphrase(args: argparse.Namespace) -> None:
+    """`attnlab summary` of a paraphrase config or run: the pair classifier on a dummy pair batch (B=2)."""
+    import torch
+
+    from attnlab.paraphrase import summary_model
+    from attnlab.summary import format_table, layer_table
+
+    model, vocab, family = summary_model(args.target, args.set)
+    S, T = args.src_len, args.tgt_len
+    a, b = torch.randint(4, vocab, (2, S)), torch.randint(4, vocab, (2, T))
+    a_mask = torch.arange(S)[None, :] < torch.tensor([S, max(1, S - 2)])[:, None]  # (2, S), second row padded
+    b_mask = torch.ones(2, T, dtype=torch.bool)
+    title = f"{args.target}: {family} pair classifier, vocab {vocab:,}; dummy pair batch B=2, La={S}, Lb={T}"
+    print(format_table(layer_table(model, a * a_mask, a_mask, b, b_mask), title))
 
 
 def _summary_series(args: argparse.Namespace) -> None:

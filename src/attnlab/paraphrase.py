@@ -311,6 +311,31 @@ def build_classifier(cfg: ParaphraseConfig, run_dir: Path, train: list[Paraphras
     return model, SubwordIds(pair.src)
 
 
+def is_paraphrase_config(data: dict) -> bool:
+    """Whether a raw config dict (file or RUN_DIR/config.json) is a paraphrase experiment."""
+    model = data.get("model")
+    if not isinstance(model, dict):
+        return False
+    family = model.get("family")
+    return family in ParaphraseModelConfig.CHOICES["family"] or (
+        family is None and ("decomposable" in model or "minilm" in model))
+
+
+def summary_model(target: Path, overrides: list[str] | None = None) -> tuple[nn.Module, int, str]:
+    """(model, vocabulary size, family) of a paraphrase config file or run directory, for `attnlab summary`."""
+    if target.is_dir():
+        cfg = from_dict(ParaphraseConfig, read_json(target / "config.json"))
+        model, ids = build_classifier(cfg, target)
+    else:
+        cfg = load_paraphrase_config(target, overrides)
+        if cfg.model.family == "decomposable":
+            model, ids = DecomposableAttention(cfg.tokenizer.vocab_size, cfg.model.decomposable), None
+        else:
+            model, ids = build_classifier(cfg, target.parent)
+    vocab = model.embed.num_embeddings if isinstance(model, DecomposableAttention) else ids.tok.get_vocab_size()
+    return model, vocab, cfg.model.family
+
+
 def accuracy_by_kind(pairs: list[ParaphrasePair], preds: Tensor) -> dict:
     """accuracy over all pairs and per kind ("same": positives, "chapter": hard, "random": easy negatives),
     with the counts; preds (N,) in the order of pairs."""
