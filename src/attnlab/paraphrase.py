@@ -383,11 +383,15 @@ def train_paraphrase(cfg: ParaphraseConfig | None, run_dir: Path | str, resume: 
         trainer.resume()
         print(f"resuming at step {trainer.state['step']} (epoch {trainer.state['epoch']})", file=sys.stderr)
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    print(f"model: {cfg.model.family}, {n_params:,} trainable parameters; train pairs {len(corpus.train):,}, "
-          f"dev {len(corpus.dev):,}; device {trainer.device}", file=sys.stderr)
+    if trainer.is_main:  # under torchrun, rank 0 speaks
+        print(f"model: {cfg.model.family}, {n_params:,} trainable parameters; train pairs {len(corpus.train):,}, "
+              f"dev {len(corpus.dev):,}; device {trainer.device}", file=sys.stderr)
     state = trainer.fit()
-    print(f"stopped after {state['step']} steps ({state['stopped']}); {state['train_seconds'] / 60:.1f} min of "
-          f"training; best dev accuracy {state['best_score']:.4f}", file=sys.stderr)
+    if trainer.is_main:
+        print(f"stopped after {state['step']} steps ({state['stopped']}); {state['train_seconds'] / 60:.1f} min of "
+              f"training; best dev {'accuracy' if cfg.train.eval_bleu else 'score (minus the loss)'} "
+              f"{state['best_score'] if state['best_score'] is not None else float('nan'):.4f}",  # nan: 0 steps
+              file=sys.stderr)
     return state
 
 
