@@ -176,8 +176,8 @@ def test_pair_logits_equal_separately_embedded_sentences(head):
     model = _tiny_classifier(head)
     task = PairTask(0)
     g = torch.Generator().manual_seed(2)
-    examples = [(torch.randint(1, 40, (la,), generator=g).tolist(), torch.randint(1, 40, (lb,), generator=g).tolist(), y)
-                for la, lb, y in ((3, 9, 0), (12, 4, 1), (7, 7, 1))]
+    examples = [(torch.randint(1, 40, (la,), generator=g).tolist(), torch.randint(1, 40, (lb,), generator=g).tolist(),
+                 y) for la, lb, y in ((3, 9, 0), (12, 4, 1), (7, 7, 1))]
     batch = task.collate(examples)
     with torch.no_grad():
         logits = model(batch.a, batch.a_mask, batch.b, batch.b_mask)  # (3, 2)

@@ -299,7 +299,8 @@ class MiniLMConfig:
 
     head: "cosine" (default), a logistic unit on the cosine similarity of the two normalised embeddings, the
     similarity the model was trained for; or "sbert", softmax(W [u; v; |u - v|]) on the mean-pooled
-    embeddings (Reimers & Gurevych 2019, 3), whose 3D x 2 matrix starts random. max_len: WordPiece tokens per sentence, [CLS]/[SEP] included (longer verses are truncated; fine-tuning
+    embeddings (Reimers & Gurevych 2019, 3), whose 3D x 2 matrix starts random.
+    max_len: WordPiece tokens per sentence, [CLS]/[SEP] included (longer verses are truncated; fine-tuning
     cost grows with it). dropout: BERT's hidden and attention dropout during fine-tuning (the checkpoint's is
     0.1). freeze_layers: the embeddings and the first N encoder layers stay fixed (0: fine-tune everything).
     """
