@@ -254,3 +254,19 @@ def test_minilm_config_is_validated():
     assert model.encoder.layers[5].self_attn.W_Q.weight.requires_grad and model.head.weight.requires_grad
     assert all(m.p == 0.0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
     assert model.encoder.layers[0].self_attn.dropout == 0.0
+
+
+def test_paraphrase_config_builds_the_minilm_classifier(tmp_path):
+    """configs/paraphrase-minilm.toml is valid and gives the pretrained classifier it describes."""
+    from pathlib import Path
+
+    from attnlab.paraphrase import build_classifier, load_paraphrase_config
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "paraphrase-minilm.toml"
+    cfg = load_paraphrase_config(path)
+    assert (cfg.model.family, cfg.model.minilm.head, cfg.model.minilm.max_len) == ("minilm", "cosine", 64)
+    model, ids = build_classifier(cfg, tmp_path)
+    assert isinstance(model, PairClassifier) and model.head_kind == "cosine"
+    assert len(ids.ids(["word " * 100])[0]) == 64
+    with pytest.raises(AttnlabError, match="model.minilm.head: 'mlp' is not one of 'cosine', 'sbert'"):
+        load_paraphrase_config(path, ["model.minilm.head=mlp"])
