@@ -171,8 +171,17 @@ RESUME_OVERRIDES = ("train.max_steps", "train.max_epochs", "train.max_minutes", 
                     "train.num_threads", "train.progress", "train.device")
 
 
+def _is_lm_run(run_dir: Path) -> bool:
+    from attnlab.checkpoint import read_json
+    from attnlab.lm import is_lm_config
+
+    return (run_dir / "config.json").is_file() and is_lm_config(read_json(run_dir / "config.json"))
+
+
 def cmd_train(args: argparse.Namespace) -> None:
+    from attnlab.config import read_config_file
     from attnlab.experiment import load_experiment
+    from attnlab.lm import is_lm_config, load_lm_config, train_lm
     from attnlab.workflow import train_run
 
     if args.resume:
@@ -184,13 +193,15 @@ def cmd_train(args: argparse.Namespace) -> None:
         if bad:
             raise AttnlabError(f"--set {bad[0]}: a resumed run keeps its config; only "
                                f"{', '.join(RESUME_OVERRIDES)} may change")
-        train_run(None, args.out, resume=True, overrides=args.set)
+        (train_lm if _is_lm_run(args.out) else train_run)(None, args.out, resume=True, overrides=args.set)
         return
     if args.config is None:
         raise AttnlabError("give a config file, e.g. attnlab train configs/bible-rnn-bahdanau.toml")
-    cfg = load_experiment(args.config, args.set)
     out = args.out or Path("runs") / Path(args.config).stem
-    train_run(cfg, out)
+    if is_lm_config(read_config_file(args.config)):
+        train_lm(load_lm_config(args.config, args.set), out)
+    else:
+        train_run(load_experiment(args.config, args.set), out)
     print(f"run directory: {out}")
 
 
@@ -229,6 +240,12 @@ def cmd_translate(args: argparse.Namespace) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from attnlab.workflow import evaluate_run, format_eval
 
+    if _is_lm_run(args.run_dir):  # a language model: perplexity
+        from attnlab.lm import evaluate_lm, format_lm_eval
+
+        result = evaluate_lm(args.run_dir, args.split, args.checkpoint, args.device)
+        print(json.dumps(result, indent=2) if args.json else format_lm_eval(result))
+        return
     result = evaluate_run(args.run_dir, args.split, args.beam, args.checkpoint, args.device, args.max_sentences)
     print(json.dumps(result, indent=2) if args.json else format_eval(result))
 
@@ -252,6 +269,12 @@ def cmd_summary(args: argparse.Namespace) -> None:
         if is_paraphrase_config(read_config_file(config_file)):
             _summary_paraphrase(args)
             return
+    if config_file.suffix in (".toml", ".yaml", ".yml", ".json") and config_file.is_file():
+        from attnlab.lm import is_lm_config
+
+        if is_lm_config(read_config_file(config_file)):
+            _summary_lm(args)
+            return
     if args.target.is_dir():
         from attnlab.tokenizers import load_tokenizers
 
@@ -268,6 +291,45 @@ def cmd_summary(args: argparse.Namespace) -> None:
     title = (f"{args.target}: {cfg.model.family} model, vocab {src_vocab:,} -> {tgt_vocab:,}; "
              f"dummy batch B={B}, S={S}, T={T}")
     print(format_table(layer_table(model, src, lengths, tgt_in), title))
+
+
+def _summary_lm(args: argparse.Namespace) -> None:
+    """`attnlab summary` of an LM config or run: the decoder-only Transformer on a dummy batch (B=2)."""
+    import torch
+
+    from attnlab.checkpoint import read_json
+    from attnlab.config import from_dict
+    from attnlab.lm import LMExperimentConfig, TransformerLM, load_lm_config
+    from attnlab.summary import format_table, layer_table
+    from attnlab.tokenizers import load_tokenizers
+
+    if args.target.is_dir():
+        cfg = from_dict(LMExperimentConfig, read_json(args.target / "config.json"))
+        vocab = load_tokenizers(args.target / "tokenizer").tgt.vocab_size
+    else:
+        cfg = load_lm_config(args.target, args.set)
+        vocab = cfg.tokenizer.vocab_size if cfg.tokenizer.kind != "char" else 100
+    model = TransformerLM(vocab, cfg.model.lm)
+    T = args.tgt_len
+    title = f"{args.target}: decoder-only Transformer LM, vocab {vocab:,}; dummy batch B=2, T={T}"
+    print(format_table(layer_table(model, torch.randint(4, vocab, (2, T))), title))
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    from attnlab.lm import generate, load_lm
+    from attnlab.trainer import resolve_device
+
+    device = resolve_device(args.device)
+    cfg, tok, model = load_lm(args.run_dir, args.checkpoint, str(device))
+    g = cfg.generate
+    pick = lambda value, default: default if value is None else value  # noqa: E731
+    prompts = args.prompt or [""]
+    for prompt in prompts:
+        samples = generate(model, tok, prompt, args.num, pick(args.max_len, g.max_len),
+                           pick(args.temperature, g.temperature), pick(args.top_k, g.top_k),
+                           pick(args.top_p, g.top_p), args.seed, device)
+        for s in samples:
+            print(f"{s.logprob:.2f}\t{s.text}" if args.scores else s.text)
 
 
 def _summary_paraphrase(args: argparse.Namespace) -> None:
@@ -499,7 +561,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=cmd_paraphrase)
 
     for name, helptext in (("translate", "translate text with a trained run (stdin to stdout, or files)"),
-                           ("evaluate", "BLEU/chrF of a trained run on a split, and BLEU by sentence length")):
+                           ("evaluate", "BLEU/chrF of a trained run on a split, and BLEU by sentence length "
+                                        "(a language model: perplexity)")):
         p = sub.add_parser(name, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
         p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
         p.add_argument("--beam", type=int, default=None, help="beam size; 1 = greedy (default: the run's config)")
@@ -515,6 +578,24 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--max-sentences", type=int, default=0, help="only the first N sentences (0: all)")
             p.add_argument("--json", action="store_true", help="print the result as JSON")
             p.set_defaults(func=cmd_evaluate)
+
+    gen = sub.add_parser("generate", help="sample text from a trained language model (decoder-only Transformer)",
+                         description="Sample text from a trained language-model run (configs/*-lm.toml): "
+                                     "temperature, top-k and top-p (nucleus) sampling with a key/value cache. "
+                                     "Defaults come from the run's [generate] section.")
+    gen.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    gen.add_argument("--prompt", action="append", metavar="TEXT",
+                     help="text to continue (repeatable; default: sample from the start of a sentence)")
+    gen.add_argument("-n", "--num", type=int, default=3, help="samples per prompt (default 3)")
+    gen.add_argument("--max-len", type=int, default=None, help="new tokens at most per sample")
+    gen.add_argument("--temperature", type=float, default=None, help="softmax temperature; 0 = greedy")
+    gen.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens (0: all)")
+    gen.add_argument("--top-p", type=float, default=None, help="nucleus sampling: smallest set with probability p")
+    gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gen.add_argument("--scores", action="store_true", help="print each sample's log-probability before it")
+    gen.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    gen.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
+    gen.set_defaults(func=cmd_generate)
 
     plot = sub.add_parser("plot", help="plots: attention heatmaps, training curves, BLEU by sentence length",
                           description="Plots of trained models (PNG/SVG via matplotlib).")

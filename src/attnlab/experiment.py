@@ -68,6 +68,19 @@ class SummaryConfig:
 
 
 @dataclass
+class PretrainedConfig:
+    """Transfer learning. decoder: a trained LM run directory (`attnlab train configs/bible-lm-es.toml`): a new run
+    copies its weights into the Transformer decoder (`attnlab.lm.init_decoder_from_lm`) and takes its tokenizer as
+    the target tokenizer (so tokenizer.joint must be false; tokenizer.* then shapes the source side only)."""
+
+    decoder: str = ""
+    checkpoint: str = "best"
+    init_weights: bool = True  # false: only the LM's tokenizer (the from-scratch baseline of the same model)
+
+    CHOICES: ClassVar[dict] = {"checkpoint": ("best", "last")}
+
+
+@dataclass
 class ExperimentConfig:
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
@@ -75,6 +88,7 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     summary: SummaryConfig = field(default_factory=SummaryConfig)
+    pretrained: PretrainedConfig = field(default_factory=PretrainedConfig)
 
 
 def load_experiment(path: Path | str | None, overrides: list[str] | None = None) -> ExperimentConfig:

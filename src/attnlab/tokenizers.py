@@ -202,7 +202,8 @@ class TokenizerPair:
             raise AttnlabError("a joint TokenizerPair needs the same tokenizer on both sides")
 
 
-def _train_one(cfg: TokenizerConfig, texts: Sequence[str]) -> Tokenizer:
+def train_tokenizer(cfg: TokenizerConfig, texts: Sequence[str]) -> Tokenizer:
+    """One tokenizer of cfg.kind trained on texts (cfg.joint is not used)."""
     if cfg.kind == "char":
         return CharTokenizer.train(texts)
     return SentencePieceTokenizer.train(texts, cfg)
@@ -212,9 +213,9 @@ def build_tokenizers(cfg: TokenizerConfig, train_src: Sequence[str], train_tgt: 
     """Trains the tokenizers on the TRAIN split only (dev/test text must not shape the vocabulary).
     cfg.joint: one tokenizer trained on source + target; else one per side."""
     if cfg.joint:
-        tok = _train_one(cfg, [*train_src, *train_tgt])
+        tok = train_tokenizer(cfg, [*train_src, *train_tgt])
         return TokenizerPair(tok, tok, joint=True, config=cfg)
-    return TokenizerPair(_train_one(cfg, train_src), _train_one(cfg, train_tgt), joint=False, config=cfg)
+    return TokenizerPair(train_tokenizer(cfg, train_src), train_tokenizer(cfg, train_tgt), joint=False, config=cfg)
 
 
 def _file_name(side: str, kind: str) -> str:

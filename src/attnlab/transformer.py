@@ -163,13 +163,30 @@ class EncoderLayer(_Residual):
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attn_dropout, cfg.bias)
         self.ff = FeedForward(cfg)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False
+    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, causal: bool = False
                 ) -> tuple[Tensor, Tensor | None]:
+        """causal=True: position t attends to 0..t only (the decoder-only LM's layer, `attnlab.lm`)."""
         h = self.inp(x, self.norm1)
-        a, weights = self.self_attn(h, h, h, mask, need_weights)  # (B, S, D)
+        a, weights = self.self_attn(h, h, h, mask, need_weights, causal=causal)  # (B, S, D)
         x = self.add(x, a, self.norm1)
         x = self.add(x, self.ff(self.inp(x, self.norm2)), self.norm2)
         return x, weights
+
+    def step(self, x_t: Tensor, cache: tuple[Tensor, Tensor], need_weights: bool = False
+             ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor | None]:
+        """Causal self-attention for one new position t against the cached keys/values of 0..t-1.
+
+        Shape: x_t (B, 1, D), cache (k, v) (B, H, t, Dh) each -> x_t (B, 1, D), cache (B, H, t + 1, Dh) each,
+        weights (B, H, 1, t + 1) or None.
+        """
+        h = self.inp(x_t, self.norm1)
+        k_t, v_t = self.self_attn.project_kv(h, h)  # (B, H, 1, Dh)
+        k = torch.cat([cache[0], k_t], dim=2)  # (B, H, t + 1, Dh)
+        v = torch.cat([cache[1], v_t], dim=2)
+        a, weights = self.self_attn.attend_projected(h, k, v, None, need_weights)  # no future keys exist yet
+        x_t = self.add(x_t, a, self.norm1)
+        x_t = self.add(x_t, self.ff(self.inp(x_t, self.norm2)), self.norm2)
+        return x_t, (k, v), weights
 
 
 class DecoderLayer(_Residual):
@@ -223,6 +240,21 @@ class DecoderLayer(_Residual):
 
 
 # ---------------------------------------------------------------------------------------------- model
+def init_transformer_weights(model: nn.Module, d_model: int) -> None:
+    """Xavier-uniform matrices and zero biases (as torch.nn.Transformer and the Annotated Transformer do for
+    matrices); embeddings N(0, D^-0.5), so that scaled by sqrt(D) they have unit variance; padding rows zero."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=d_model ** -0.5)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+
+
 class TransformerSeq2Seq(nn.Module):
     """Transformer encoder-decoder implementing the `attnlab.search` interface.
 
@@ -266,18 +298,7 @@ class TransformerSeq2Seq(nn.Module):
             self.src_embed.weight = self.tgt_embed.weight
 
     def _init_weights(self) -> None:
-        """Xavier-uniform matrices and zero biases (as torch.nn.Transformer and the Annotated Transformer
-        do for matrices); embeddings N(0, D^-0.5), so that scaled by sqrt(D) they have unit variance."""
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, std=self.cfg.d_model ** -0.5)
-                if module.padding_idx is not None:
-                    with torch.no_grad():
-                        module.weight[module.padding_idx].zero_()
+        init_transformer_weights(self, self.cfg.d_model)
 
     def param_groups(self, weight_decay: float) -> list[dict]:
         """Optimizer groups as in nanoGPT: weight decay on matrices and embeddings, none on biases and

@@ -16,7 +16,7 @@ from attnlab.errors import AttnlabError
 from attnlab.experiment import ExperimentConfig, build_model, encode_pairs, experiment_from_dict, load_corpus
 from attnlab.metrics import bleu_by_length, corpus_scores, format_length_table
 from attnlab.plotting import plot_bleu_by_length
-from attnlab.tokenizers import TokenizerPair, build_tokenizers, load_tokenizers, save_tokenizers
+from attnlab.tokenizers import TokenizerPair, build_tokenizers, load_tokenizers, save_tokenizers, train_tokenizer
 from attnlab.trainer import Trainer, resolve_device
 from attnlab.translate import Translator
 
@@ -40,7 +40,14 @@ def _prepare_run(cfg: ExperimentConfig | None, run_dir: Path, resume: bool, over
                            "another --out")
     corpus = load_corpus(cfg.data)
     t0 = time.perf_counter()
-    tokenizers = build_tokenizers(cfg.tokenizer, [p.src for p in corpus.train], [p.tgt for p in corpus.train])
+    if cfg.pretrained.decoder:  # the target side speaks the pretrained LM's vocabulary
+        if cfg.tokenizer.joint:
+            raise AttnlabError("pretrained.decoder needs tokenizer.joint = false: the target tokenizer is the LM's")
+        lm_tok = load_tokenizers(Path(cfg.pretrained.decoder) / "tokenizer").tgt
+        tokenizers = TokenizerPair(train_tokenizer(cfg.tokenizer, [p.src for p in corpus.train]), lm_tok,
+                                   joint=False, config=cfg.tokenizer)
+    else:
+        tokenizers = build_tokenizers(cfg.tokenizer, [p.src for p in corpus.train], [p.tgt for p in corpus.train])
     print(f"tokenizer: {cfg.tokenizer.kind}, vocab {tokenizers.src.vocab_size:,}/{tokenizers.tgt.vocab_size:,} "
           f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -59,6 +66,12 @@ def train_run(cfg: ExperimentConfig | None, run_dir: Path | str, resume: bool = 
         torch.set_num_threads(cfg.train.num_threads)
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+    if cfg.pretrained.decoder and cfg.pretrained.init_weights and not resume:  # a resumed run loads its checkpoint
+        from attnlab.lm import init_decoder_from_lm
+
+        n = init_decoder_from_lm(model, cfg.pretrained.decoder, cfg.pretrained.checkpoint)
+        print(f"decoder initialised from the LM in {cfg.pretrained.decoder} ({n:,} parameters copied)",
+              file=sys.stderr)
     train_data = Seq2SeqDataset(*encode_pairs(corpus.train, tokenizers))
     dev_data = Seq2SeqDataset(*encode_pairs(corpus.dev, tokenizers))
     dev_pairs = corpus.dev[: cfg.train.eval_max_sentences or None]
