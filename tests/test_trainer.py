@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attnlab.checkpoint import load_checkpoint
+from attnlab.errors import AttnlabError
 from attnlab.experiment import experiment_from_dict
 from attnlab.trainer import TrainConfig, lr_factor
 from attnlab.workflow import evaluate_run, train_run
@@ -182,3 +183,12 @@ progress = false
     assert done.stderr.count("stopped after 10 steps") == 1
     logs = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logs if "dev_loss" in r] == [5, 10]
+
+
+@pytest.mark.parametrize("key,value", [("eval_every", 0), ("max_tokens", 0), ("accum_steps", 0), ("max_steps", -1),
+                                       ("label_smoothing", 1.0)])
+def test_train_config_rejects_bad_values_by_name(key, value):
+    from attnlab.experiment import load_experiment
+
+    with pytest.raises(AttnlabError, match=f"train: .*{key}"):
+        load_experiment(None, [f"train.{key}={value}"])

@@ -67,6 +67,17 @@ class TrainConfig:
                                "schedule": ("constant", "inverse_sqrt", "noam", "plateau"),
                                "device": ("auto", "cpu", "cuda", "mps"), "amp": ("none", "bf16", "fp16")}
 
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "accum_steps", "eval_every", "log_every", "keep_last"):
+            if getattr(self, name) < 1:
+                raise AttnlabError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_steps", "max_epochs", "warmup_steps", "patience", "eval_max_sentences", "num_threads"):
+            if getattr(self, name) < 0:
+                raise AttnlabError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_minutes < 0 or self.lr < 0 or not 0.0 <= self.label_smoothing < 1.0:
+            raise AttnlabError(f"need max_minutes >= 0 (got {self.max_minutes}), lr >= 0 (got {self.lr}) and "
+                               f"0 <= label_smoothing < 1 (got {self.label_smoothing})")
+
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":

@@ -1,0 +1,353 @@
+"""Decoder-only Transformer LM: its causal layer equals torch.nn.TransformerEncoderLayer with a causal mask; the
+future never leaks into earlier logits; cached generation equals uncached re-runs; top-k/top-p filtering equals a
+brute-force nucleus; perplexity equals a direct per-sentence computation; an LM-initialised translation decoder
+reproduces the LM when its cross-attention is silenced; the CLI trains, evaluates, samples and rejects mistakes."""
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from attnlab.cli import main
+from attnlab.errors import AttnlabError
+from attnlab.lm import (LMModelConfig, TransformerLM, evaluate_lm, filter_logits, generate, init_decoder_from_lm,
+                        load_lm, load_lm_config, sample_next)
+from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from attnlab.transformer import EncoderLayer, TransformerConfig, TransformerSeq2Seq
+
+D, H, FF, V = 16, 4, 32, 27
+
+
+def _lm(**kw) -> TransformerLM:
+    torch.manual_seed(0)
+    model = TransformerLM(V, LMModelConfig(**{"d_model": D, "h": H, "d_ff": FF, "layers": 2, "dropout": 0.0,
+                                              "max_len": 64, **kw})).double().eval()
+    with torch.no_grad():  # zero biases and unit LayerNorms would hide mix-ups
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def _tokens(B=3, T=9, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(4, V, (B, T), generator=g)
+    x[:, 0] = BOS_ID
+    return x
+
+
+# ---------------------------------------------------------------------------------------------- model
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_causal_layer_matches_torch_encoder_layer(norm):
+    torch.manual_seed(0)
+    theirs = torch.nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True,
+                                              norm_first=norm == "pre").double()
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.copy_(torch.randn_like(p) * 0.3 + (1.0 if p.dim() == 1 and p.numel() == D else 0.0))
+    ours = EncoderLayer(TransformerConfig(d_model=D, h=H, d_ff=FF, dropout=0.0, norm=norm)).double()
+    with torch.no_grad():
+        wq, wk, wv = theirs.self_attn.in_proj_weight.chunk(3)
+        bq, bk, bv = theirs.self_attn.in_proj_bias.chunk(3)
+        for lin, w, b in ((ours.self_attn.W_Q, wq, bq), (ours.self_attn.W_K, wk, bk), (ours.self_attn.W_V, wv, bv),
+                          (ours.self_attn.W_O, theirs.self_attn.out_proj.weight, theirs.self_attn.out_proj.bias)):
+            lin.weight.copy_(w)
+            lin.bias.copy_(b)
+        for name in ("linear1", "linear2"):
+            getattr(ours.ff, name).load_state_dict(getattr(theirs, name).state_dict())
+        for name in ("norm1", "norm2"):
+            getattr(ours, name).load_state_dict(getattr(theirs, name).state_dict())
+    x = torch.randn(2, 7, D, dtype=torch.float64)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(7, dtype=torch.float64)
+    expected = theirs(x, src_mask=mask, is_causal=True)
+    for need_weights in (False, True):  # fused kernel's causal mode and the explicit path
+        out, w = ours(x, None, need_weights, causal=True)
+        torch.testing.assert_close(out, expected)
+    assert torch.all(w.triu(diagonal=1) == 0)  # (B, H, T, T): no weight on future positions
+    torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
+
+
+@pytest.mark.parametrize("norm,positions", [("pre", "sinusoidal"), ("post", "learned")])
+def test_future_tokens_do_not_change_earlier_logits(norm, positions):
+    model = _lm(norm=norm, positions=positions)
+    x = _tokens()
+    y = x.clone()
+    y[:, 5:] = torch.randint(4, V, y[:, 5:].shape)
+    a, b = model(x), model(y)
+    torch.testing.assert_close(a[:, :5], b[:, :5])
+    assert not torch.allclose(a[:, 5:], b[:, 5:])
+
+
+def test_right_padding_does_not_change_a_sentence():
+    model = _lm()
+    x = _tokens(B=2, T=9)
+    alone = model(x[:1, :4])
+    padded = x[:1].clone()
+    padded[:, 4:] = PAD_ID
+    torch.testing.assert_close(model(padded)[:, :4], alone)
+
+
+@pytest.mark.parametrize("norm,positions", [("pre", "sinusoidal"), ("post", "learned")])
+def test_cached_steps_match_the_full_forward(norm, positions):
+    model = _lm(norm=norm, positions=positions)
+    x = _tokens()
+    full = model(x).log_softmax(-1)  # (B, T, V)
+    state = model.init_state(3, dtype=torch.float64)
+    maps = model.attention_maps(x)  # (B, N, H, T, T)
+    for t in range(x.size(1)):
+        lp, state, w = model.step(x[:, t], state, need_weights=True)
+        torch.testing.assert_close(lp, full[:, t].float(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(w, maps[:, :, :, t, :t + 1])  # the same row of the explicit maps
+    assert state.k.shape == (3, 2, H, x.size(1), D // H)
+
+
+def test_tied_output_layer_and_gradients_reach_every_parameter():
+    model = _lm()
+    assert model.generator.weight is model.embed.weight
+    model.train()
+    model(_tokens()).sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert missing == []
+
+
+# ---------------------------------------------------------------------------------------------- sampling
+def _nucleus(probs: list[float], p: float) -> set[int]:
+    """Brute force: the smallest set of most likely tokens whose total probability reaches p."""
+    order = sorted(range(len(probs)), key=lambda i: -probs[i])
+    kept, total = set(), 0.0
+    for i in order:
+        kept.add(i)
+        total += probs[i]
+        if total >= p:
+            break
+    return kept
+
+
+@pytest.mark.parametrize("top_p", [0.05, 0.3, 0.5, 0.9, 0.999])
+def test_top_p_keeps_the_brute_force_nucleus(top_p):
+    logits = torch.randn(4, 12, generator=torch.Generator().manual_seed(3)) * 2
+    out = filter_logits(logits, top_p=top_p)
+    for row in range(4):
+        kept = {i for i in range(12) if out[row, i] > float("-inf")}
+        assert kept == _nucleus(logits[row].softmax(-1).tolist(), top_p)
+        torch.testing.assert_close(out[row, sorted(kept)], logits[row, sorted(kept)])
+
+
+def test_top_k_and_temperature():
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.5, 2.5]])
+    assert (filter_logits(logits, top_k=2) > float("-inf")).nonzero()[:, 1].tolist() == [1, 4]
+    assert sample_next(logits, temperature=0).item() == 1
+    g = torch.Generator().manual_seed(0)
+    assert all(sample_next(logits, temperature=5.0, top_k=1, generator=g).item() == 1 for _ in range(20))
+    # frequencies follow softmax(logits / T) restricted to the top 3
+    n, temp = 20000, 0.7
+    draws = sample_next(logits.expand(n, 5), temperature=temp, top_k=3, generator=g)
+    expected = torch.zeros(5)
+    expected[[1, 2, 4]] = (logits[0, [1, 2, 4]] / temp).softmax(-1)
+    freq = torch.bincount(draws, minlength=5).float() / n
+    torch.testing.assert_close(freq, expected, atol=0.015, rtol=0)
+
+
+class _IdTokenizer:
+    """Token ids as text: '5 6 7'."""
+
+    def encode(self, text):
+        return [int(t) for t in text.split()]
+
+    def decode(self, ids):
+        return " ".join(str(i) for i in ids)
+
+
+def test_greedy_generation_equals_uncached_argmax():
+    model = _lm().float()
+    prompt = [7, 9, 4]
+    samples = generate(model, _IdTokenizer(), "7 9 4", num=2, max_len=12, temperature=0)
+    seq = [BOS_ID, *prompt]
+    for _ in range(12):  # re-run the whole prefix at every step: no cache
+        logits = model(torch.tensor([seq]))[0, -1]
+        logits[[PAD_ID, BOS_ID]] = float("-inf")
+        nxt = int(logits.argmax())
+        if nxt == EOS_ID:
+            break
+        seq.append(nxt)
+    assert samples[0].tokens[: len(seq) - 4] == seq[4:]
+    assert samples[0].text == samples[1].text == " ".join(map(str, seq[1:]))
+
+
+def test_sampling_is_seeded_and_scores_are_model_logprobs():
+    model = _lm().float()
+    a = generate(model, _IdTokenizer(), "", num=3, max_len=10, temperature=1.0, top_p=0.9, seed=5)
+    b = generate(model, _IdTokenizer(), "", num=3, max_len=10, temperature=1.0, top_p=0.9, seed=5)
+    assert [s.tokens for s in a] == [s.tokens for s in b]
+    s = a[0]
+    seq = [BOS_ID, *s.tokens] + ([EOS_ID] if s.finished else [])
+    lp = model(torch.tensor([seq[:-1]])).log_softmax(-1)[0]
+    assert s.logprob == pytest.approx(sum(lp[t, seq[t + 1]].item() for t in range(len(seq) - 1)), abs=1e-3)
+    with pytest.raises(AttnlabError, match="top_p"):
+        generate(model, _IdTokenizer(), "", top_p=0.0)
+    with pytest.raises(AttnlabError, match="max_len"):
+        generate(model, _IdTokenizer(), "", max_len=100)
+
+
+# ---------------------------------------------------------------------------------------------- training
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+    """A tiny character LM trained on counting sentences ("3 4 5 6"), its run directory."""
+    d = tmp_path_factory.mktemp("lm")
+    rng = random.Random(0)
+    lines = []
+    for _ in range(400):
+        start = rng.randint(0, 5)
+        lines.append(" ".join(str(start + i) for i in range(rng.randint(2, 4))))
+    (d / "count.txt").write_text("\n".join(lines) + "\n\n", encoding="utf-8")  # one empty line, skipped
+    (d / "lm.toml").write_text(f'''
+[data]
+corpus = "text"
+train = "{d / 'count.txt'}"
+dev_size = 40
+test_size = 40
+[tokenizer]
+kind = "char"
+[model]
+family = "lm"
+[model.lm]
+d_model = 32
+h = 4
+d_ff = 64
+layers = 2
+dropout = 0.0
+[train]
+max_steps = 150
+max_tokens = 600
+lr = 0.003
+eval_every = 50
+progress = false
+[generate]
+temperature = 0
+''', encoding="utf-8")
+    assert main(["train", str(d / "lm.toml"), "--out", str(d / "run")]) == 0
+    return d
+
+
+def test_training_learns_and_perplexity_equals_direct_computation(lm_run):
+    run = lm_run / "run"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    dev = [r["dev_ppl"] for r in records if "dev_ppl" in r]
+    assert dev[-1] < dev[0] and dev[-1] < 2.5  # digits are mostly predictable from the previous one
+    result = evaluate_lm(run, "test", device="cpu")
+    cfg, tok, model = load_lm(run)
+    from attnlab.lm import load_text
+
+    nll, n = 0.0, 0
+    for s in load_text(cfg.data).test:  # one sentence at a time, no batching or padding
+        ids = [BOS_ID, *tok.encode(s), EOS_ID]
+        lp = model(torch.tensor([ids[:-1]])).log_softmax(-1)[0]
+        nll -= sum(lp[t, ids[t + 1]].item() for t in range(len(ids) - 1))
+        n += len(ids) - 1
+    assert result["tokens"] == n
+    assert result["ppl_token"] == pytest.approx(math.exp(nll / n), rel=1e-4)
+    assert json.loads((run / "eval" / "test.json").read_text())["ppl_token"] == result["ppl_token"]
+
+
+def test_cli_generate_evaluate_summary_resume(lm_run, capsys):
+    run = str(lm_run / "run")
+    assert main(["generate", run, "--prompt", "2 3", "-n", "2", "--max-len", "6"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and out[0] == out[1] and out[0].startswith("2 3 4")  # greedy by the run's config
+    assert main(["evaluate", run, "--split", "dev", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sentences"] == 40
+    assert main(["summary", run]) == 0
+    assert "Total params" in capsys.readouterr().out
+    assert main(["train", "--resume", run, "--set", "train.max_steps=160"]) == 0
+    assert json.loads((lm_run / "run" / "checkpoints" / "latest.json").read_text())["step"] == 160
+
+
+def test_cli_user_mistakes_exit_2(lm_run, tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\nfamily = "lm"\n[model.lm]\nlayerz = 2\n', encoding="utf-8")
+    assert main(["train", str(bad), "--out", str(tmp_path / "r")]) == 2
+    assert "model.lm.layerz" in capsys.readouterr().err
+    assert main(["generate", str(lm_run / "run"), "--top-p", "1.5"]) == 2
+    assert "top_p" in capsys.readouterr().err
+    assert main(["generate", str(tmp_path / "nowhere")]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+    with pytest.raises(AttnlabError, match="data.train"):
+        from attnlab.lm import load_text
+
+        load_text(load_lm_config(None, ["data.corpus=text"]).data)
+
+
+# ---------------------------------------------------------------------------------------------- transfer
+def test_lm_initialised_decoder_reproduces_the_lm(lm_run, tmp_path):
+    """With its cross-attention silenced (W_O = 0), a pre-norm decoder initialised from the LM computes the LM."""
+    cfg, tok, lm = load_lm(lm_run / "run")
+    c = cfg.model.lm
+    model = TransformerSeq2Seq(11, tok.vocab_size, TransformerConfig(
+        d_model=c.d_model, h=c.h, d_ff=c.d_ff, enc_layers=1, dec_layers=c.layers, dropout=0.0, norm=c.norm,
+        tie_embeddings="decoder")).eval()
+    n = init_decoder_from_lm(model, lm_run / "run")
+    assert n == sum(p.numel() for p in lm.parameters())  # every LM parameter found a place
+    with torch.no_grad():
+        for layer in model.decoder:
+            layer.cross_attn.W_O.weight.zero_()
+            layer.cross_attn.W_O.bias.zero_()
+    x = torch.tensor([[BOS_ID, *tok.encode("3 4 5")]])
+    src = torch.randint(4, 11, (1, 5))
+    torch.testing.assert_close(model(src, torch.tensor([5]), x), lm(x), atol=1e-5, rtol=1e-5)
+    other = TransformerSeq2Seq(11, tok.vocab_size, TransformerConfig(d_model=c.d_model * 2, h=c.h,
+                                                                       d_ff=c.d_ff, tie_embeddings="decoder"))
+    with pytest.raises(AttnlabError, match="d_model"):
+        init_decoder_from_lm(other, lm_run / "run")
+
+
+def test_translation_run_starts_from_the_lm(tiny_tsv, tmp_path):
+    """`pretrained.decoder`: the run takes the LM's tokenizer as its target side and its weights in the decoder
+    (checked at step 0); init_weights = false keeps only the tokenizer; a joint vocabulary is refused."""
+    from conftest import one_thread, tiny_experiment
+
+    from attnlab.checkpoint import load_weights
+    from attnlab.config import to_dict
+    from attnlab.experiment import experiment_from_dict
+    from attnlab.lm import LMExperimentConfig, train_lm
+    from attnlab.tokenizers import load_tokenizers
+    from attnlab.workflow import train_run
+
+    lm_cfg = LMExperimentConfig()
+    lm_cfg.data.corpus, lm_cfg.data.train, lm_cfg.data.dev_size, lm_cfg.data.test_size = \
+        "text", str(tmp_path / "tgt.txt"), 20, 20
+    (tmp_path / "tgt.txt").write_text("".join(line.split("\t")[1] for line in
+                                              (tiny_tsv / "train.tsv").read_text().splitlines(keepends=True)))
+    lm_cfg.tokenizer.kind = "char"
+    lm_cfg.model.lm = LMModelConfig(d_model=32, h=2, d_ff=64, layers=2, dropout=0.0)
+    lm_cfg.train.max_steps, lm_cfg.train.eval_every, lm_cfg.train.progress = 5, 5, False
+    with one_thread():
+        train_lm(lm_cfg, tmp_path / "lm")
+    _, lm_tok, lm = load_lm(tmp_path / "lm")
+
+    def run(name, **pretrained):
+        data = to_dict(tiny_experiment(tiny_tsv, "transformer", max_steps=10))
+        data["train"]["max_steps"] = 0
+        data["tokenizer"]["joint"] = False
+        data["model"]["transformer"]["tie_embeddings"] = "decoder"
+        data["pretrained"] = {"decoder": str(tmp_path / "lm"), **pretrained}
+        with one_thread():
+            train_run(experiment_from_dict(data), tmp_path / name)
+        model = TransformerSeq2Seq(load_tokenizers(tmp_path / name / "tokenizer").src.vocab_size,
+                                   lm_tok.vocab_size, experiment_from_dict(data).model.transformer)
+        load_weights(model, tmp_path / name / "checkpoints" / "step_00000000.safetensors")
+        return model
+
+    tuned = run("tuned")
+    assert load_tokenizers(tmp_path / "tuned" / "tokenizer").tgt.encode("la casa") == lm_tok.encode("la casa")
+    torch.testing.assert_close(tuned.decoder[1].ff.linear2.weight, lm.layers[1].ff.linear2.weight)
+    torch.testing.assert_close(tuned.decoder[0].norm3.weight, lm.layers[0].norm2.weight)
+    torch.testing.assert_close(tuned.tgt_embed.weight, lm.embed.weight)
+    scratch = run("scratch", init_weights=False)
+    assert not torch.allclose(scratch.decoder[1].ff.linear2.weight, lm.layers[1].ff.linear2.weight)
+    data = to_dict(tiny_experiment(tiny_tsv, "transformer", max_steps=10))
+    data["train"]["max_steps"] = 0
+    data["pretrained"] = {"decoder": str(tmp_path / "lm")}
+    with pytest.raises(AttnlabError, match="tokenizer.joint"):
+        train_run(experiment_from_dict(data), tmp_path / "joint")
