@@ -351,3 +351,10 @@ def test_translation_run_starts_from_the_lm(tiny_tsv, tmp_path):
     data["pretrained"] = {"decoder": str(tmp_path / "lm")}
     with pytest.raises(AttnlabError, match="tokenizer.joint"):
         train_run(experiment_from_dict(data), tmp_path / "joint")
+
+
+def test_translation_commands_refuse_an_lm_run(lm_run, capsys):
+    for argv in (["translate", str(lm_run / "run")], ["plot", "attention", str(lm_run / "run"), "--sentence", "1 2"],
+                 ["report", str(lm_run / "run"), "--out", str(lm_run / "r.html")]):
+        assert main(argv) == 2
+        assert "language-model run" in capsys.readouterr().err

@@ -87,7 +87,11 @@ def load_run(run_dir: Path | str, checkpoint: str = "best") -> tuple[ExperimentC
     run_dir = Path(run_dir)
     if not (run_dir / "config.json").is_file():
         raise AttnlabError(f"{run_dir}: not a run directory (config.json missing)")
-    cfg = experiment_from_dict(read_json(run_dir / "config.json"))
+    data = read_json(run_dir / "config.json")
+    if isinstance(data.get("model"), dict) and data["model"].get("family") == "lm":
+        raise AttnlabError(f"{run_dir} is a language-model run, not a translation model: use `attnlab generate` "
+                           "or `attnlab evaluate` with it")
+    cfg = experiment_from_dict(data)
     tokenizers = load_tokenizers(run_dir / "tokenizer")
     model = build_model(cfg.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
     ckpt = run_dir / "checkpoints"
