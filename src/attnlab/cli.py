@@ -654,8 +654,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     srv.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
-    srv.add_argument("--max-chars", type=int, default=1000, help="longest sentence accepted, in characters "
-                                                                 "(default 1000; tokens: the run's decode.max_src_tokens)")
+    srv.add_argument("--max-chars", type=int, default=1000,
+                     help="longest sentence accepted, in characters (default 1000; tokens: the run's "
+                          "decode.max_src_tokens)")
     srv.add_argument("--checkpoint", choices=("best", "last"), default="best")
     srv.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu")
     srv.set_defaults(func=cmd_serve)

@@ -143,7 +143,8 @@ def _scores_table(runs: list[RunInfo], split: str) -> str:
             continue
         rows.append(f"<tr><td>{_e(r.name)}</td><td class=num>{_fmt(ev['bleu'])}</td><td class=num>{_fmt(ev['chrf'])}"
                     f"</td><td class=num>{ev['sentences']:,}</td><td class=num>{ev['beam']}</td>"
-                    f"<td>{_e(ev.get('checkpoint', ''))}</td><td><code>{_e(ev.get('bleu_signature', ''))}</code></td></tr>")
+                    f"<td>{_e(ev.get('checkpoint', ''))}</td>"
+                    f"<td><code>{_e(ev.get('bleu_signature', ''))}</code></td></tr>")
     out = f"<table>{head}{''.join(rows)}</table>" if rows else ""
     for r in missing:
         out += (f"<p class=muted>{_e(r.name)}: not evaluated on {_e(split)} yet; run "

@@ -263,5 +263,6 @@ def listen(host: str, port: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
     except OSError as e:
-        raise AttnlabError(f"cannot listen on {host}:{port}: {e.strerror or e} (choose another --host/--port)") from None
+        raise AttnlabError(f"cannot listen on {host}:{port}: {e.strerror or e} "
+                           "(choose another --host/--port)") from None
     return sock

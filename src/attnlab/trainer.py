@@ -338,7 +338,8 @@ class Trainer:
             self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
         t_start = self._t_start = time.perf_counter()
         # with a time budget the step limit is usually far away: show elapsed time and rate, not a fake ETA
-        bar = tqdm(total=None if cfg.max_minutes else cfg.max_steps, initial=s["step"], disable=not (cfg.progress and self.is_main),
+        bar = tqdm(total=None if cfg.max_minutes else cfg.max_steps, initial=s["step"],
+                   disable=not (cfg.progress and self.is_main),
                    dynamic_ncols=True, unit="step")
         window_loss, window_tok, window_t = 0.0, 0, time.perf_counter()
         while (reason := self._done(t_start)) is None:
