@@ -57,6 +57,20 @@ def read_json(path: Path) -> Any:
         raise AttnlabError(f"{path}: not valid JSON ({e})") from None
 
 
+def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(tensors, metadata) of a safetensors file; a missing, truncated or otherwise corrupt file is an AttnlabError
+    naming it."""
+    if not path.is_file():
+        raise AttnlabError(f"{path}: no such checkpoint")
+    try:
+        tensors = load_file(str(path))
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+    except Exception as e:  # safetensors raises its own SafetensorError, OSError, ValueError ...
+        raise AttnlabError(f"{path}: corrupt checkpoint, not a readable safetensors file ({e})") from None
+    return tensors, meta
+
+
 def save_weights(model: nn.Module, path: Path) -> None:
     """Model weights as safetensors. Tied weights (the same tensor under several names) are stored once, the other
     names recorded as aliases in the file's metadata. Every tensor is copied out on its own: cuDNN's RNNs keep their
@@ -78,11 +92,7 @@ def save_weights(model: nn.Module, path: Path) -> None:
 def load_weights(model: nn.Module, path: Path) -> None:
     """Loads weights written by `save_weights` (or by safetensors' `save_model`) into model; a file that does not
     fit the model is an AttnlabError naming the first missing and unexpected keys."""
-    if not path.is_file():
-        raise AttnlabError(f"{path}: no such checkpoint")
-    tensors = load_file(str(path))
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
+    tensors, meta = read_tensors(path)
     if "attnlab_aliases" in meta:
         aliases = json.loads(meta["attnlab_aliases"])
     else:  # save_model's format: each removed duplicate name maps to the name that was kept
@@ -159,7 +169,7 @@ def load_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Opt
     stem = ckpt_dir / read_json(latest)["name"]
     load_weights(model, stem.with_suffix(".safetensors"))
     state = read_json(stem.with_suffix(".json"))
-    tensors = load_file(f"{stem}.train.safetensors")
+    tensors, _ = read_tensors(Path(f"{stem}.train.safetensors"))
     if optimizer is not None:
         restore_optimizer(optimizer, tensors, state["optimizer"])
     torch.set_rng_state(tensors["rng.torch"])
