@@ -54,14 +54,14 @@ def tiny_experiment(tiny_dir, family: str = "rnn", max_steps: int = 20):
 def tiny_runs(tiny_tsv, tmp_path_factory):
     """Two trained run directories of the synthetic task, {"rnn": path, "transformer": path}, made once per
     session (for the report, the server and the browser test)."""
-    from attnlab.workflow import train_run
+    from attnlab.workflow import train
 
     root = tmp_path_factory.mktemp("tiny_runs")
     runs = {}
     with one_thread():
         for family in ("rnn", "transformer"):
             runs[family] = root / family
-            train_run(tiny_experiment(tiny_tsv, family), runs[family])
+            train(tiny_experiment(tiny_tsv, family), runs[family])
     return runs
 
 

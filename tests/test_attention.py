@@ -244,3 +244,30 @@ def test_learned_query_attention_mask_gradcheck_and_errors():
     assert torch.autograd.gradcheck(lambda k: att(k, keep)[0], (keys,))
     with pytest.raises(AttnlabError, match=r"\(B, 5, 3\)"):
         att(torch.randn(2, 6, 3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("T_q, S_k", [(4, 4), (3, 7), (1, 5)])
+def test_causal_with_fewer_queries_than_keys_is_bottom_right_on_both_paths(T_q, S_k):
+    """causal=True: query i sees keys 0 .. i + (S - T) (the last T positions of a sequence whose first S - T keys
+    are cached), on the fused and on the explicit path alike; checked against softmax written out per query."""
+    q = torch.randn(2, H, T_q, D // H, dtype=torch.float64)
+    k = torch.randn(2, H, S_k, D // H, dtype=torch.float64)
+    v = torch.randn(2, H, S_k, D // H, dtype=torch.float64)
+    fused, _ = scaled_dot_product_attention(q, k, v, causal=True)
+    explicit, w = scaled_dot_product_attention(q, k, v, causal=True, need_weights=True)
+    expected = torch.empty_like(fused)
+    for i in range(T_q):
+        visible = i + (S_k - T_q) + 1
+        scores = q[:, :, i:i + 1] @ k[:, :, :visible].transpose(-2, -1) / math.sqrt(D // H)  # (2, H, 1, visible)
+        expected[:, :, i:i + 1] = scores.softmax(-1) @ v[:, :, :visible]
+        assert torch.all(w[:, :, i, visible:] == 0)
+    torch.testing.assert_close(fused, expected)
+    torch.testing.assert_close(explicit, expected)
+    with_mask, _ = scaled_dot_product_attention(q, k, v, torch.ones(2, 1, 1, S_k, dtype=torch.bool), causal=True)
+    torch.testing.assert_close(with_mask, expected)
+
+
+def test_causal_with_more_queries_than_keys_is_refused():
+    q, k = torch.randn(1, 1, 5, 4), torch.randn(1, 1, 3, 4)
+    with pytest.raises(AttnlabError, match="T=5 queries and S=3 keys"):
+        scaled_dot_product_attention(q, k, k, causal=True)

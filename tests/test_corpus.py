@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from attnlab.corpus import (DEV_BOOKS, TEST_BOOKS, Pair, _sword_dir, bible_corpus, file_corpus, normalize,
-                            read_parallel, read_tsv, split_pairs)
+from attnlab.corpus import (DEV_BOOKS, TEST_BOOKS, Pair, sword_dir, bible_corpus, file_corpus, normalize,
+                            read_parallel, read_tsv, holdout)
 from attnlab.errors import AttnlabError
 
 
@@ -58,12 +58,12 @@ def test_empty_corpus_and_missing_file(tmp_path):
 
 def test_split_pairs_is_seeded_partition():
     pairs = [Pair(str(i), str(i), str(i)) for i in range(50)]
-    a, b = split_pairs(pairs, 5, 7, seed=3), split_pairs(pairs, 5, 7, seed=3)
+    a, b = holdout(pairs, 5, 7, seed=3), holdout(pairs, 5, 7, seed=3)
     assert a == b
     assert (len(a["train"]), len(a["dev"]), len(a["test"])) == (38, 5, 7)
     assert sorted(int(p.src) for s in a.values() for p in s) == list(range(50))
     with pytest.raises(AttnlabError, match="cannot hold out"):
-        split_pairs(pairs, 30, 30)
+        holdout(pairs, 30, 30)
 
 
 def _run_cli(*args):
@@ -101,7 +101,7 @@ def test_cli_help_lists_commands():
 
 
 def _sword_ready() -> bool:
-    d = _sword_dir()
+    d = sword_dir()
     return d is not None and all((d / "mods.d" / f"{m}.conf").is_file() for m in ("engKJV2006eb", "spaRV1909eb"))
 
 

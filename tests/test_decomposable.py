@@ -157,7 +157,7 @@ class IdsOfText:
 
 
 def test_learns_a_synthetic_paraphrase_task_and_its_alignment(tmp_path):
-    from attnlab.pretrained import PairDataset, PairTask, predict_pairs
+    from attnlab.pairs import PairDataset, PairTask, predict_pairs
     from attnlab.trainer import Trainer, TrainConfig
 
     torch.manual_seed(0)

@@ -12,10 +12,11 @@ import torch
 
 from attnlab.cli import main
 from attnlab.errors import AttnlabError
-from attnlab.lm import (LMModelConfig, TransformerLM, evaluate_lm, filter_logits, generate, init_decoder_from_lm,
+from attnlab.lm import (LMModelConfig, TransformerLM, filter_logits, generate, init_decoder_from_lm,
                         load_lm, load_lm_config, sample_next)
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
-from attnlab.transformer import EncoderLayer, TransformerConfig, TransformerSeq2Seq
+from attnlab.transformer import DecoderLayer, TransformerConfig, TransformerSeq2Seq
+from attnlab.workflow import evaluate, train
 
 D, H, FF, V = 16, 4, 32, 27
 
@@ -47,7 +48,7 @@ def test_causal_layer_matches_torch_encoder_layer(norm):
     with torch.no_grad():
         for p in theirs.parameters():
             p.copy_(torch.randn_like(p) * 0.3 + (1.0 if p.dim() == 1 and p.numel() == D else 0.0))
-    ours = EncoderLayer(TransformerConfig(d_model=D, h=H, d_ff=FF, dropout=0.0, norm=norm)).double()
+    ours = DecoderLayer(TransformerConfig(d_model=D, h=H, d_ff=FF, dropout=0.0, norm=norm), cross_attention=False).double()
     with torch.no_grad():
         wq, wk, wv = theirs.self_attn.in_proj_weight.chunk(3)
         bq, bk, bv = theirs.self_attn.in_proj_bias.chunk(3)
@@ -63,7 +64,7 @@ def test_causal_layer_matches_torch_encoder_layer(norm):
     mask = torch.nn.Transformer.generate_square_subsequent_mask(7, dtype=torch.float64)
     expected = theirs(x, src_mask=mask, is_causal=True)
     for need_weights in (False, True):  # fused kernel's causal mode and the explicit path
-        out, w = ours(x, None, need_weights, causal=True)
+        out, w, _ = ours(x, need_weights=need_weights)  # causal by default
         torch.testing.assert_close(out, expected)
     assert torch.all(w.triu(diagonal=1) == 0)  # (B, H, T, T): no weight on future positions
     torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
@@ -236,7 +237,7 @@ def test_training_learns_and_perplexity_equals_direct_computation(lm_run):
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     dev = [r["dev_ppl"] for r in records if "dev_ppl" in r]
     assert dev[-1] < dev[0] and dev[-1] < 2.5  # digits are mostly predictable from the previous one
-    result = evaluate_lm(run, "test", device="cpu")
+    result = evaluate(run, "test", device="cpu")[1]
     cfg, tok, model = load_lm(run)
     from attnlab.lm import load_text
 
@@ -310,9 +311,8 @@ def test_translation_run_starts_from_the_lm(tiny_tsv, tmp_path):
     from attnlab.checkpoint import load_weights
     from attnlab.config import to_dict
     from attnlab.experiment import experiment_from_dict
-    from attnlab.lm import LMExperimentConfig, train_lm
+    from attnlab.lm import LMExperimentConfig
     from attnlab.tokenizers import load_tokenizers
-    from attnlab.workflow import train_run
 
     lm_cfg = LMExperimentConfig()
     lm_cfg.data.corpus, lm_cfg.data.train, lm_cfg.data.dev_size, lm_cfg.data.test_size = \
@@ -323,7 +323,7 @@ def test_translation_run_starts_from_the_lm(tiny_tsv, tmp_path):
     lm_cfg.model.lm = LMModelConfig(d_model=32, h=2, d_ff=64, layers=2, dropout=0.0)
     lm_cfg.train.max_steps, lm_cfg.train.eval_every, lm_cfg.train.progress = 5, 5, False
     with one_thread():
-        train_lm(lm_cfg, tmp_path / "lm")
+        train(lm_cfg, tmp_path / "lm")
     _, lm_tok, lm = load_lm(tmp_path / "lm")
 
     def run(name, **pretrained):
@@ -333,7 +333,7 @@ def test_translation_run_starts_from_the_lm(tiny_tsv, tmp_path):
         data["model"]["transformer"]["tie_embeddings"] = "decoder"
         data["pretrained"] = {"decoder": str(tmp_path / "lm"), **pretrained}
         with one_thread():
-            train_run(experiment_from_dict(data), tmp_path / name)
+            train(experiment_from_dict(data), tmp_path / name)
         model = TransformerSeq2Seq(load_tokenizers(tmp_path / name / "tokenizer").src.vocab_size,
                                    lm_tok.vocab_size, experiment_from_dict(data).model.transformer)
         load_weights(model, tmp_path / name / "checkpoints" / "step_00000000.safetensors")
@@ -350,11 +350,11 @@ def test_translation_run_starts_from_the_lm(tiny_tsv, tmp_path):
     data["train"]["max_steps"] = 0
     data["pretrained"] = {"decoder": str(tmp_path / "lm")}
     with pytest.raises(AttnlabError, match="tokenizer.joint"):
-        train_run(experiment_from_dict(data), tmp_path / "joint")
+        train(experiment_from_dict(data), tmp_path / "joint")
 
 
 def test_translation_commands_refuse_an_lm_run(lm_run, capsys):
     for argv in (["translate", str(lm_run / "run")], ["plot", "attention", str(lm_run / "run"), "--sentence", "1 2"],
                  ["report", str(lm_run / "run"), "--out", str(lm_run / "r.html")]):
         assert main(argv) == 2
-        assert "language-model run" in capsys.readouterr().err
+        assert "decoder-only Transformer LM run cannot translate" in capsys.readouterr().err

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from attnlab.corpus import DEV_BOOKS, TEST_BOOKS, _sword_dir
+from attnlab.corpus import DEV_BOOKS, TEST_BOOKS, sword_dir
 from attnlab.errors import AttnlabError
 from attnlab.paraphrase import KINDS, Verse, make_pairs
 
@@ -94,7 +94,7 @@ def test_one_chapter_is_an_error():
 
 
 def _sword_ready() -> bool:
-    d = _sword_dir()
+    d = sword_dir()
     return d is not None and all((d / "mods.d" / f"{m}.conf").is_file() for m in ("engKJV2006eb", "engWEB2015eb"))
 
 
@@ -128,7 +128,8 @@ def test_bible_paraphrase_corpus():
 def test_accuracy_by_kind_counts_each_kind():
     import torch
 
-    from attnlab.paraphrase import ParaphrasePair, accuracy_by_kind
+    from attnlab.pairs import accuracy_by_kind
+    from attnlab.paraphrase import ParaphrasePair
 
     kinds = ["same", "chapter", "same", "random", "same", "chapter"]
     pairs = [ParaphrasePair("a", "b", int(k == "same"), "", "", k) for k in kinds]
@@ -140,7 +141,7 @@ def test_accuracy_by_kind_counts_each_kind():
 
 
 def test_paraphrase_config_rejects_unknown_keys_and_families(tmp_path):
-    from attnlab.paraphrase import build_classifier, load_paraphrase_config
+    from attnlab.pairs import load_paraphrase_config, make_pair_tokenizers
 
     cfg = load_paraphrase_config("configs/paraphrase-decomposable.toml")
     assert cfg.model.family == "decomposable" and cfg.train.label_smoothing == 0.0
@@ -149,7 +150,7 @@ def test_paraphrase_config_rejects_unknown_keys_and_families(tmp_path):
     with pytest.raises(AttnlabError, match="model.family: 'bert' is not one of 'decomposable', 'minilm'"):
         load_paraphrase_config(None, ["model.family=bert"])
     with pytest.raises(AttnlabError, match="tokenizer.joint"):
-        build_classifier(load_paraphrase_config(None, ["tokenizer.joint=false"]), tmp_path, [])
+        make_pair_tokenizers(load_paraphrase_config(None, ["tokenizer.joint=false"]), None)
 
 
 @pytest.mark.integration

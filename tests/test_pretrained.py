@@ -10,9 +10,10 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 from attnlab.errors import AttnlabError
-from attnlab.pretrained import (BertConfig, BertEncoder, MiniLMConfig, PairClassifier, PairDataset, PairTask,
+from attnlab.pairs import PairDataset, PairTask, pair_accuracy, predict_pairs
+from attnlab.pretrained import (BertConfig, BertEncoder, MiniLMConfig, PairClassifier,
                                 build_minilm_classifier, encode, load_bert_weights, load_minilm, mean_pool,
-                                minilm_dir, pair_accuracy, predict_pairs, read_bert_config)
+                                minilm_dir, read_bert_config)
 from attnlab.transformer import TransformerConfig
 
 SENTENCES = [
@@ -260,12 +261,12 @@ def test_paraphrase_config_builds_the_minilm_classifier(tmp_path):
     """configs/paraphrase-minilm.toml is valid and gives the pretrained classifier it describes."""
     from pathlib import Path
 
-    from attnlab.paraphrase import build_classifier, load_paraphrase_config
+    from attnlab.pairs import build_pair_model, load_paraphrase_config, pair_ids
 
     path = Path(__file__).resolve().parents[1] / "configs" / "paraphrase-minilm.toml"
     cfg = load_paraphrase_config(path)
     assert (cfg.model.family, cfg.model.minilm.head, cfg.model.minilm.max_len) == ("minilm", "cosine", 64)
-    model, ids = build_classifier(cfg, tmp_path)
+    model, ids = build_pair_model(cfg, None), pair_ids(cfg, None)
     assert isinstance(model, PairClassifier) and model.head_kind == "cosine"
     assert len(ids.ids(["word " * 100])[0]) == 64
     with pytest.raises(AttnlabError, match="model.minilm.head: 'mlp' is not one of 'cosine', 'sbert'"):

@@ -11,8 +11,9 @@ from attnlab.cli import main
 from attnlab.checkpoint import read_json
 from attnlab.experiment import experiment_from_dict
 from attnlab.report import build_report
-from attnlab.translate import Translator, load_run
-from attnlab.workflow import evaluate_run
+from attnlab.families import EvalOptions
+from attnlab.translate import Translator
+from attnlab.workflow import evaluate, load_run
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: see conftest.one_thread
 
@@ -39,7 +40,7 @@ def _parse(text: str) -> Assets:
 @pytest.fixture(scope="module")
 def report(tiny_runs, tmp_path_factory):
     """The report of both runs, the RNN evaluated on 6 test sentences, the Transformer not at all."""
-    evaluate_run(tiny_runs["rnn"], "test", beam_size=1, device="cpu", max_sentences=6)
+    evaluate(tiny_runs["rnn"], "test", device="cpu", options=EvalOptions(beam=1, max_sentences=6))
     out = build_report([tiny_runs["rnn"], tiny_runs["transformer"]], tmp_path_factory.mktemp("rep") / "r.html",
                        n_samples=2, beam=1)
     return out.read_text(encoding="utf-8")
@@ -61,7 +62,7 @@ def test_contents_are_the_runs(report, tiny_runs):
     assert f"<td class=num>{ev['bleu']:.2f}</td><td class=num>{ev['chrf']:.2f}" in report
     assert html.escape(f"attnlab evaluate {tiny_runs['transformer']} --split test") in report  # how to get it
     for name, run in tiny_runs.items():
-        _, _, model = load_run(run)
+        model = load_run(run).model
         n = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
         assert f"Total params: {n:,}" in report and f"<td class=num>{n:,}</td>" in report
     for key in ('"hidden_dim": 64', '"d_model": 32', '"attention": "bahdanau"'):  # the configs, as JSON

@@ -11,8 +11,9 @@ import torch
 from attnlab.checkpoint import load_checkpoint
 from attnlab.errors import AttnlabError
 from attnlab.experiment import experiment_from_dict
-from attnlab.trainer import TrainConfig, lr_factor
-from attnlab.workflow import evaluate_run, train_run
+from attnlab.families import EvalOptions
+from attnlab.trainer import TrainConfig, Trainer, lr_factor
+from attnlab.workflow import evaluate, train
 
 
 def tiny_config(tiny_tsv, **train):
@@ -37,11 +38,11 @@ def test_lr_schedules():
 
 def test_resume_is_exact(tiny_tsv, tmp_path):
     straight = tmp_path / "straight"
-    train_run(tiny_config(tiny_tsv, max_steps=40), straight)
+    train(tiny_config(tiny_tsv, max_steps=40), straight)
     halves = tmp_path / "halves"
-    train_run(tiny_config(tiny_tsv, max_steps=20), halves)
-    state = train_run(None, halves, resume=True, overrides=["train.max_steps=40"])
-    assert state["step"] == 40
+    train(tiny_config(tiny_tsv, max_steps=20), halves)
+    state = train(None, halves, resume=True, overrides=["train.max_steps=40"])
+    assert state.step == 40
     a = {k: v.clone() for k, v in _weights(straight).items()}
     b = _weights(halves)
     assert a.keys() == b.keys()
@@ -63,12 +64,12 @@ def _weights(run_dir):
 @pytest.fixture(scope="module")
 def trained(tiny_tsv, tmp_path_factory):
     run = tmp_path_factory.mktemp("run") / "bahdanau"
-    train_run(tiny_config(tiny_tsv, max_steps=300, eval_every=100, lr=0.005), run)
+    train(tiny_config(tiny_tsv, max_steps=300, eval_every=100, lr=0.005), run)
     return run
 
 
 def test_model_learns_the_task(trained):
-    result = evaluate_run(trained, "test", beam_size=3, device="cpu")
+    result = evaluate(trained, "test", device="cpu", options=EvalOptions(beam=3))[1]
     assert result["bleu"] > 60, result
     assert sum(r["sentences"] for r in result["by_length"]) == 40
     assert (trained / "eval" / "test.hyp.txt").read_text().count("\n") == 40
@@ -117,7 +118,7 @@ def test_cli_bad_config_key(tmp_path):
 
 def test_missing_checkpoint_on_resume(tmp_path):
     with pytest.raises(Exception, match="nothing to resume"):
-        train_run(None, tmp_path / "none", resume=True)
+        train(None, tmp_path / "none", resume=True)
     ckpt = tmp_path / "ck"
     ckpt.mkdir()
     with pytest.raises(Exception, match="latest.json missing"):
@@ -150,9 +151,9 @@ def test_gradient_accumulation_equals_one_big_batch(tiny_tsv, tmp_path):
 
 def test_early_stopping(tiny_tsv, tmp_path):
     # a learning rate of zero never improves dev: patience 2 stops after 3 validations
-    state = train_run(tiny_config(tiny_tsv, max_steps=1000, eval_every=5, lr=0.0, patience=2, eval_bleu=False),
+    state = train(tiny_config(tiny_tsv, max_steps=1000, eval_every=5, lr=0.0, patience=2, eval_bleu=False),
                       tmp_path / "es")
-    assert state["stopped"] == "early_stopping" and state["step"] == 15
+    assert state.stopped == "early_stopping" and state.step == 15
 
 
 def test_torchrun_two_processes(tiny_tsv, tmp_path):
@@ -274,3 +275,54 @@ progress = false
         assert last_loss(killed) == last_loss(tmp_path / "straight")
     else:  # the machine was too slow to kill it before step 60: the test could not check anything
         pytest.skip(f"killed only at step {at_kill}")
+
+
+def test_adamw_does_not_decay_norms_biases_and_embeddings(tiny_tsv, tmp_path):
+    """After one AdamW step with zero gradients only weight decay moves a parameter: the matrices shrink by
+    lr * weight_decay, LayerNorm gains, biases and embeddings stay where they were."""
+    from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
+
+    model = TransformerSeq2Seq(20, 20, TransformerConfig(d_model=16, h=2, d_ff=32, enc_layers=1, dec_layers=1))
+    with torch.no_grad():
+        model.encoder[0].norm1.weight.fill_(1.5)  # away from any fixed point of the update
+    cfg = TrainConfig(optimizer="adamw", lr=0.1, weight_decay=0.5, device="cpu", progress=False)
+    data = torch.utils.data.TensorDataset(torch.zeros(1))
+    data.lengths = lambda: [1]
+    trainer = Trainer(model, cfg, data, data, tmp_path)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    trainer.optimizer.step()
+    after = dict(model.named_parameters())
+    for name in ("encoder.0.norm1.weight", "encoder.0.norm1.bias", "encoder.0.ff.linear1.bias",
+                 "src_embed.weight", "tgt_embed.weight"):
+        assert torch.equal(after[name], before[name]), name
+    torch.testing.assert_close(after["encoder.0.ff.linear1.weight"],
+                               before["encoder.0.ff.linear1.weight"] * (1 - 0.1 * 0.5))
+
+
+def test_progress_off_a_terminal_is_plain_lines(tiny_tsv, tmp_path):
+    """`attnlab train` with stderr to a file (not a terminal): one plain log line per log_every steps with loss and
+    tokens/s, no carriage-return progress bar."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"""[data]\ncorpus = "files"\ntrain = ["{tiny_tsv / 'train.tsv'}"]\ndev = ["{tiny_tsv / 'dev.tsv'}"]
+test = ["{tiny_tsv / 'test.tsv'}"]\n[tokenizer]\nkind = "char"\n[model.rnn]\nhidden_dim = 16\nemb_dim = 8
+[train]\nmax_steps = 30\nlog_every = 10\neval_every = 30\nmax_tokens = 600\nprogress = true\nnum_threads = 1
+eval_max_sentences = 4\n""")
+    done = _cli("train", cfg, "--out", tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stderr
+    progress = [line for line in done.stderr.splitlines() if line.startswith("step ") and "tokens/s" in line]
+    assert [line.split(":")[0] for line in progress] == ["step 10/30", "step 20/30", "step 30/30"]
+    assert all("loss " in line for line in progress)
+
+
+def test_cli_translate_takes_the_file_before_or_after_the_options(trained, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("the red house\nmy cat\n", encoding="utf-8")
+    after = _cli("translate", trained, "--checkpoint", "last", "--device", "cpu", "--beam", "1", src)
+    before = _cli("translate", trained, src, "--checkpoint", "last", "--device", "cpu", "--beam", "1")
+    assert after.returncode == 0 and before.returncode == 0, after.stderr + before.stderr
+    assert after.stdout == before.stdout and len(after.stdout.splitlines()) == 2
+    extra = _cli("translate", trained, src, src)
+    assert extra.returncode == 2 and "unrecognized arguments" in extra.stderr

@@ -11,6 +11,7 @@ from attnlab.attention import causal_mask, padding_mask
 from attnlab.errors import AttnlabError
 from attnlab.search import beam_search, greedy_search
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from attnlab.trainer import optimizer_groups
 from attnlab.transformer import (DecoderLayer, EncoderLayer, PositionalEncoding, TransformerConfig,
                                  TransformerSeq2Seq)
 
@@ -224,10 +225,15 @@ def test_init_and_param_groups():
     assert torch.all(model.src_embed.weight[PAD_ID] == 0)
     assert model.tgt_embed.weight[4:].std().item() == pytest.approx(D ** -0.5, rel=0.3)
     assert torch.all(model.decoder[0].ff.linear1.bias == 0)
-    decay, no_decay = model.param_groups(0.1)
+    decay, no_decay = optimizer_groups(model, 0.1)
     assert {id(p) for p in decay["params"]} | {id(p) for p in no_decay["params"]} == \
         {id(p) for p in model.parameters()}
     assert all(p.dim() >= 2 for p in decay["params"]) and no_decay["weight_decay"] == 0.0
+    no_decay_ids = {id(p) for p in no_decay["params"]}
+    norms_biases_embeddings = [model.decoder[0].norm1.weight, model.decoder[0].ff.linear1.bias, model.src_embed.weight,
+                               model.tgt_embed.weight, model.generator.weight]  # the generator is tied to tgt_embed
+    assert all(id(p) in no_decay_ids for p in norms_biases_embeddings)
+    assert id(model.decoder[0].ff.linear1.weight) in {id(p) for p in decay["params"]}
 
 
 def test_gradients_reach_every_parameter():

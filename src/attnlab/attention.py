@@ -121,13 +121,18 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
         q: (B, H, T, Dh); k: (B, H, S, Dh); v: (B, H, S, Dv).
         mask: bool broadcastable to (B, H, T, S), True = may attend; or None.
         need_weights: if False, the fused kernel runs and weights are None.
-        causal: query t attends keys 0..t only (S == T); without another mask the fused kernel uses its
-            built-in causal mode (flash attention on GPUs), which needs no mask tensor.
+        causal: query t attends keys 0..t + (S - T) only: aligned bottom-right, so with S > T the queries are
+            the last T positions of the keys (a decoder continuing after S - T cached keys), as `causal_mask`
+            says; S < T is refused. With S == T and no other mask the fused kernel uses its built-in causal
+            mode (flash attention on GPUs, which aligns top-left and so is used only when both agree).
     Returns:
         context (B, H, T, Dv) and weights (B, H, T, S) or None.
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    if causal and mask is None and not need_weights:
+    if causal and q.size(-2) > k.size(-2):
+        raise AttnlabError(f"causal attention needs at least as many keys as queries, got T={q.size(-2)} queries "
+                           f"and S={k.size(-2)} keys")
+    if causal and mask is None and not need_weights and q.size(-2) == k.size(-2):
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p if training else 0.0, scale=scale,
                                              is_causal=True)
         return out, None

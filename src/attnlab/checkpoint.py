@@ -17,44 +17,15 @@ Nothing is ever unpickled: loading reads tensors with safetensors and metadata w
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
-from typing import Any, Callable
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from attnlab.corpus import atomic_write_text
 from attnlab.errors import AttnlabError
-
-
-def _atomic(path: Path, write: Callable[[str], None]) -> None:
-    """Runs write(tmp_path) then renames tmp_path to path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise AttnlabError(f"{path}: no such file")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise AttnlabError(f"{path}: not valid JSON ({e})") from None
+from attnlab.fileio import atomic_write, read_json, write_json
 
 
 def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -86,7 +57,7 @@ def save_weights(model: nn.Module, path: Path) -> None:
         seen[key] = name
         tensors[name] = t.detach().to("cpu", copy=True).contiguous()
     meta = {"attnlab_aliases": json.dumps(aliases, sort_keys=True)}
-    _atomic(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
+    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
@@ -151,7 +122,7 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optimizer: torc
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"rng.cuda.{i}"] = s
     train_path = Path(f"{stem}.train.safetensors")
-    _atomic(train_path, lambda tmp: save_file(tensors, tmp))
+    atomic_write(train_path, lambda tmp: save_file(tensors, tmp))
     write_json(stem.with_suffix(".json"), {**trainer_state, "optimizer": optim_meta, "step": step})
     write_json(ckpt_dir / "latest.json", {"step": step, "name": stem.name})
     steps = sorted(int(p.stem.split("_")[1]) for p in ckpt_dir.glob("step_*.json"))
@@ -159,6 +130,20 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optimizer: torc
         for suffix in (".safetensors", ".train.safetensors", ".json"):
             Path(f"{ckpt_dir / f'step_{old:08d}'}{suffix}").unlink(missing_ok=True)
     return stem
+
+
+def resolve_checkpoint(run_dir: Path | str, which: str = "best") -> Path:
+    """The weights file of a run: "best" (the best validation score; the last checkpoint if the run never
+    validated) or "last" (the checkpoint latest.json names). A run without it is an AttnlabError."""
+    run_dir = Path(run_dir)
+    ckpt = run_dir / "checkpoints"
+    if which not in ("best", "last"):
+        raise AttnlabError(f"checkpoint {which!r}: choose best or last")
+    if which == "best" and (ckpt / "best.safetensors").is_file():
+        return ckpt / "best.safetensors"
+    if (ckpt / "latest.json").is_file():
+        return ckpt / f"{read_json(ckpt / 'latest.json')['name']}.safetensors"
+    raise AttnlabError(f"{run_dir}: no {which} checkpoint (train first, or choose best/last)")
 
 
 def load_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:

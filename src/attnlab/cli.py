@@ -1,4 +1,9 @@
-"""The `attnlab` command line. Every user mistake ends as one line on stderr and exit code 2."""
+"""The `attnlab` command line. Every user mistake ends as one line on stderr and exit code 2.
+
+The CLI prints results to stdout; library code logs progress and messages to stderr (`attnlab.logs`). Model
+families are looked up once, from the config or the run directory (`attnlab.families`), and every family goes
+through the same run pipeline (`attnlab.workflow`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,9 @@ import time
 from pathlib import Path
 
 from attnlab.errors import AttnlabError
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+NESTED_COMMANDS = ("data", "paraphrase", "plot")  # commands with sub-commands of their own
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -22,29 +30,9 @@ def _add_tokenizer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the statistics as JSON")
 
 
-def cached_tokenizers(corpus, kind: str, vocab_size: int, joint: bool):
-    """Tokenizers trained on the corpus's train split, cached by corpus name and settings (the Bible corpus is
-    fixed, so its tokenizer can be reused; file corpora are retrained every time)."""
-    from attnlab.corpus import cache_dir
-    from attnlab.tokenizers import TokenizerConfig, build_tokenizers, load_tokenizers, save_tokenizers
-
-    cfg = TokenizerConfig(kind=kind, vocab_size=vocab_size, joint=joint)
-    cacheable = corpus.name.startswith("bible-")
-    where = cache_dir() / "tokenizers" / f"{corpus.name}-{kind}-{vocab_size}-{'joint' if joint else 'sep'}"
-    if cacheable and (where / "tokenizer.json").is_file():
-        return load_tokenizers(where)
-    t0 = time.perf_counter()
-    print(f"training a {kind} tokenizer on {len(corpus.train):,} train pairs ...", file=sys.stderr, flush=True)
-    pair = build_tokenizers(cfg, [p.src for p in corpus.train], [p.tgt for p in corpus.train])
-    print(f"  done in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    if cacheable:
-        save_tokenizers(pair, where)
-    return pair
-
-
 def _report(corpus, args) -> None:
     from attnlab.corpus import corpus_stats, format_stats
-    from attnlab.tokenizers import save_tokenizers
+    from attnlab.tokenizers import cached_tokenizers, save_tokenizers
 
     toks = None
     if args.tokenizer != "none":
@@ -55,8 +43,16 @@ def _report(corpus, args) -> None:
     print(json.dumps(stats, indent=2) if args.json else format_stats(stats))
 
 
+def _export(rows_by_split: dict[str, list[str]], directory: Path, columns: str) -> None:
+    from attnlab.fileio import atomic_write_text
+
+    for split, rows in rows_by_split.items():
+        atomic_write_text(directory / f"{split}.tsv", "".join(r + "\n" for r in rows))
+    print(f"wrote {directory}/{{train,dev,test}}.tsv ({columns})", file=sys.stderr)
+
+
 def cmd_data(args: argparse.Namespace) -> None:
-    from attnlab.corpus import atomic_write_text, bible_corpus, file_corpus
+    from attnlab.corpus import bible_corpus, file_corpus
 
     if args.source == "bible":
         t0 = time.perf_counter()
@@ -67,10 +63,8 @@ def cmd_data(args: argparse.Namespace) -> None:
     else:
         corpus = file_corpus((args.src, args.tgt), dev_size=args.dev_size, test_size=args.test_size)
     if getattr(args, "export", None):
-        for split in ("train", "dev", "test"):
-            rows = [f"{p.src}\t{p.tgt}\t{p.ref}" for p in corpus.split(split)]
-            atomic_write_text(args.export / f"{split}.tsv", "".join(r + "\n" for r in rows))
-        print(f"wrote {args.export}/{{train,dev,test}}.tsv (source, target, reference)", file=sys.stderr)
+        _export({split: [f"{p.src}\t{p.tgt}\t{p.ref}" for p in corpus.split(split)]
+                 for split in ("train", "dev", "test")}, args.export, "source, target, reference")
     _report(corpus, args)
 
 
@@ -81,43 +75,60 @@ def cmd_data_paraphrase(args: argparse.Namespace) -> None:
     corpus = paraphrase_corpus(args.seed, refresh=args.refresh, hard_negatives=args.hard_negatives)
     print(f"built the paraphrase pairs in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     if args.export:
-        from attnlab.corpus import atomic_write_text
-
-        for split in ("train", "dev", "test"):
-            rows = [f"{p.a}\t{p.b}\t{p.label}\t{p.kind}\t{p.ref_a}\t{p.ref_b}" for p in corpus.split(split)]
-            atomic_write_text(args.export / f"{split}.tsv", "".join(r + "\n" for r in rows))
-        print(f"wrote {args.export}/{{train,dev,test}}.tsv (a, b, label, kind, ref_a, ref_b)", file=sys.stderr)
+        _export({split: [f"{p.a}\t{p.b}\t{p.label}\t{p.kind}\t{p.ref_a}\t{p.ref_b}" for p in corpus.split(split)]
+                 for split in ("train", "dev", "test")}, args.export, "a, b, label, kind, ref_a, ref_b")
     stats = paraphrase_stats(corpus)
     print(json.dumps(stats, indent=2) if args.json else format_paraphrase_stats(stats))
 
 
-def cmd_paraphrase(args: argparse.Namespace) -> None:
-    """train / evaluate / plot a paraphrase classifier (decomposable attention or fine-tuned MiniLM)."""
-    from attnlab import paraphrase as para
-    from attnlab.trainer import resolve_device
+# ---------------------------------------------------------------------------------------------- runs
+def cmd_train(args: argparse.Namespace) -> None:
+    """Any family: the config (or the resumed run) says which."""
+    from attnlab.families import load_family_config
+    from attnlab.workflow import train
 
-    if args.action == "train":
-        if args.resume:
-            bad = [o for o in args.set if o.split("=", 1)[0].strip() not in RESUME_OVERRIDES]
-            if bad:
-                raise AttnlabError(f"--set {bad[0]}: a resumed run keeps its config; only "
-                                   f"{', '.join(RESUME_OVERRIDES)} may change")
-            para.train_paraphrase(None, args.config, resume=True, overrides=args.set)  # config is RUN_DIR here
-            return
-        cfg = para.load_paraphrase_config(args.config, args.set)
-        out = args.out or Path("runs") / args.config.stem
-        para.train_paraphrase(cfg, out)
-        print(f"run directory: {out}")
-    elif args.action == "evaluate":
-        result = para.evaluate_paraphrase(args.run_dir, args.split, args.checkpoint, str(resolve_device(args.device)),
-                                          args.hard_negatives)
-        print(json.dumps(result, indent=2) if args.json else para.format_paraphrase_eval(result))
-    else:
-        out = args.out or args.run_dir / "plots" / "alignment"
-        paths, p_same = para.plot_alignment(args.run_dir, args.a, args.b, out, args.checkpoint,
-                                            tuple(args.formats.split(",")))
-        print("\n".join(str(p) for p in paths))
-        print(f"P(same verse) = {p_same:.4f}", file=sys.stderr)
+    if args.resume:
+        run_dir = args.out or args.config  # `attnlab train --resume RUN_DIR`
+        if run_dir is None:
+            raise AttnlabError("--resume needs the run directory: attnlab train --resume RUN_DIR")
+        train(None, run_dir, resume=True, overrides=args.set)
+        return
+    if args.config is None:
+        raise AttnlabError("give a config file, e.g. attnlab train configs/bible-rnn-bahdanau.toml")
+    family, cfg = load_family_config(args.config, args.set)
+    if getattr(args, "require_family", None) and family.name != args.require_family:
+        raise AttnlabError(f"{args.config} is a {family.title} config, not a paraphrase one; use attnlab train")
+    out = args.out or Path("runs") / Path(args.config).stem
+    train(cfg, out)
+    print(f"run directory: {out}")
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    """Any family: BLEU/chrF, perplexity, accuracy or MSE, as the run's family evaluates."""
+    from attnlab.families import EvalOptions
+    from attnlab.workflow import evaluate
+
+    options = EvalOptions(beam=getattr(args, "beam", None), max_sentences=getattr(args, "max_sentences", 0),
+                          hard_negatives=getattr(args, "hard_negatives", None))
+    family, result = evaluate(args.run_dir, args.split, args.checkpoint, args.device, options)
+    print(json.dumps(result, indent=2) if args.json else family.format_eval(result))
+
+
+def cmd_summary(args: argparse.Namespace) -> None:
+    from attnlab.workflow import summary
+
+    print(summary(args.target, args.set, args.src_len, args.tgt_len))
+
+
+def cmd_paraphrase_plot(args: argparse.Namespace) -> None:
+    from attnlab.pairs import plot_alignment
+    from attnlab.workflow import load_run
+
+    run = load_run(args.run_dir, args.checkpoint, args.device, ability="classify")
+    out = args.out or args.run_dir / "plots" / "alignment"
+    paths, p_same = plot_alignment(run, args.a, args.b, out, tuple(args.formats.split(",")))
+    print("\n".join(str(p) for p in paths))
+    print(f"P(same verse) = {p_same:.4f}", file=sys.stderr)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -125,9 +136,9 @@ def cmd_demo(args: argparse.Namespace) -> None:
     import shutil
 
     from attnlab.corpus import bible_corpus
-    from attnlab.experiment import load_experiment
+    from attnlab.experiment import format_seq2seq_eval, load_experiment
     from attnlab.translate import Translator
-    from attnlab.workflow import evaluate_run, format_eval, train_run
+    from attnlab.workflow import EvalOptions, evaluate, train
 
     print("== attnlab demo: the English (KJV) -> Spanish (Reina-Valera 1909) Bible ==", flush=True)
     corpus = bible_corpus("kjv")
@@ -140,14 +151,14 @@ def cmd_demo(args: argparse.Namespace) -> None:
         shutil.rmtree(out)  # the demo's own output from an earlier run
     print(f"\n== training {args.config} into {out} ({cfg.model.rnn.attention} attention, "
           f"{cfg.train.max_minutes:g} minutes) ==", flush=True)
-    train_run(cfg, out)
+    train(cfg, out)
     translator = Translator.from_run(out, "best")
     print("\n== sample test translations (beam 5) ==")
     samples = [p for p in corpus.test if len(p.src.split()) <= 16][:: 40][:6]
     for p, t in zip(samples, translator.translate([p.src for p in samples], beam_size=5)):
         print(f"[{p.ref}]\n  en:  {p.src}\n  ref: {p.tgt}\n  out: {t[0].text}")
     print("\n== test set ==", flush=True)
-    print(format_eval(evaluate_run(out, "test", beam_size=args.beam, device="auto")))
+    print(format_seq2seq_eval(evaluate(out, "test", "best", "auto", EvalOptions(beam=args.beam))[1]))
     p = samples[0]
     t = translator.translate([p.src], beam_size=5, need_weights=True)[0][0]
     if t.attention is not None:
@@ -165,60 +176,25 @@ def cmd_demo(args: argparse.Namespace) -> None:
           f"explore in the browser: attnlab serve {out}   (then open http://127.0.0.1:8000/)")
 
 
-# ---------------------------------------------------------------------------------------------- models
-# what a resumed run may change: its limits, and how it uses this machine (not what it computes)
-RESUME_OVERRIDES = ("train.max_steps", "train.max_epochs", "train.max_minutes", "train.patience",
-                    "train.num_threads", "train.progress", "train.device")
-
-
-def _is_lm_run(run_dir: Path) -> bool:
-    from attnlab.checkpoint import read_json
-    from attnlab.lm import is_lm_config
-
-    return (run_dir / "config.json").is_file() and is_lm_config(read_json(run_dir / "config.json"))
-
-
-def cmd_train(args: argparse.Namespace) -> None:
-    from attnlab.config import read_config_file
-    from attnlab.experiment import load_experiment
-    from attnlab.lm import is_lm_config, load_lm_config, train_lm
-    from attnlab.workflow import train_run
-
-    if args.resume:
-        if args.config is not None and args.out is None:
-            args.out = args.config  # `attnlab train --resume RUN_DIR`
-        if args.out is None:
-            raise AttnlabError("--resume needs the run directory: attnlab train --resume RUN_DIR")
-        bad = [o for o in args.set if o.split("=", 1)[0].strip() not in RESUME_OVERRIDES]
-        if bad:
-            raise AttnlabError(f"--set {bad[0]}: a resumed run keeps its config; only "
-                               f"{', '.join(RESUME_OVERRIDES)} may change")
-        (train_lm if _is_lm_run(args.out) else train_run)(None, args.out, resume=True, overrides=args.set)
-        return
-    if args.config is None:
-        raise AttnlabError("give a config file, e.g. attnlab train configs/bible-rnn-bahdanau.toml")
-    out = args.out or Path("runs") / Path(args.config).stem
-    if is_lm_config(read_config_file(args.config)):
-        train_lm(load_lm_config(args.config, args.set), out)
-    else:
-        train_run(load_experiment(args.config, args.set), out)
-    print(f"run directory: {out}")
-
-
 def _read_inputs(args: argparse.Namespace) -> list[str]:
     if args.input is None or str(args.input) == "-":
-        return [line.rstrip("\n") for line in sys.stdin]
-    from attnlab.corpus import _read_lines
+        data = sys.stdin.buffer.read()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = data[: e.start].count(b"\n") + 1
+            raise AttnlabError(f"<stdin>:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
+        return [line.rstrip("\r") for line in text.splitlines()]
+    from attnlab.fileio import read_lines
 
-    return _read_lines(args.input)
+    return read_lines(args.input)
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
     from attnlab.corpus import normalize
-    from attnlab.trainer import resolve_device
     from attnlab.translate import Translator
 
-    translator = Translator.from_run(args.run_dir, args.checkpoint, device=str(resolve_device(args.device)))
+    translator = Translator.from_run(args.run_dir, args.checkpoint, device=args.device)
     lines = _read_inputs(args)
     keep = [i for i, line in enumerate(lines) if normalize(line)]
     results = translator.translate([normalize(lines[i]) for i in keep], beam_size=args.beam, n_best=args.n_best)
@@ -237,129 +213,19 @@ def cmd_translate(args: argparse.Namespace) -> None:
             out.close()
 
 
-def cmd_evaluate(args: argparse.Namespace) -> None:
-    from attnlab.workflow import evaluate_run, format_eval
-
-    if _is_lm_run(args.run_dir):  # a language model: perplexity
-        from attnlab.lm import evaluate_lm, format_lm_eval
-
-        result = evaluate_lm(args.run_dir, args.split, args.checkpoint, args.device)
-        print(json.dumps(result, indent=2) if args.json else format_lm_eval(result))
-        return
-    result = evaluate_run(args.run_dir, args.split, args.beam, args.checkpoint, args.device, args.max_sentences)
-    print(json.dumps(result, indent=2) if args.json else format_eval(result))
-
-
-def cmd_summary(args: argparse.Namespace) -> None:
-    from attnlab.checkpoint import read_json
-    from attnlab.config import read_config_file
-    from attnlab.experiment import build_model, experiment_from_dict, load_experiment
-    from attnlab.summary import dummy_batch, format_table, layer_table
-
-    if not args.target.is_dir() and args.target.suffix in (".toml", ".yaml", ".yml", ".json"):
-        from attnlab.series import is_series_config
-
-        if is_series_config(read_config_file(args.target)):
-            _summary_series(args)
-            return
-    config_file = args.target / "config.json" if args.target.is_dir() else args.target
-    if config_file.suffix in (".toml", ".yaml", ".yml", ".json") and config_file.is_file():
-        from attnlab.paraphrase import is_paraphrase_config
-
-        if is_paraphrase_config(read_config_file(config_file)):
-            _summary_paraphrase(args)
-            return
-    if config_file.suffix in (".toml", ".yaml", ".yml", ".json") and config_file.is_file():
-        from attnlab.lm import is_lm_config
-
-        if is_lm_config(read_config_file(config_file)):
-            _summary_lm(args)
-            return
-    if args.target.is_dir():
-        from attnlab.tokenizers import load_tokenizers
-
-        cfg = experiment_from_dict(read_json(args.target / "config.json"))
-        toks = load_tokenizers(args.target / "tokenizer")
-        src_vocab, tgt_vocab = toks.src.vocab_size, toks.tgt.vocab_size
-    else:
-        cfg = load_experiment(args.target, args.set)
-        src_vocab = tgt_vocab = cfg.tokenizer.vocab_size if cfg.tokenizer.kind != "char" else 100
-        src_vocab, tgt_vocab = cfg.summary.src_vocab or src_vocab, cfg.summary.tgt_vocab or tgt_vocab
-    model = build_model(cfg.model, src_vocab, tgt_vocab)
-    B, S, T = 2, args.src_len, args.tgt_len
-    src, lengths, tgt_in = dummy_batch(src_vocab, tgt_vocab, S, T)
-    title = (f"{args.target}: {cfg.model.family} model, vocab {src_vocab:,} -> {tgt_vocab:,}; "
-             f"dummy batch B={B}, S={S}, T={T}")
-    print(format_table(layer_table(model, src, lengths, tgt_in), title))
-
-
-def _summary_lm(args: argparse.Namespace) -> None:
-    """`attnlab summary` of an LM config or run: the decoder-only Transformer on a dummy batch (B=2)."""
-    import torch
-
-    from attnlab.checkpoint import read_json
-    from attnlab.config import from_dict
-    from attnlab.lm import LMExperimentConfig, TransformerLM, load_lm_config
-    from attnlab.summary import format_table, layer_table
-    from attnlab.tokenizers import load_tokenizers
-
-    if args.target.is_dir():
-        cfg = from_dict(LMExperimentConfig, read_json(args.target / "config.json"))
-        vocab = load_tokenizers(args.target / "tokenizer").tgt.vocab_size
-    else:
-        cfg = load_lm_config(args.target, args.set)
-        vocab = cfg.tokenizer.vocab_size if cfg.tokenizer.kind != "char" else 100
-    model = TransformerLM(vocab, cfg.model.lm)
-    T = args.tgt_len
-    title = f"{args.target}: decoder-only Transformer LM, vocab {vocab:,}; dummy batch B=2, T={T}"
-    print(format_table(layer_table(model, torch.randint(4, vocab, (2, T))), title))
-
-
 def cmd_generate(args: argparse.Namespace) -> None:
-    from attnlab.lm import generate, load_lm
-    from attnlab.trainer import resolve_device
+    from attnlab.lm import generate
+    from attnlab.workflow import load_run
 
-    device = resolve_device(args.device)
-    cfg, tok, model = load_lm(args.run_dir, args.checkpoint, str(device))
-    g = cfg.generate
+    run = load_run(args.run_dir, args.checkpoint, args.device, ability="generate")
+    g = run.cfg.generate
     pick = lambda value, default: default if value is None else value  # noqa: E731
-    prompts = args.prompt or [""]
-    for prompt in prompts:
-        samples = generate(model, tok, prompt, args.num, pick(args.max_len, g.max_len),
+    for prompt in args.prompt or [""]:
+        samples = generate(run.model, run.tokenizers.tgt, prompt, args.num, pick(args.max_len, g.max_len),
                            pick(args.temperature, g.temperature), pick(args.top_k, g.top_k),
-                           pick(args.top_p, g.top_p), args.seed, device)
+                           pick(args.top_p, g.top_p), args.seed, run.device)
         for s in samples:
             print(f"{s.logprob:.2f}\t{s.text}" if args.scores else s.text)
-
-
-def _summary_paraphrase(args: argparse.Namespace) -> None:
-    """`attnlab summary` of a paraphrase config or run: the pair classifier on a dummy pair batch (B=2)."""
-    import torch
-
-    from attnlab.paraphrase import summary_model
-    from attnlab.summary import format_table, layer_table
-
-    model, vocab, family = summary_model(args.target, args.set)
-    S, T = args.src_len, args.tgt_len
-    a, b = torch.randint(4, vocab, (2, S)), torch.randint(4, vocab, (2, T))
-    a_mask = torch.arange(S)[None, :] < torch.tensor([S, max(1, S - 2)])[:, None]  # (2, S), second row padded
-    b_mask = torch.ones(2, T, dtype=torch.bool)
-    title = f"{args.target}: {family} pair classifier, vocab {vocab:,}; dummy pair batch B=2, La={S}, Lb={T}"
-    print(format_table(layer_table(model, a * a_mask, a_mask, b, b_mask), title))
-
-
-def _summary_series(args: argparse.Namespace) -> None:
-    """`attnlab summary` of a series config: the many-to-one RNN on a dummy batch of two windows."""
-    import torch
-
-    from attnlab.series import SeriesRNN, load_series_config
-    from attnlab.summary import format_table, layer_table
-
-    cfg = load_series_config(args.target, args.set)
-    model = SeriesRNN(cfg.model, cfg.series.window)
-    title = (f"{args.target}: series model ({cfg.model.cell}, hidden {cfg.model.hidden_dim}, "
-             f"attention {'on' if cfg.model.attention else 'off'}); dummy batch B=2, T={cfg.series.window}")
-    print(format_table(layer_table(model, torch.rand(2, cfg.series.window)), title))
 
 
 def cmd_series(args: argparse.Namespace) -> None:
@@ -398,10 +264,9 @@ def _index(value: str, n: int, flag: str) -> int:
 def cmd_plot_attention(args: argparse.Namespace) -> None:
     from attnlab.corpus import normalize
     from attnlab.plotting import plot_attention, plot_attention_grid
-    from attnlab.trainer import resolve_device
     from attnlab.translate import Translator
 
-    translator = Translator.from_run(args.run_dir, args.checkpoint, device=str(resolve_device(args.device)))
+    translator = Translator.from_run(args.run_dir, args.checkpoint, device=args.device)
     sentence = normalize(args.sentence)
     if not sentence:
         raise AttnlabError("--sentence is empty")
@@ -431,7 +296,7 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
 
 
 def cmd_plot_runs(args: argparse.Namespace) -> None:
-    from attnlab.checkpoint import read_json
+    from attnlab.fileio import read_json
     from attnlab.plotting import plot_bleu_by_length, plot_curves
 
     names = {}
@@ -475,11 +340,37 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- parser
+def _option_groups() -> dict[str, argparse.ArgumentParser]:
+    """The options several commands share, defined once (argparse parent parsers)."""
+    device = argparse.ArgumentParser(add_help=False)
+    device.add_argument("--device", choices=DEVICES, default="auto",
+                        help="where the model runs (default: auto = a GPU if there is one)")
+    checkpoint = argparse.ArgumentParser(add_help=False)
+    checkpoint.add_argument("--checkpoint", choices=("best", "last"), default="best",
+                            help="which weights of the run (default best)")
+    overrides = argparse.ArgumentParser(add_help=False)
+    overrides.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                           help="override a config key, e.g. --set train.max_steps=200 (repeatable)")
+    train = argparse.ArgumentParser(add_help=False, parents=[overrides])
+    train.add_argument("config", nargs="?", type=Path, help="config file (.toml/.yaml/.json); with --resume: RUN_DIR")
+    train.add_argument("--out", type=Path, metavar="RUN_DIR", help="run directory (default: runs/<config name>)")
+    train.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR where it stopped (only "
+                       "its limits may change with --set)")
+    run = argparse.ArgumentParser(add_help=False, parents=[checkpoint, device])
+    run.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    evaluate = argparse.ArgumentParser(add_help=False, parents=[run])
+    evaluate.add_argument("--split", choices=("train", "dev", "test"), default="test")
+    evaluate.add_argument("--json", action="store_true", help="print the result as JSON")
+    return {"device": device, "checkpoint": checkpoint, "overrides": overrides, "train": train, "run": run,
+            "evaluate": evaluate}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnlab", description="Attention-based sequence models: build corpora, train, decode, look inside.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__import__('attnlab').__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    opts = _option_groups()
 
     data = sub.add_parser("data", help="build or check a parallel corpus and print its statistics",
                           description="Build or check a parallel corpus and print its statistics.")
@@ -515,38 +406,36 @@ def build_parser() -> argparse.ArgumentParser:
         _add_tokenizer_args(p)
         p.set_defaults(func=cmd_data)
 
-    train = sub.add_parser("train", help="train a model from a TOML/YAML config, or resume a run",
-                           description="Train a model. Any config key can be overridden with --set, "
-                                       "e.g. --set train.max_steps=200 --set model.rnn.cell=lstm.")
-    train.add_argument("config", nargs="?", type=Path, help="config file (.toml/.yaml); with --resume: RUN_DIR")
-    train.add_argument("--out", type=Path, metavar="RUN_DIR", help="run directory (default: runs/<config name>)")
-    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
-    train.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR where it stopped")
+    train = sub.add_parser("train", parents=[opts["train"]],
+                           help="train any model family from a TOML/YAML config, or resume a run",
+                           description="Train a model: the config's model.family (rnn, transformer, lm, "
+                                       "decomposable, minilm) or its [series] table picks the family. Any config "
+                                       "key can be overridden with --set, e.g. --set train.max_steps=200 "
+                                       "--set model.rnn.cell=lstm.")
     train.set_defaults(func=cmd_train)
 
     para = sub.add_parser("paraphrase", help="Bible verse paraphrase identification: train, evaluate, plot",
                           description="Sentence-pair classifiers on KJV-vs-WEB verse pairs (see `attnlab data "
                                       "paraphrase`): decomposable attention (Parikh et al. 2016) or the fine-tuned "
-                                      "all-MiniLM-L6-v2 encoder, chosen by the config's model.family.")
+                                      "all-MiniLM-L6-v2 encoder, chosen by the config's model.family. train and "
+                                      "evaluate are `attnlab train` / `attnlab evaluate` for these runs.")
     psub_para = para.add_subparsers(dest="action", metavar="ACTION", required=True)
-    ptrain = psub_para.add_parser("train", help="train from a config (configs/paraphrase-*.toml), or resume",
+    ptrain = psub_para.add_parser("train", parents=[opts["train"]],
+                                  help="train from a config (configs/paraphrase-*.toml), or resume",
                                   description="Train a paraphrase classifier with the one trainer (model selection "
                                               "on dev accuracy).")
-    ptrain.add_argument("config", type=Path, help="config file (.toml/.yaml); with --resume: RUN_DIR")
-    ptrain.add_argument("--out", type=Path, metavar="RUN_DIR", help="run directory (default: runs/<config name>)")
-    ptrain.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
-    ptrain.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR where it stopped")
-    peval = psub_para.add_parser("evaluate", help="accuracy on a split, overall and by kind of negative",
+    ptrain.set_defaults(func=cmd_train, require_family="pair")
+    peval = psub_para.add_parser("evaluate", parents=[opts["evaluate"]],
+                                 help="accuracy on a split, overall and by kind of negative",
                                  description="Accuracy of a trained run on a split: overall, on the positives, the "
                                              "hard (same chapter) and the easy (other chapter) negatives; writes "
                                              "RUN_DIR/eval/paraphrase_<split>.json and the misclassified pairs.")
-    peval.add_argument("--split", choices=("train", "dev", "test"), default="test")
-    peval.add_argument("--json", action="store_true", help="print the result as JSON")
-    peval.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
     peval.add_argument("--hard-negatives", choices=("random", "overlap"),
                        help="evaluate on these hard negatives instead of the run's: random (a random verse of the "
                             "chapter) or overlap (the verse of the chapter sharing the most words with a)")
-    pplot = psub_para.add_parser("plot", help="heatmaps of the soft alignment of one pair (decomposable)",
+    peval.set_defaults(func=cmd_evaluate)
+    pplot = psub_para.add_parser("plot", parents=[opts["run"]],
+                                 help="heatmaps of the soft alignment of one pair (decomposable)",
                                  description="The soft alignment matrix of a pair: rows = tokens of a, columns = "
                                              "tokens of b; OUT.png (each row a softmax over b) and OUT_b.png (each "
                                              "column a softmax over a).")
@@ -554,36 +443,33 @@ def build_parser() -> argparse.ArgumentParser:
     pplot.add_argument("--b", required=True, help="sentence b (e.g. a WEB verse)")
     pplot.add_argument("--out", type=Path, help="output path without suffix (default RUN_DIR/plots/alignment)")
     pplot.add_argument("--formats", default="png,svg", help="comma-separated formats (default png,svg)")
-    for p in (peval, pplot):
-        p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-        p.add_argument("--checkpoint", choices=("best", "last"), default="best", help="which weights (default best)")
-    for p in (ptrain, peval, pplot):
-        p.set_defaults(func=cmd_paraphrase)
+    pplot.set_defaults(func=cmd_paraphrase_plot, device="cpu")
 
-    for name, helptext in (("translate", "translate text with a trained run (stdin to stdout, or files)"),
-                           ("evaluate", "BLEU/chrF of a trained run on a split, and BLEU by sentence length "
-                                        "(a language model: perplexity)")):
-        p = sub.add_parser(name, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
-        p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-        p.add_argument("--beam", type=int, default=None, help="beam size; 1 = greedy (default: the run's config)")
-        p.add_argument("--checkpoint", choices=("best", "last"), default="best", help="which weights (default best)")
-        p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
-        if name == "translate":
-            p.add_argument("input", nargs="?", type=Path, help="input file, one sentence a line (default: stdin)")
-            p.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
-            p.add_argument("--n-best", type=int, default=1, help="print the N best (line, score, text)")
-            p.set_defaults(func=cmd_translate)
-        else:
-            p.add_argument("--split", choices=("train", "dev", "test"), default="test")
-            p.add_argument("--max-sentences", type=int, default=0, help="only the first N sentences (0: all)")
-            p.add_argument("--json", action="store_true", help="print the result as JSON")
-            p.set_defaults(func=cmd_evaluate)
+    tr = sub.add_parser("translate", parents=[opts["run"]],
+                        help="translate text with a trained run (stdin to stdout, or files)",
+                        description="Translate text with a trained run, one sentence a line. The input FILE may "
+                                    "stand before or after the options.")
+    tr.add_argument("input", nargs="?", type=Path, metavar="FILE",
+                    help="input file, one sentence a line (default or -: stdin)")
+    tr.add_argument("--beam", type=int, default=None, help="beam size; 1 = greedy (default: the run's config)")
+    tr.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
+    tr.add_argument("--n-best", type=int, default=1, help="print the N best (line, score, text)")
+    tr.set_defaults(func=cmd_translate)
 
-    gen = sub.add_parser("generate", help="sample text from a trained language model (decoder-only Transformer)",
+    ev = sub.add_parser("evaluate", parents=[opts["evaluate"]],
+                        help="evaluate a trained run of any family on a split",
+                        description="Evaluate a trained run on a split, as its family measures it: translation "
+                                    "BLEU/chrF and BLEU by sentence length; language model perplexity; pair "
+                                    "classifier accuracy; series MSE. Writes RUN_DIR/eval/.")
+    ev.add_argument("--beam", type=int, default=None, help="translation: beam size; 1 = greedy (default: the run's)")
+    ev.add_argument("--max-sentences", type=int, default=0, help="translation: only the first N sentences (0: all)")
+    ev.set_defaults(func=cmd_evaluate)
+
+    gen = sub.add_parser("generate", parents=[opts["run"]],
+                         help="sample text from a trained language model (decoder-only Transformer)",
                          description="Sample text from a trained language-model run (configs/*-lm.toml): "
                                      "temperature, top-k and top-p (nucleus) sampling with a key/value cache. "
                                      "Defaults come from the run's [generate] section.")
-    gen.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     gen.add_argument("--prompt", action="append", metavar="TEXT",
                      help="text to continue (repeatable; default: sample from the start of a sentence)")
     gen.add_argument("-n", "--num", type=int, default=3, help="samples per prompt (default 3)")
@@ -593,23 +479,19 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=None, help="nucleus sampling: smallest set with probability p")
     gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     gen.add_argument("--scores", action="store_true", help="print each sample's log-probability before it")
-    gen.add_argument("--checkpoint", choices=("best", "last"), default="best")
-    gen.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
     gen.set_defaults(func=cmd_generate)
 
     plot = sub.add_parser("plot", help="plots: attention heatmaps, training curves, BLEU by sentence length",
                           description="Plots of trained models (PNG/SVG via matplotlib).")
     psub = plot.add_subparsers(dest="what", metavar="WHAT", required=True)
-    patt = psub.add_parser("attention", help="cross-attention heatmap (source x output tokens) of one sentence")
-    patt.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    patt = psub.add_parser("attention", parents=[opts["run"]],
+                           help="cross-attention heatmap (source x output tokens) of one sentence")
     patt.add_argument("--sentence", required=True, help="the source sentence to translate and plot")
     patt.add_argument("--beam", type=int, default=1, help="beam size for the translation (default 1)")
     patt.add_argument("--out", type=Path, help="output path without suffix (default RUN_DIR/plots/attention)")
     patt.add_argument("--formats", default="png,svg", help="comma-separated formats (default png,svg)")
     patt.add_argument("--layer", default="-1", help="Transformer: decoder layer 1..N, -1 = last (default), or all")
     patt.add_argument("--head", default="all", help="Transformer: head 1..H, or all (default: a grid of heads)")
-    patt.add_argument("--checkpoint", choices=("best", "last"), default="best")
-    patt.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
     patt.set_defaults(func=cmd_plot_attention)
 
     pcur = psub.add_parser("curves", help="training curves (train loss, dev loss, dev BLEU) of runs on one figure")
@@ -621,16 +503,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", type=Path, help="output file (.png/.svg/.pdf; default under runs/plots/)")
         p.set_defaults(func=cmd_plot_runs)
 
-    summ = sub.add_parser("summary", help="per-layer output shapes and parameter counts of a config or run",
+    summ = sub.add_parser("summary", parents=[opts["overrides"]],
+                          help="per-layer output shapes and parameter counts of a config or run (any family)",
                           description="Per-layer output shapes and parameter counts (like Keras' model.summary()), "
                                       "from one forward pass on a dummy batch.")
     summ.add_argument("target", type=Path, metavar="CONFIG_OR_RUN")
-    summ.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     summ.add_argument("--src-len", type=int, default=7, help="dummy source length (default 7)")
     summ.add_argument("--tgt-len", type=int, default=6, help="dummy target length (default 6)")
     summ.set_defaults(func=cmd_summary)
 
-    rep = sub.add_parser("report", help="one self-contained HTML page comparing runs",
+    rep = sub.add_parser("report", parents=[opts["checkpoint"], opts["device"]],
+                         help="one self-contained HTML page comparing runs",
                          description="One self-contained HTML page (figures inlined, no external assets) comparing "
                                      "runs: configs, parameter summaries, training curves, BLEU/chrF (from "
                                      "`attnlab evaluate`), BLEU by length, sample translations with heatmaps.")
@@ -642,11 +525,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--sentence", action="append", metavar="TEXT",
                      help="translate this sentence instead of split samples (repeatable)")
     rep.add_argument("--beam", type=int, default=None, help="beam size of the samples (default: each run's)")
-    rep.add_argument("--checkpoint", choices=("best", "last"), default="best")
-    rep.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu")
-    rep.set_defaults(func=cmd_report)
+    rep.set_defaults(func=cmd_report, device="cpu")
 
-    srv = sub.add_parser("serve", help="web app: translate and explore attention in the browser",
+    srv = sub.add_parser("serve", parents=[opts["checkpoint"], opts["device"]],
+                         help="web app: translate and explore attention in the browser",
                          description="Serve runs in a local web app (FastAPI + uvicorn): type a sentence, pick "
                                      "models side by side, get the translation and an interactive attention "
                                      "heatmap. JSON API: GET /api/models, POST /api/translate; schema at "
@@ -657,11 +539,10 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--max-chars", type=int, default=1000,
                      help="longest sentence accepted, in characters (default 1000; tokens: the run's "
                           "decode.max_src_tokens)")
-    srv.add_argument("--checkpoint", choices=("best", "last"), default="best")
-    srv.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu")
-    srv.set_defaults(func=cmd_serve)
+    srv.set_defaults(func=cmd_serve, device="cpu")
 
-    ser = sub.add_parser("series", help="many-to-one RNN regression with vs without the IF3270 attention layer",
+    ser = sub.add_parser("series", parents=[opts["overrides"]],
+                         help="many-to-one RNN regression with vs without the IF3270 attention layer",
                          description="Train SimpleRNN + Dense and SimpleRNN + attention + Dense (the IF3270 "
                                      "seed's models) on a series, over several seeds, with the one trainer, and "
                                      "print the test MSE (mean +/- std) and whether attention lowers it.")
@@ -672,24 +553,36 @@ def build_parser() -> argparse.ArgumentParser:
     ser.add_argument("--only", choices=("both", "rnn", "attention"), default="both",
                      help="which model(s) to train (default both)")
     ser.add_argument("--out", type=Path, help="output directory (default runs/series/<task>)")
-    ser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config key, e.g. train.max_epochs=300 or model.hidden_dim=8")
     ser.add_argument("--json", action="store_true", help="print all results as JSON")
     ser.set_defaults(func=cmd_series)
 
-    demo = sub.add_parser("demo", help="the main job on the default data (what `make demo` runs)",
+    demo = sub.add_parser("demo", parents=[opts["overrides"]],
+                          help="the main job on the default data (what `make demo` runs)",
                           description="Build the Bible corpus and print its statistics, train an attention "
                                       "model, show test translations and test BLEU.")
     demo.add_argument("--config", type=Path, default=Path("configs/demo.toml"), help="default: configs/demo.toml")
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="run directory (replaced; default runs/demo)")
     demo.add_argument("--beam", type=int, default=5, help="beam size for the test BLEU (default 5)")
-    demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     demo.set_defaults(func=cmd_demo)
+    parser.commands = sub.choices  # the subcommand parsers, for `parse_args` below
     return parser
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parses argv; a command without sub-commands of its own takes its positionals anywhere among its options
+    (`attnlab translate RUN_DIR --checkpoint last FILE`), which argparse's plain parse refuses."""
+    commands = getattr(parser, "commands", {})
+    if argv and argv[0] in commands and argv[0] not in NESTED_COMMANDS:
+        return commands[argv[0]].parse_intermixed_args(argv[1:], argparse.Namespace(command=argv[0]))
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from attnlab.logs import setup_logging
+
+    parser = build_parser()
+    args = parse_args(parser, sys.argv[1:] if argv is None else list(argv))
+    setup_logging()
     try:
         args.func(args)
     except AttnlabError as e:

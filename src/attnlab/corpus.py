@@ -12,13 +12,17 @@ import os
 import random
 import re
 import subprocess
-import tempfile
+import logging
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, TypeVar
 
 from attnlab.errors import AttnlabError
+from attnlab.fileio import atomic_write_text, read_lines
+
+log = logging.getLogger("attnlab")
+T = TypeVar("T")
 
 # The fixed split by book (OSIS names), chosen so every split holds whole books.
 DEV_BOOKS = ("Jonah", "Phil", "Titus", "Jude")
@@ -65,19 +69,6 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "attnlab"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Writes text to path through a temporary file and a rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 _PILCROW_AND_SPACE = re.compile(r"[\u00b6\s]+")
 
 
@@ -87,7 +78,7 @@ def normalize(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- SWORD
-def _sword_dir() -> Path | None:
+def sword_dir() -> Path | None:
     for d in [os.environ.get("SWORD_PATH", "")] + list(SWORD_DIRS):
         if d and (Path(d).expanduser() / "mods.d").is_dir():
             return Path(d).expanduser()
@@ -98,7 +89,7 @@ def ensure_sword_modules(modules: Sequence[tuple[str, str]]) -> Path:
     """Returns the SWORD directory holding `modules` ((module, debian package) pairs); installs the missing
     Debian packages when running as root, else raises an error with the exact apt command."""
     def missing() -> list[str]:
-        d = _sword_dir()
+        d = sword_dir()
         return [pkg for mod, pkg in modules
                 if d is None or not any((d / "mods.d" / f"{name}.conf").is_file() for name in (mod, mod.lower()))]
 
@@ -107,7 +98,7 @@ def ensure_sword_modules(modules: Sequence[tuple[str, str]]) -> Path:
         command = "apt-get update && apt-get install -y " + " ".join(need)
         if os.name != "posix" or os.geteuid() != 0:
             raise AttnlabError(f"the Bible corpus needs the SWORD modules; install them with: sudo {command}")
-        print(f"installing {' '.join(need)} (apt-get) ...", flush=True)
+        log.info("installing %s (apt-get) ...", " ".join(need))
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *need]):
             done = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -115,7 +106,7 @@ def ensure_sword_modules(modules: Sequence[tuple[str, str]]) -> Path:
                 raise AttnlabError(f"`{' '.join(cmd)}` failed: {done.stderr.strip().splitlines()[-1:]}")
         if missing():
             raise AttnlabError(f"installed {' '.join(need)} but the SWORD modules are still not found")
-    d = _sword_dir()
+    d = sword_dir()
     assert d is not None, "SWORD directory vanished after the module check"
     return d
 
@@ -149,7 +140,7 @@ def read_sword_bible(module: str, sword_dir: Path, space_notes: bool = False) ->
     return verses
 
 
-def _split_of(book: str) -> str:
+def split_of(book: str) -> str:
     return "dev" if book in DEV_BOOKS else "test" if book in TEST_BOOKS else "train"
 
 
@@ -168,7 +159,7 @@ def build_bible_pairs(english: str = "kjv") -> tuple[dict[str, list[Pair]], int]
         if not en or not es:
             dropped += 1
             continue
-        splits[_split_of(book)].append(Pair(en, es, f"{book} {ch}:{v}"))
+        splits[split_of(book)].append(Pair(en, es, f"{book} {ch}:{v}"))
     return splits, dropped
 
 
@@ -194,31 +185,12 @@ def bible_corpus(english: str = "kjv", refresh: bool = False) -> Corpus:
 
 
 # ---------------------------------------------------------------------------------------------- files
-def _read_lines(path: Path) -> list[str]:
-    """Lines of a UTF-8 text file (without line ends); errors name the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise AttnlabError(f"{path}: no such file")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise AttnlabError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [ln.rstrip("\r") for ln in lines]
-
-
 def read_tsv(path: Path | str) -> tuple[list[Pair], int]:
     """Pairs from a `source<TAB>target` file. Empty lines (or an empty side) are skipped and counted; a line
     without exactly one tab is an error naming file and line. Returns (pairs, skipped)."""
     path = Path(path)
     pairs, skipped = [], 0
-    for i, line in enumerate(_read_lines(path), start=1):
+    for i, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             skipped += 1
             continue
@@ -237,7 +209,7 @@ def read_parallel(src_path: Path | str, tgt_path: Path | str) -> tuple[list[Pair
     """Pairs from two line-aligned plain files; a line-count mismatch is an error naming the first
     unmatched line. Lines where either side is empty are skipped and counted. Returns (pairs, skipped)."""
     src_path, tgt_path = Path(src_path), Path(tgt_path)
-    src_lines, tgt_lines = _read_lines(src_path), _read_lines(tgt_path)
+    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
     if len(src_lines) != len(tgt_lines):
         longer = src_path if len(src_lines) > len(tgt_lines) else tgt_path
         n = min(len(src_lines), len(tgt_lines)) + 1
@@ -262,18 +234,27 @@ def read_pairs(spec: str | Path | Sequence[str | Path]) -> tuple[list[Pair], int
     return read_parallel(spec[0], spec[1])
 
 
-def split_pairs(pairs: Sequence[Pair], dev_size: int, test_size: int, seed: int = 0) -> dict[str, list[Pair]]:
-    """A seeded random hold-out of dev_size and test_size pairs; the rest is train (order kept)."""
-    if dev_size + test_size >= len(pairs):
-        raise AttnlabError(f"cannot hold out dev_size ({dev_size}) + test_size ({test_size}) pairs from a "
-                           f"corpus of {len(pairs)}")
-    order = list(range(len(pairs)))
+def holdout(items: Sequence[T], dev_size: int, test_size: int, seed: int = 0) -> dict[str, list[T]]:
+    """A seeded random hold-out of dev_size and test_size items (pairs, sentences); the rest is train, order
+    kept. The one way attnlab holds out splits of a user's corpus."""
+    if dev_size < 0 or test_size < 0 or dev_size + test_size >= len(items):
+        raise AttnlabError(f"cannot hold out dev_size ({dev_size}) + test_size ({test_size}) items from a "
+                           f"corpus of {len(items)}")
+    order = list(range(len(items)))
     random.Random(seed).shuffle(order)
     dev, test = set(order[:dev_size]), set(order[dev_size:dev_size + test_size])
-    out: dict[str, list[Pair]] = {"train": [], "dev": [], "test": []}
-    for i, p in enumerate(pairs):
-        out["dev" if i in dev else "test" if i in test else "train"].append(p)
+    out: dict[str, list[T]] = {"train": [], "dev": [], "test": []}
+    for i, x in enumerate(items):
+        out["dev" if i in dev else "test" if i in test else "train"].append(x)
     return out
+
+
+def subsample(items: list[T], n: int, seed: int = 0) -> list[T]:
+    """A seeded random subset of n items in their original order (all of them when n is 0 or >= len)."""
+    if not n or n >= len(items):
+        return items
+    keep = sorted(random.Random(seed).sample(range(len(items)), n))
+    return [items[i] for i in keep]
 
 
 def file_corpus(train: str | Path | Sequence[str | Path], dev=None, test=None, *,
@@ -286,7 +267,7 @@ def file_corpus(train: str | Path | Sequence[str | Path], dev=None, test=None, *
     name = Path(train if isinstance(train, (str, Path)) else train[0]).stem
     corpus = Corpus(name, skipped=skipped)
     if dev is None and test is None:
-        splits = split_pairs(pairs, dev_size, test_size, seed)
+        splits = holdout(pairs, dev_size, test_size, seed)
         corpus.train, corpus.dev, corpus.test = splits["train"], splits["dev"], splits["test"]
         return corpus
     corpus.train = pairs

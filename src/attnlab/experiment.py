@@ -1,22 +1,36 @@
-"""An experiment: its typed config (data, tokenizer, model, train, decode) and the builders that turn the
-config into a corpus, tokenizers, encoded datasets and a model. Plain functions, no registries."""
+"""A translation experiment (the RNN and Transformer encoder-decoder families): its typed config (data,
+tokenizer, model, train, decode) and the functions the one run pipeline (`attnlab.workflow`) calls for it: load
+the corpus, train the tokenizers, build the model, hand the trainer its datasets and dev BLEU, evaluate BLEU/chrF.
+Plain functions, no registries; `attnlab.families` lists them.
+"""
 
 from __future__ import annotations
 
-import random
+import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
+import torch
 from torch import nn
 
-from attnlab.config import from_dict, load_config, to_dict
-from attnlab.corpus import Corpus, Pair, bible_corpus, file_corpus
+from attnlab.batching import Seq2SeqDataset
+from attnlab.config import from_dict, load_config
+from attnlab.corpus import Corpus, Pair, bible_corpus, file_corpus, subsample
 from attnlab.errors import AttnlabError
+from attnlab.fileio import atomic_write_text, write_json
+from attnlab.metrics import bleu_by_length, corpus_scores, format_length_table
 from attnlab.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
-from attnlab.tokenizers import TokenizerConfig, TokenizerPair
-from attnlab.trainer import TrainConfig
+from attnlab.tokenizers import TokenizerConfig, TokenizerPair, build_tokenizers, load_tokenizers, train_tokenizer
+from attnlab.trainer import Seq2SeqTask, TrainConfig, Training
 from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
+from attnlab.translate import Translator
+
+if TYPE_CHECKING:
+    from attnlab.families import EvalOptions, LoadedRun
+
+log = logging.getLogger("attnlab")
 
 
 @dataclass
@@ -121,9 +135,7 @@ def load_corpus(cfg: DataConfig) -> Corpus:
     train = corpus.train
     if cfg.max_words:
         train = [p for p in train if len(p.src.split()) <= cfg.max_words and len(p.tgt.split()) <= cfg.max_words]
-    if cfg.max_train_pairs and cfg.max_train_pairs < len(train):
-        keep = sorted(random.Random(cfg.subset_seed).sample(range(len(train)), cfg.max_train_pairs))
-        train = [train[i] for i in keep]
+    train = subsample(train, cfg.max_train_pairs, cfg.subset_seed)
     if not train:
         raise AttnlabError("data: no training pairs left after max_words / max_train_pairs")
     return Corpus(corpus.name, train, corpus.dev, corpus.test, corpus.skipped)
@@ -142,5 +154,107 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> nn.Module:
     raise AttnlabError(f"model.family {cfg.family!r} is not one of {ModelConfig.CHOICES['family']}")
 
 
-def config_dict(cfg: ExperimentConfig) -> dict:
-    return to_dict(cfg)
+# ---------------------------------------------------------------------------------------------- family
+def load_seq2seq_data(cfg: ExperimentConfig) -> Corpus:
+    return load_corpus(cfg.data)
+
+
+def make_seq2seq_tokenizers(cfg: ExperimentConfig, corpus: Corpus) -> TokenizerPair:
+    """Tokenizers trained on the train split; with pretrained.decoder the target side is the LM's tokenizer."""
+    t0 = time.perf_counter()
+    if cfg.pretrained.decoder:  # the target side speaks the pretrained LM's vocabulary
+        if cfg.tokenizer.joint:
+            raise AttnlabError("pretrained.decoder needs tokenizer.joint = false: the target tokenizer is the LM's")
+        lm_tok = load_tokenizers(Path(cfg.pretrained.decoder) / "tokenizer").tgt
+        pair = TokenizerPair(train_tokenizer(cfg.tokenizer, [p.src for p in corpus.train]), lm_tok, joint=False,
+                             config=cfg.tokenizer)
+    else:
+        pair = build_tokenizers(cfg.tokenizer, [p.src for p in corpus.train], [p.tgt for p in corpus.train])
+    log.info("tokenizer: %s, vocab %s/%s (%.1f s)", cfg.tokenizer.kind, f"{pair.src.vocab_size:,}",
+             f"{pair.tgt.vocab_size:,}", time.perf_counter() - t0)
+    return pair
+
+
+def vocab_sizes(cfg: ExperimentConfig, tokenizers: TokenizerPair | None) -> tuple[int, int]:
+    """(source, target) vocabulary sizes: the run's tokenizers', or (tokenizers None: `attnlab summary CONFIG`)
+    those of the [summary] section."""
+    if tokenizers is not None:
+        return tokenizers.src.vocab_size, tokenizers.tgt.vocab_size
+    vocab = cfg.tokenizer.vocab_size if cfg.tokenizer.kind != "char" else 100
+    return cfg.summary.src_vocab or vocab, cfg.summary.tgt_vocab or vocab
+
+
+def build_seq2seq(cfg: ExperimentConfig, tokenizers: TokenizerPair | None) -> nn.Module:
+    return build_model(cfg.model, *vocab_sizes(cfg, tokenizers))
+
+
+def init_seq2seq(cfg: ExperimentConfig, model: nn.Module) -> None:
+    """A new run's weights from elsewhere: the decoder from a pretrained LM run (transfer learning)."""
+    if cfg.pretrained.decoder and cfg.pretrained.init_weights:
+        from attnlab.lm import init_decoder_from_lm  # lm depends on this module's configs; import when used
+
+        n = init_decoder_from_lm(model, cfg.pretrained.decoder, cfg.pretrained.checkpoint)
+        log.info("decoder initialised from the LM in %s (%s parameters copied)", cfg.pretrained.decoder, f"{n:,}")
+
+
+def seq2seq_training(cfg: ExperimentConfig, corpus: Corpus, tokenizers: TokenizerPair, model: nn.Module
+                     ) -> Training:
+    """Teacher-forced pairs; model selection on dev BLEU (greedy, the first train.eval_max_sentences verses)."""
+    dev_pairs = corpus.dev[: cfg.train.eval_max_sentences or None]
+
+    def dev_bleu(m: nn.Module) -> dict:
+        translator = Translator(m, tokenizers, cfg.decode, device=next(m.parameters()).device)
+        hyps = [t[0].text for t in translator.translate([p.src for p in dev_pairs], beam_size=1)]
+        s = corpus_scores(hyps, [p.tgt for p in dev_pairs])
+        return {"bleu": s.bleu, "chrf": s.chrf}
+
+    d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else cfg.model.rnn.hidden_dim
+    return Training(Seq2SeqTask(), Seq2SeqDataset(*encode_pairs(corpus.train, tokenizers)),
+                    Seq2SeqDataset(*encode_pairs(corpus.dev, tokenizers)), dev_eval=dev_bleu, d_model=d_model,
+                    sizes=f"train pairs {len(corpus.train):,}, dev {len(corpus.dev):,}")
+
+
+def seq2seq_summary_inputs(cfg: ExperimentConfig, tokenizers: TokenizerPair | None, src_len: int, tgt_len: int
+                           ) -> tuple[tuple[torch.Tensor, ...], str]:
+    """A dummy batch of two sentence pairs for `attnlab summary`, and its description."""
+    from attnlab.summary import dummy_batch
+
+    src_vocab, tgt_vocab = vocab_sizes(cfg, tokenizers)
+    return dummy_batch(src_vocab, tgt_vocab, src_len, tgt_len), \
+        f"vocab {src_vocab:,} -> {tgt_vocab:,}; dummy batch B=2, S={src_len}, T={tgt_len}"
+
+
+def evaluate_seq2seq(run: LoadedRun, split: str, options: EvalOptions) -> dict:
+    """BLEU/chrF (sacrebleu) of a run on a split and BLEU by source length; writes RUN_DIR/eval/<split>.json,
+    the hypotheses (<split>.hyp.txt) and the BLEU-by-length plot."""
+    from attnlab.plotting import plot_bleu_by_length
+
+    cfg = run.cfg
+    translator = Translator(run.model, run.tokenizers, cfg.decode, run.device)
+    pairs = load_corpus(cfg.data).split(split)[: options.max_sentences or None]
+    beam = cfg.decode.beam_size if options.beam is None else options.beam
+    t0 = time.perf_counter()
+    hyps = [t[0].text for t in translator.translate([p.src for p in pairs], beam_size=beam)]
+    seconds = time.perf_counter() - t0
+    scores = corpus_scores(hyps, [p.tgt for p in pairs])
+    by_length = bleu_by_length([p.src for p in pairs], hyps, [p.tgt for p in pairs])
+    out = run.run_dir / "eval"
+    result = {"split": split, "sentences": len(pairs), "beam": beam, "checkpoint": run.checkpoint,
+              "bleu": scores.bleu, "chrf": scores.chrf, "bleu_signature": scores.bleu_signature,
+              "chrf_signature": scores.chrf_signature, "by_length": by_length,
+              "sentences_per_s": len(pairs) / max(seconds, 1e-9), "plot": str(out / f"{split}_bleu_by_length.png")}
+    plot_bleu_by_length({run.run_dir.name: by_length}, result["plot"],
+                        title=f"{run.run_dir.name}: {split} BLEU by source length")
+    write_json(out / f"{split}.json", result)
+    atomic_write_text(out / f"{split}.hyp.txt", "".join(h + "\n" for h in hyps))
+    return result
+
+
+def format_seq2seq_eval(result: dict) -> str:
+    lines = [f"{result['split']}: {result['sentences']} sentences, beam {result['beam']}: "
+             f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}",
+             f"  {result['bleu_signature']}", f"  {result['chrf_signature']}",
+             "BLEU by source length:", format_length_table(result["by_length"])]
+    if "plot" in result:
+        lines.append(f"plot: {result['plot']}")
+    return "\n".join(lines)

@@ -1,12 +1,13 @@
 """The decoder-only Transformer language model (GPT-style): training, perplexity, sampling, and the weights a
 translation decoder can start from (transfer learning, `init_decoder_from_lm`).
 
-The model is a stack of `attnlab.transformer.EncoderLayer`s run with causal self-attention (position t sees
-0..t), token embeddings scaled by sqrt(D) plus positions, a final LayerNorm for pre-norm, and an output layer tied
-to the embeddings by default. Text is one sentence (verse, line) per example: the model reads [BOS] + tokens and
+The model is the Transformer's own decoder stack without cross-attention (`attnlab.transformer.DecoderLayer` with
+cross_attention=False: causal self-attention, position t sees 0..t, and the FFN), token embeddings scaled by
+sqrt(D) plus positions, a final LayerNorm for pre-norm, and an output layer tied to the embeddings by default. Text is one sentence (verse, line) per example: the model reads [BOS] + tokens and
 predicts tokens + [EOS], so perplexity covers the end of the sentence too.
 
-Generation keeps a key/value cache per layer (`TransformerLM.step`), so each new token costs O(t), and samples with
+Generation keeps a key/value cache per layer (`TransformerLM.step`, the decoder's one cached step
+`attnlab.transformer.decoder_step`), so each new token costs O(t), and samples with
 temperature, top-k and top-p (nucleus) filtering (`filter_logits`, `sample_next`).
 
 Data: one side of the Bible corpus (`data.corpus = "bible"`, `data.side = "tgt"` for the Spanish verses) or plain
@@ -17,27 +18,33 @@ Shape legend: B batch, T tokens, t tokens so far, D d_model, H heads, Dh head di
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
-import random
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.batching import pad_sequences
-from attnlab.checkpoint import load_weights, read_json, write_json
-from attnlab.config import apply_overrides, from_dict, load_config, to_dict
-from attnlab.corpus import _read_lines, bible_corpus, normalize
+from attnlab.checkpoint import load_weights, resolve_checkpoint
+from attnlab.config import from_dict, load_config
+from attnlab.corpus import bible_corpus, holdout, normalize, subsample
 from attnlab.errors import AttnlabError
+from attnlab.fileio import read_lines, write_json
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair, build_tokenizers, \
-    load_tokenizers, save_tokenizers
-from attnlab.trainer import TrainConfig, Trainer, resolve_device, sequence_loss
-from attnlab.transformer import EncoderLayer, PositionalEncoding, TransformerConfig, init_transformer_weights
+    load_tokenizers
+from attnlab.trainer import TrainConfig, Training, sequence_loss, summed_loss
+from attnlab.transformer import (DecoderLayer, PositionalEncoding, TransformerConfig, TransformerState, decoder_step,
+                                 empty_state, init_transformer_weights)
+
+if TYPE_CHECKING:
+    from attnlab.families import EvalOptions, LoadedRun
+
+log = logging.getLogger("attnlab")
 
 
 # ---------------------------------------------------------------------------------------------- config
@@ -146,15 +153,8 @@ def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- model
-@dataclass
-class LMState:
-    k: Tensor  # (B, N, H, t, Dh) keys of the positions so far, every layer
-    v: Tensor  # (B, N, H, t, Dh)
-    t: int  # positions so far
-
-
 class TransformerLM(nn.Module):
-    """Decoder-only Transformer LM over the one attention core (causal self-attention).
+    """Decoder-only Transformer LM: the Transformer's decoder layers without cross-attention.
 
     Shape:
         forward: tokens (B, T) (BOS-prefixed, right-padded) -> logits (B, T, V).
@@ -175,7 +175,7 @@ class TransformerLM(nn.Module):
         self.embed = nn.Embedding(vocab, D, padding_idx=PAD_ID)
         self.pos = PositionalEncoding(D, cfg.max_len, learned=cfg.positions == "learned")
         self.dropout = nn.Dropout(cfg.dropout)
-        self.layers = nn.ModuleList(EncoderLayer(tcfg) for _ in range(cfg.layers))
+        self.layers = nn.ModuleList(DecoderLayer(tcfg, cross_attention=False) for _ in range(cfg.layers))
         self.norm = nn.LayerNorm(D, eps=cfg.layer_norm_eps, bias=cfg.bias) if cfg.norm == "pre" else nn.Identity()
         self.generator = nn.Linear(D, vocab, bias=not cfg.tie_embeddings)
         init_transformer_weights(self, D)
@@ -192,7 +192,7 @@ class TransformerLM(nn.Module):
         x = self._embed(tokens)
         weights = []
         for layer in self.layers:
-            x, w = layer(x, None, need_weights, causal=True)  # (B, T, D)
+            x, w, _ = layer(x, need_weights=need_weights)  # (B, T, D), causal
             weights.append(w)
         return self.norm(x), weights
 
@@ -200,25 +200,17 @@ class TransformerLM(nn.Module):
         return self.generator(self.hidden(tokens)[0])  # (B, T, V)
 
     def init_state(self, batch: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
-                   ) -> LMState:
+                   ) -> TransformerState:
         """Empty caches (B, N, H, 0, Dh)."""
-        empty = torch.zeros(batch, self.cfg.layers, self.cfg.h, 0, self.cfg.d_model // self.cfg.h, device=device,
-                            dtype=dtype)
-        return LMState(empty, empty, 0)
+        like = torch.empty(0, device=device, dtype=dtype)
+        return empty_state(batch, self.cfg.layers, self.cfg.h, self.cfg.d_model // self.cfg.h, like)
 
-    def step(self, prev: Tensor, state: LMState, need_weights: bool = False
-             ) -> tuple[Tensor, LMState, Tensor | None]:
+    def step(self, prev: Tensor, state: TransformerState, need_weights: bool = False
+             ) -> tuple[Tensor, TransformerState, Tensor | None]:
         """One position: feeds token prev (B,) at position state.t, returns the next token's log-probs."""
         x = self._embed(prev[:, None], offset=state.t)  # (B, 1, D)
-        ks, vs, ws = [], [], []
-        for i, layer in enumerate(self.layers):
-            x, (k, v), w = layer.step(x, (state.k[:, i], state.v[:, i]), need_weights)  # (B, 1, D)
-            ks.append(k)
-            vs.append(v)
-            ws.append(w)
+        x, state, weights, _ = decoder_step(self.layers, x, state, need_weights=need_weights)  # (B, 1, D)
         logits = self.generator(self.norm(x)[:, 0])  # (B, V)
-        state = LMState(torch.stack(ks, dim=1), torch.stack(vs, dim=1), state.t + 1)
-        weights = torch.stack(ws, dim=1)[:, :, :, 0] if need_weights else None  # (B, N, H, t + 1)
         return F.log_softmax(logits.float(), dim=-1), state, weights
 
     @torch.no_grad()
@@ -286,7 +278,7 @@ class TextSplits:
 
 
 def _text_lines(path: str) -> tuple[list[str], int]:
-    lines = [normalize(line) for line in _read_lines(Path(path))]
+    lines = [normalize(line) for line in read_lines(Path(path))]
     kept = [line for line in lines if line]
     return kept, len(lines) - len(kept)
 
@@ -310,138 +302,84 @@ def load_text(cfg: LMDataConfig) -> TextSplits:
             if cfg.dev_size + cfg.test_size >= len(train):
                 raise AttnlabError(f"{cfg.train}: cannot hold out data.dev_size ({cfg.dev_size}) + data.test_size "
                                    f"({cfg.test_size}) lines from {len(train)}")
-            order = list(range(len(train)))
-            random.Random(0).shuffle(order)
-            dev_i, test_i = set(order[:cfg.dev_size]), set(order[cfg.dev_size:cfg.dev_size + cfg.test_size])
-            dev = [s for i, s in enumerate(train) if i in dev_i]
-            test = [s for i, s in enumerate(train) if i in test_i]
-            train = [s for i, s in enumerate(train) if i not in dev_i and i not in test_i]
+            splits = holdout(train, cfg.dev_size, cfg.test_size)
+            train, dev, test = splits["train"], splits["dev"], splits["test"]
         if skipped:
-            print(f"skipped {skipped:,} empty lines", file=sys.stderr)
+            log.info("skipped %s empty lines", f"{skipped:,}")
         out = TextSplits(Path(cfg.train).stem, train, dev, test, skipped)
-    if cfg.max_train_sentences and cfg.max_train_sentences < len(out.train):
-        keep = sorted(random.Random(cfg.subset_seed).sample(range(len(out.train)), cfg.max_train_sentences))
-        out.train = [out.train[i] for i in keep]
+    out.train = subsample(out.train, cfg.max_train_sentences, cfg.subset_seed)
     if not out.train or not out.dev:
         raise AttnlabError("data: the train and dev splits need at least one sentence each")
     return out
 
 
-# ---------------------------------------------------------------------------------------------- jobs
-def train_lm(cfg: LMExperimentConfig | None, run_dir: Path | str, resume: bool = False,
-             overrides: list[str] | None = None) -> dict:
-    """Trains the LM with the one trainer (model selection on dev loss), or continues the run in run_dir."""
-    run_dir = Path(run_dir)
-    if resume:
-        if not (run_dir / "config.json").is_file():
-            raise AttnlabError(f"{run_dir}: nothing to resume (config.json missing)")
-        cfg = from_dict(LMExperimentConfig, apply_overrides(read_json(run_dir / "config.json"), list(overrides or [])))
-    elif (run_dir / "checkpoints" / "latest.json").is_file():
-        raise AttnlabError(f"{run_dir} already holds a trained run; use --resume to continue it or choose "
-                           "another --out")
-    assert cfg is not None, "a new run needs a config"
-    text = load_text(cfg.data)
-    if resume:
-        tok = load_tokenizers(run_dir / "tokenizer").tgt
-    else:
-        t0 = time.perf_counter()
-        tok_cfg = TokenizerConfig(**{**to_dict(cfg.tokenizer), "joint": True})
-        tok = build_tokenizers(tok_cfg, text.train, []).tgt
-        print(f"tokenizer: {cfg.tokenizer.kind}, vocab {tok.vocab_size:,} ({time.perf_counter() - t0:.1f} s)",
-              file=sys.stderr)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_tokenizers(TokenizerPair(tok, tok, joint=True, config=tok_cfg), run_dir / "tokenizer")
-    write_json(run_dir / "config.json", to_dict(cfg))
-    if cfg.train.num_threads:
-        torch.set_num_threads(cfg.train.num_threads)
-    torch.manual_seed(cfg.train.seed)
-    model = TransformerLM(tok.vocab_size, cfg.model.lm)
-    too_long = max((len(tok.encode(s)) + 1 for s in text.train), default=0)
+# ---------------------------------------------------------------------------------------------- family
+# The rows of the language-model family in `attnlab.families`: what the one run pipeline (`attnlab.workflow`)
+# calls to train, evaluate and summarise an LM run.
+def make_lm_tokenizers(cfg: LMExperimentConfig, text: TextSplits) -> TokenizerPair:
+    """One tokenizer trained on the training sentences (stored as a joint pair: the LM reads `.tgt`)."""
+    tok_cfg = dataclasses.replace(cfg.tokenizer, joint=True)
+    return build_tokenizers(tok_cfg, text.train, [])
+
+
+def build_lm(cfg: LMExperimentConfig, tokenizers: TokenizerPair | None) -> TransformerLM:
+    vocab = tokenizers.tgt.vocab_size if tokenizers is not None else summary_vocab(cfg.tokenizer)
+    return TransformerLM(vocab, cfg.model.lm)
+
+
+def summary_vocab(cfg: TokenizerConfig) -> int:
+    """The vocabulary size a config's model is built with before any tokenizer is trained (`attnlab summary`)."""
+    return cfg.vocab_size if cfg.kind != "char" else 100
+
+
+def lm_training(cfg: LMExperimentConfig, text: TextSplits, tokenizers: TokenizerPair, model: TransformerLM
+                ) -> Training:
+    """Next-token prediction on the training sentences; model selection on dev loss (perplexity)."""
+    tok = tokenizers.tgt
+    train_ids = [tok.encode(s) for s in text.train]
+    too_long = max((len(ids) + 1 for ids in train_ids), default=0)
     if too_long > cfg.model.lm.max_len:
         raise AttnlabError(f"model.lm.max_len ({cfg.model.lm.max_len}) is shorter than the longest training "
                            f"sentence ({too_long} tokens with BOS)")
-    train_data = LMDataset([tok.encode(s) for s in text.train])
-    dev_data = LMDataset([tok.encode(s) for s in text.dev])
-    trainer = Trainer(model, cfg.train, train_data, dev_data, run_dir, dev_eval=None, d_model=cfg.model.lm.d_model,
-                      task=LMTask())
-    if resume:
-        trainer.resume()
-        print(f"resuming at step {trainer.state['step']} (epoch {trainer.state['epoch']})", file=sys.stderr)
-    if trainer.is_main:
-        n_params = sum(p.numel() for p in model.parameters())
-        print(f"model: decoder-only Transformer LM, {n_params:,} parameters; train sentences {len(text.train):,}, "
-              f"dev {len(text.dev):,}; device {trainer.device}", file=sys.stderr)
-    state = trainer.fit()
-    if trainer.is_main:
-        best = state["best_score"]
-        print(f"stopped after {state['step']} steps ({state['stopped']}); {state['train_seconds'] / 60:.1f} min of "
-              f"training; best dev perplexity {math.exp(-best) if best is not None else float('nan'):.2f}",
-              file=sys.stderr)
-    return state
+    return Training(LMTask(), LMDataset(train_ids), LMDataset([tok.encode(s) for s in text.dev]),
+                    dev_eval=None, d_model=cfg.model.lm.d_model,
+                    sizes=f"train sentences {len(text.train):,}, dev {len(text.dev):,}")
 
 
-def checkpoint_path(run_dir: Path, checkpoint: str) -> Path:
-    ckpt = run_dir / "checkpoints"
-    if checkpoint == "best" and (ckpt / "best.safetensors").is_file():
-        return ckpt / "best.safetensors"
-    if checkpoint in ("best", "last") and (ckpt / "latest.json").is_file():
-        return ckpt / f"{read_json(ckpt / 'latest.json')['name']}.safetensors"
-    raise AttnlabError(f"{run_dir}: no {checkpoint} checkpoint (train first, or choose best/last)")
+def lm_summary_inputs(cfg: LMExperimentConfig, tokenizers: TokenizerPair | None, src_len: int, tgt_len: int
+                      ) -> tuple[tuple[Tensor, ...], str]:
+    """A dummy batch of two sentences of tgt_len tokens for `attnlab summary`, and its description."""
+    vocab = tokenizers.tgt.vocab_size if tokenizers is not None else summary_vocab(cfg.tokenizer)
+    return (torch.randint(4, vocab, (2, tgt_len)),), f"vocab {vocab:,}; dummy batch B=2, T={tgt_len}"
 
 
 def load_lm(run_dir: Path | str, checkpoint: str = "best", device: str = "cpu"):
     """(config, tokenizer, model in eval mode on device) of a trained LM run."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise AttnlabError(f"{run_dir}: not a run directory (config.json missing)")
-    data = read_json(run_dir / "config.json")
-    if not is_lm_config(data):
-        raise AttnlabError(f"{run_dir}: not a language-model run (its config has model.family "
-                           f"{data.get('model', {}).get('family')!r})")
-    cfg = from_dict(LMExperimentConfig, data)
-    tok = load_tokenizers(run_dir / "tokenizer").tgt
-    model = TransformerLM(tok.vocab_size, cfg.model.lm)
-    load_weights(model, checkpoint_path(run_dir, checkpoint))
-    return cfg, tok, model.to(device).eval()
+    from attnlab.workflow import load_run  # the generic loader; lm is one of its families
+
+    run = load_run(run_dir, checkpoint, device, ability="generate")
+    return run.cfg, run.tokenizers.tgt, run.model
 
 
 @torch.no_grad()
 def sentence_nll(model: TransformerLM, ids: list[list[int]], max_tokens: int = 4096,
                  device: torch.device | str = "cpu") -> tuple[float, int]:
-    """Summed negative log-likelihood (nats) of the sentences, EOS included, and the number of predicted tokens."""
-    total, count = 0.0, 0
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    batch: list[int] = []
-
-    def run(rows: list[int]) -> None:
-        nonlocal total, count
-        b = LMTask.collate([(i, ids[i]) for i in rows]).to(device)
-        loss, n = LMTask.loss(model, b, 0.0)
-        total, count = total + loss.item(), count + n
-
-    for i in order:
-        if batch and (len(batch) + 1) * (len(ids[i]) + 1) > max_tokens:
-            run(batch)
-            batch = []
-        batch.append(i)
-    if batch:
-        run(batch)
-    return total, count
+    """Summed negative log-likelihood (nats) of the sentences, EOS included, and the number of predicted tokens;
+    batched by the trainer's token-budget sampler."""
+    return summed_loss(model, LMTask(), LMDataset(ids), max_tokens, torch.device(device))
 
 
-def evaluate_lm(run_dir: Path | str, split: str = "test", checkpoint: str = "best", device: str = "auto") -> dict:
+def evaluate_lm(run: LoadedRun, split: str, options: EvalOptions) -> dict:
     """Perplexity of a split per token (of this run's tokenizer) and per word (whitespace words + EOS, comparable
     across tokenizers); writes RUN_DIR/eval/<split>.json."""
-    run_dir = Path(run_dir)
-    dev = resolve_device(device)
-    cfg, tok, model = load_lm(run_dir, checkpoint, str(dev))
+    cfg, tok = run.cfg, run.tokenizers.tgt
     sentences = load_text(cfg.data).split(split)
-    nll, ntok = sentence_nll(model, [tok.encode(s) for s in sentences], cfg.train.max_tokens, dev)
+    nll, ntok = sentence_nll(run.model, [tok.encode(s) for s in sentences], cfg.train.max_tokens, run.device)
     nwords = sum(len(s.split()) + 1 for s in sentences)
-    result = {"split": split, "sentences": len(sentences), "checkpoint": checkpoint, "tokens": ntok, "words": nwords,
-              "nll_per_token": nll / max(ntok, 1), "ppl_token": math.exp(min(nll / max(ntok, 1), 50.0)),
-              "ppl_word": math.exp(min(nll / max(nwords, 1), 50.0))}
-    write_json(run_dir / "eval" / f"{split}.json", result)
+    result = {"split": split, "sentences": len(sentences), "checkpoint": run.checkpoint, "tokens": ntok,
+              "words": nwords, "nll_per_token": nll / max(ntok, 1),
+              "ppl_token": math.exp(min(nll / max(ntok, 1), 50.0)), "ppl_word": math.exp(min(nll / max(nwords, 1), 50.0))}
+    write_json(run.run_dir / "eval" / f"{split}.json", result)
     return result
 
 

@@ -17,12 +17,8 @@ hard_negatives = "overlap" (not the default) makes the hard negatives adversaria
 verses of the chapter, the one whose WEB text shares the most words with a (Jaccard similarity of lower-cased
 word sets). The positives and the easy negatives are the same pairs as with "random".
 
-The experiment part (`ParaphraseConfig`, `train_paraphrase`, `evaluate_paraphrase`, `plot_alignment`, behind
-`attnlab paraphrase train|evaluate|plot`) trains any pair classifier with the one trainer: a classifier is
-model(a, a_mask, b, b_mask) -> logits (B, 2) plus an `ids` object (`ids(sentences)`, `pad_id`), built from the
-config's `model.family`: "decomposable" (`attnlab.decomposable`, subword tokenizer trained on the train pairs)
-or "minilm" (`attnlab.pretrained.build_minilm_classifier`, the fine-tuned all-MiniLM-L6-v2). Batching and the
-cross-entropy loss are `attnlab.pretrained.PairDataset` / `PairTask`.
+This module builds the data only; the classifiers trained on it (`attnlab paraphrase train|evaluate|plot`, or
+`attnlab train configs/paraphrase-*.toml`) are `attnlab.pairs`.
 """
 
 from __future__ import annotations
@@ -30,24 +26,13 @@ from __future__ import annotations
 import json
 import random
 import re
-import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
-from typing import ClassVar
 
-import torch
-from torch import Tensor, nn
-
-from attnlab.checkpoint import load_weights, read_json, write_json
-from attnlab.config import apply_overrides, from_dict, load_config, to_dict
-from attnlab.corpus import (DEV_BOOKS, ENGLISH_MODULES, TEST_BOOKS, _split_of, atomic_write_text, cache_dir,
-                            ensure_sword_modules, normalize, read_sword_bible)
-from attnlab.decomposable import DecomposableAttention, DecomposableConfig
+from attnlab.corpus import (DEV_BOOKS, ENGLISH_MODULES, TEST_BOOKS, cache_dir, ensure_sword_modules, read_sword_bible,
+                            split_of)
 from attnlab.errors import AttnlabError
-from attnlab.pretrained import MiniLMConfig
-from attnlab.tokenizers import PAD_ID, TokenizerConfig, build_tokenizers, load_tokenizers, save_tokenizers
-from attnlab.trainer import Trainer, TrainConfig
+from attnlab.fileio import atomic_write_text
 
 KINDS = ("same", "chapter", "random")
 HARD_NEGATIVES = ("random", "overlap")
@@ -117,7 +102,7 @@ def read_verses() -> tuple[dict[str, list[Verse]], int]:
         if not a or not b:
             dropped += 1
             continue
-        splits[_split_of(book)].append(Verse(f"{book} {ch}:{v}", a, b))
+        splits[split_of(book)].append(Verse(f"{book} {ch}:{v}", a, b))
     return splits, dropped
 
 
@@ -229,249 +214,3 @@ def format_paraphrase_stats(stats: dict) -> str:
         lines.append(f"{s:<6} {r['pairs']:>7,} {r['books']:>6} {r['same']:>9,} {r['chapter']:>12,} "
                      f"{r['random']:>11,} {r['a_words_avg']:>8.1f} {r['b_words_avg']:>8.1f}")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------- experiment
-# A classifier family is a builder returning (model, ids): model(a, a_mask, b, b_mask) -> logits (B, 2), and
-# ids with `ids(sentences) -> list[list[int]]` and `pad_id`. "decomposable": attnlab.decomposable with a
-# subword tokenizer trained on the train split; "minilm": attnlab.pretrained.build_minilm_classifier.
-@dataclass
-class ParaphraseDataConfig:
-    seed: int = 0  # seed of the negative pairs
-    hard_negatives: str = "random"  # or "overlap": the same-chapter verse sharing the most words with a
-    max_train_pairs: int = 0  # a seeded random subset of the training pairs (0: all)
-    subset_seed: int = 0
-
-    CHOICES: ClassVar[dict] = {"hard_negatives": HARD_NEGATIVES}
-
-
-@dataclass
-class ParaphraseModelConfig:
-    """family picks the section that is used: [model.decomposable] or [model.minilm]."""
-
-    family: str = "decomposable"
-    decomposable: DecomposableConfig = field(default_factory=DecomposableConfig)
-    minilm: MiniLMConfig = field(default_factory=MiniLMConfig)
-
-    CHOICES: ClassVar[dict] = {"family": ("decomposable", "minilm")}
-
-
-@dataclass
-class ParaphraseConfig:
-    """A paraphrase experiment (configs/paraphrase-*.toml). [tokenizer] is used by the decomposable family
-    only (one tokenizer for both sentences, trained on the train pairs)."""
-
-    data: ParaphraseDataConfig = field(default_factory=ParaphraseDataConfig)
-    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    model: ParaphraseModelConfig = field(default_factory=ParaphraseModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-
-
-def load_paraphrase_config(path: Path | str | None, overrides: list[str] | None = None) -> ParaphraseConfig:
-    return load_config(ParaphraseConfig, path, overrides)
-
-
-def load_pairs(cfg: ParaphraseDataConfig) -> ParaphraseCorpus:
-    """The corpus of the config, with the training subset applied (dev and test are never subsampled)."""
-    corpus = paraphrase_corpus(cfg.seed, hard_negatives=cfg.hard_negatives)
-    if cfg.max_train_pairs and cfg.max_train_pairs < len(corpus.train):
-        keep = sorted(random.Random(cfg.subset_seed).sample(range(len(corpus.train)), cfg.max_train_pairs))
-        corpus.train = [corpus.train[i] for i in keep]
-    return corpus
-
-
-class SubwordIds:
-    """An attnlab tokenizer behind the `ids` / `pad_id` interface of `attnlab.pretrained.PairDataset`."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer, self.pad_id = tokenizer, PAD_ID
-
-    def ids(self, sentences: list[str]) -> list[list[int]]:
-        return [self.tokenizer.encode(s) for s in sentences]
-
-    def pieces(self, sentence: str) -> list[str]:
-        return self.tokenizer.pieces(sentence)
-
-
-def build_classifier(cfg: ParaphraseConfig, run_dir: Path, train: list[ParaphrasePair] | None = None):
-    """(model, ids) of the config's family. decomposable: trains the tokenizer on `train` and saves it to
-    RUN_DIR/tokenizer, or (train None) loads it from there. minilm: the pretrained encoder and its tokenizer."""
-    if cfg.model.family == "minilm":
-        from attnlab.pretrained import build_minilm_classifier
-
-        return build_minilm_classifier(cfg.model.minilm, n_classes=2, seed=cfg.train.seed)
-    if not cfg.tokenizer.joint:
-        raise AttnlabError("tokenizer.joint must be true for paraphrase pairs: one tokenizer reads both sentences")
-    if train is not None:
-        pair = build_tokenizers(cfg.tokenizer, [p.a for p in train], [p.b for p in train])
-        save_tokenizers(pair, run_dir / "tokenizer")
-    else:
-        pair = load_tokenizers(run_dir / "tokenizer")
-    model = DecomposableAttention(pair.src.vocab_size, cfg.model.decomposable, pad_id=PAD_ID)
-    return model, SubwordIds(pair.src)
-
-
-def is_paraphrase_config(data: dict) -> bool:
-    """Whether a raw config dict (file or RUN_DIR/config.json) is a paraphrase experiment."""
-    model = data.get("model")
-    if not isinstance(model, dict):
-        return False
-    family = model.get("family")
-    return family in ParaphraseModelConfig.CHOICES["family"] or (
-        family is None and ("decomposable" in model or "minilm" in model))
-
-
-def summary_model(target: Path, overrides: list[str] | None = None) -> tuple[nn.Module, int, str]:
-    """(model, vocabulary size, family) of a paraphrase config file or run directory, for `attnlab summary`."""
-    if target.is_dir():
-        cfg = from_dict(ParaphraseConfig, read_json(target / "config.json"))
-        model, ids = build_classifier(cfg, target)
-    else:
-        cfg = load_paraphrase_config(target, overrides)
-        if cfg.model.family == "decomposable":
-            model, ids = DecomposableAttention(cfg.tokenizer.vocab_size, cfg.model.decomposable), None
-        else:
-            model, ids = build_classifier(cfg, target.parent)
-    vocab = model.embed.num_embeddings if isinstance(model, DecomposableAttention) else ids.tok.get_vocab_size()
-    return model, vocab, cfg.model.family
-
-
-def accuracy_by_kind(pairs: list[ParaphrasePair], preds: Tensor) -> dict:
-    """accuracy over all pairs and per kind ("same": positives, "chapter": hard, "random": easy negatives),
-    with the counts; preds (N,) in the order of pairs."""
-    correct = [int(y) == p.label for y, p in zip(preds.tolist(), pairs)]
-    out: dict = {"accuracy": sum(correct) / max(len(pairs), 1), "pairs": len(pairs)}
-    for kind in KINDS:
-        hits = [c for c, p in zip(correct, pairs) if p.kind == kind]
-        out[f"accuracy_{kind}"] = sum(hits) / max(len(hits), 1)
-        out[f"pairs_{kind}"] = len(hits)
-    return out
-
-
-def train_paraphrase(cfg: ParaphraseConfig | None, run_dir: Path | str, resume: bool = False,
-                     overrides: list[str] | None = None) -> dict:
-    """Trains a pair classifier with the one trainer (cross-entropy, model selection on dev accuracy), or
-    continues the run in run_dir (cfg read from the run; `overrides` may extend its limits)."""
-    from attnlab.pretrained import PairDataset, PairTask, predict_pairs
-
-    run_dir = Path(run_dir)
-    if resume:
-        if not (run_dir / "config.json").is_file():
-            raise AttnlabError(f"{run_dir}: nothing to resume (config.json missing)")
-        cfg = from_dict(ParaphraseConfig, apply_overrides(read_json(run_dir / "config.json"), list(overrides or [])))
-    elif (run_dir / "checkpoints" / "latest.json").is_file():
-        raise AttnlabError(f"{run_dir} already holds a trained run; use --resume to continue it or choose "
-                           "another --out")
-    assert cfg is not None, "a new run needs a config"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / "config.json", to_dict(cfg))
-    if cfg.train.num_threads:
-        torch.set_num_threads(cfg.train.num_threads)
-    corpus = load_pairs(cfg.data)
-    torch.manual_seed(cfg.train.seed)
-    model, ids = build_classifier(cfg, run_dir, None if resume else corpus.train)
-    train_data, dev_data = PairDataset(corpus.train, ids), PairDataset(corpus.dev, ids)
-
-    def dev_eval(m: nn.Module) -> dict:
-        return {k: v for k, v in accuracy_by_kind(corpus.dev, predict_pairs(m, dev_data, cfg.train.max_tokens)).items()
-                if k.startswith("accuracy")}
-
-    d_model = cfg.model.decomposable.hidden_dim if cfg.model.family == "decomposable" else 384
-    trainer = Trainer(model, cfg.train, train_data, dev_data, run_dir, dev_eval=dev_eval, d_model=d_model,
-                      task=PairTask(ids.pad_id))
-    if resume:
-        trainer.resume()
-        print(f"resuming at step {trainer.state['step']} (epoch {trainer.state['epoch']})", file=sys.stderr)
-    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    if trainer.is_main:  # under torchrun, rank 0 speaks
-        print(f"model: {cfg.model.family}, {n_params:,} trainable parameters; train pairs {len(corpus.train):,}, "
-              f"dev {len(corpus.dev):,}; device {trainer.device}", file=sys.stderr)
-    state = trainer.fit()
-    if trainer.is_main:
-        print(f"stopped after {state['step']} steps ({state['stopped']}); {state['train_seconds'] / 60:.1f} min of "
-              f"training; best dev {'accuracy' if cfg.train.eval_bleu else 'score (minus the loss)'} "
-              f"{state['best_score'] if state['best_score'] is not None else float('nan'):.4f}",  # nan: 0 steps
-              file=sys.stderr)
-    return state
-
-
-def load_classifier(run_dir: Path | str, checkpoint: str = "best", device: str = "cpu"):
-    """(config, model in eval mode on device, ids) of a trained run; checkpoint "best" or "last"."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise AttnlabError(f"{run_dir}: not a run directory (config.json missing)")
-    cfg = from_dict(ParaphraseConfig, read_json(run_dir / "config.json"))
-    ckpt = run_dir / "checkpoints"
-    if checkpoint == "best" and (ckpt / "best.safetensors").is_file():
-        path = ckpt / "best.safetensors"
-    elif checkpoint in ("best", "last") and (ckpt / "latest.json").is_file():
-        path = ckpt / f"{read_json(ckpt / 'latest.json')['name']}.safetensors"
-    else:
-        raise AttnlabError(f"{run_dir}: no {checkpoint} checkpoint (train first, or choose best/last)")
-    model, ids = build_classifier(cfg, run_dir)
-    load_weights(model, path)
-    return cfg, model.to(device).eval(), ids
-
-
-def evaluate_paraphrase(run_dir: Path | str, split: str = "test", checkpoint: str = "best", device: str = "cpu",
-                        hard_negatives: str | None = None) -> dict:
-    """Accuracy of a run on a split, overall and per kind; writes RUN_DIR/eval/paraphrase_<split>.json and the
-    misclassified pairs to RUN_DIR/eval/paraphrase_<split>.errors.tsv. hard_negatives: evaluate on pairs with
-    these hard negatives instead of the run's (files then named paraphrase_<split>-<hard_negatives>.*)."""
-    from attnlab.pretrained import PairDataset, predict_pairs
-
-    run_dir = Path(run_dir)
-    cfg, model, ids = load_classifier(run_dir, checkpoint, device)
-    name = f"paraphrase_{split}"
-    if hard_negatives is not None and hard_negatives != cfg.data.hard_negatives:
-        if hard_negatives not in HARD_NEGATIVES:
-            raise AttnlabError(f"hard_negatives {hard_negatives!r} is not one of {', '.join(HARD_NEGATIVES)}")
-        cfg.data.hard_negatives, name = hard_negatives, f"{name}-{hard_negatives}"
-    pairs = load_pairs(cfg.data).split(split)
-    preds = predict_pairs(model, PairDataset(pairs, ids), cfg.train.max_tokens)
-    result = {"split": split, "checkpoint": checkpoint, "family": cfg.model.family,
-              "hard_negatives": cfg.data.hard_negatives, **accuracy_by_kind(pairs, preds)}
-    write_json(run_dir / "eval" / f"{name}.json", result)
-    rows = [f"{p.label}\t{p.kind}\t{p.ref_a}\t{p.ref_b}\t{p.a}\t{p.b}"
-            for p, y in zip(pairs, preds.tolist()) if y != p.label]
-    atomic_write_text(run_dir / "eval" / f"{name}.errors.tsv", "".join(r + "\n" for r in rows))
-    return result
-
-
-def format_paraphrase_eval(result: dict) -> str:
-    names = {"same": "same verse (positives)", "chapter": "same chapter (hard negatives)",
-             "random": "other chapter (easy negatives)"}
-    lines = [f"{result['split']}: {result['pairs']:,} pairs ({result['hard_negatives']} hard negatives), "
-             f"{result['family']} ({result['checkpoint']} checkpoint): accuracy {100 * result['accuracy']:.2f}%"]
-    lines += [f"  {names[k]:<31} {result[f'pairs_{k}']:>6,} pairs  accuracy {100 * result[f'accuracy_{k}']:.2f}%"
-              for k in KINDS]
-    return "\n".join(lines)
-
-
-def plot_alignment(run_dir: Path | str, a: str, b: str, out: Path | str, checkpoint: str = "best",
-                   formats: tuple[str, ...] = ("png",)) -> tuple[list[Path], float]:
-    """Heatmaps of the soft alignments of one pair (decomposable family): a_to_b (rows a tokens, each a softmax
-    over b; the weights of beta) to OUT.<fmt>, and b_to_a transposed (columns sum to 1; the weights of alpha)
-    to OUT_b.<fmt>. Returns (paths, P(same verse))."""
-    from attnlab.plotting import plot_attention
-
-    a, b = normalize(a), normalize(b)
-    if not a or not b:
-        raise AttnlabError("both sentences of the pair (--a, --b) must be non-empty")
-    cfg, model, ids = load_classifier(run_dir, checkpoint)
-    if not hasattr(model, "forward_with_weights"):
-        raise AttnlabError(f"{run_dir}: a {cfg.model.family} model has no soft alignment to plot")
-    ta, tb = (torch.tensor([x]) for x in ids.ids([a, b]))
-    with torch.no_grad():
-        logits, w = model.forward_with_weights(ta, ta > -1, tb, tb > -1)  # no padding: all tokens real
-    p_same = logits.softmax(-1)[0, 1].item()
-    la, lb = ids.pieces(a), ids.pieces(b)
-    out, paths = Path(out), []
-    for fmt in formats:
-        for suffix, weights, title in (("", w.a_to_b[0], "each row: softmax over b (weights of beta_i)"),
-                                       ("_b", w.b_to_a[0].T, "each column: softmax over a (weights of alpha_j)")):
-            path = out.with_name(out.name + suffix).with_suffix("." + fmt.strip())
-            plot_attention(weights.numpy(), lb, la, path, title=f"P(same verse) = {p_same:.3f}; {title}",
-                           xlabel="b (WEB)", ylabel="a (KJV)")
-            paths.append(path)
-    return paths, p_same

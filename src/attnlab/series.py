@@ -25,26 +25,30 @@ Shape legend: B batch, T window length (time steps), H hidden size.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
+import logging
 import shutil
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from attnlab.attention import LearnedQueryAttention
-from attnlab.checkpoint import load_weights, write_json
-from attnlab.config import from_dict, load_config
+from attnlab.config import apply_overrides, from_dict, load_config, read_config_file
 from attnlab.errors import AttnlabError
+from attnlab.fileio import write_json
 from attnlab.rnn import RNNLayer
-from attnlab.trainer import Trainer, TrainConfig
+from attnlab.trainer import TrainConfig, Training
+
+if TYPE_CHECKING:
+    from attnlab.families import EvalOptions, LoadedRun
+
+log = logging.getLogger("attnlab")
 
 TASKS = ("fibonacci", "sine")
 
@@ -117,8 +121,6 @@ def load_series_config(path: Path | str | None, overrides: list[str] | None = No
     base = {"train": dataclasses.asdict(_series_train_defaults())}
     if path is None:
         return load_config(SeriesExperimentConfig, None, overrides, base=base)
-    from attnlab.config import apply_overrides, read_config_file
-
     data = read_config_file(path)
     data["train"] = {**base["train"], **data.get("train", {})}
     return from_dict(SeriesExperimentConfig, apply_overrides(data, list(overrides or [])))
@@ -298,32 +300,66 @@ def mse(model: nn.Module, data: SeriesDataset) -> float:
     return float(((pred.double().cpu() - data.y.double()) ** 2).mean())
 
 
-# ---------------------------------------------------------------------------------------------- runs
+# ---------------------------------------------------------------------------------------------- family
+def build_series_model(cfg: SeriesExperimentConfig, tokenizers: None = None) -> SeriesRNN:
+    return SeriesRNN(cfg.model, cfg.series.window)
+
+
+def series_training(cfg: SeriesExperimentConfig, splits: SeriesSplits, tokenizers: None, model: SeriesRNN
+                    ) -> Training:
+    """Summed squared error over windows (train.max_tokens = windows per batch); selection on dev MSE."""
+    return Training(RegressionTask(), splits.train, splits.dev, dev_eval=None, d_model=cfg.model.hidden_dim,
+                    sizes=f"train windows {len(splits.train):,}, dev {len(splits.dev):,}, test {len(splits.test):,}")
+
+
+def series_summary_inputs(cfg: SeriesExperimentConfig, tokenizers: None, src_len: int, tgt_len: int
+                          ) -> tuple[tuple[Tensor, ...], str]:
+    """Two windows of the configured length (the series model has no vocabulary)."""
+    T = cfg.series.window
+    return (torch.rand(2, T),), (f"{cfg.model.cell}, hidden {cfg.model.hidden_dim}, attention "
+                                 f"{'on' if cfg.model.attention else 'off'}; dummy batch B=2, T={T}")
+
+
+def evaluate_series(run: LoadedRun, split: str, options: EvalOptions) -> dict:
+    """MSE of the run's weights on a split (and on the others, for scale); writes RUN_DIR/eval/series_<split>.json."""
+    splits = make_splits(run.cfg.series)
+    result = {"split": split, "checkpoint": run.checkpoint, "windows": len(getattr(splits, split)),
+              **{f"{name}_mse": mse(run.model, getattr(splits, name)) for name in ("train", "dev", "test")},
+              "baselines": baselines(splits)}
+    result["mse"] = result[f"{split}_mse"]
+    write_json(run.run_dir / "eval" / f"series_{split}.json", result)
+    return result
+
+
+def format_series_eval(result: dict) -> str:
+    return (f"{result['split']}: {result['windows']:,} windows ({result['checkpoint']} checkpoint): MSE "
+            f"{result['mse']:.4e}; baselines " + ", ".join(f"{k} {v:.4e}" for k, v in result["baselines"].items()))
+
+
 def train_series(cfg: SeriesExperimentConfig, run_dir: Path | str, seed: int,
                  splits: SeriesSplits | None = None, quiet: bool = False) -> dict:
-    """Trains one model with the trainer into run_dir (replacing an earlier series run there) and returns
+    """Trains one model through the run pipeline into run_dir (replacing an earlier series run there) and returns
     {seed, train_mse, dev_mse, test_mse, steps, seconds} of the last or the best (lowest dev MSE) weights, as
-    cfg.series.select says."""
+    cfg.series.select says. quiet: the pipeline's and trainer's messages are not logged (metrics.jsonl has
+    them all)."""
+    from attnlab.workflow import load_run, train  # the pipeline runs every family, this one included
+
     run_dir = Path(run_dir)
     if (run_dir / "metrics.jsonl").is_file():
         shutil.rmtree(run_dir)  # an earlier run of this command; the trainer would append to it
     splits = splits or make_splits(cfg.series)
-    torch.manual_seed(seed)
-    model = SeriesRNN(cfg.model, cfg.series.window)
-    tcfg = dataclasses.replace(cfg.train, seed=seed)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=seed))
     t0 = time.perf_counter()
-    trainer = Trainer(model, tcfg, splits.train, splits.dev, run_dir, task=RegressionTask(),
-                      d_model=cfg.model.hidden_dim)
-    if quiet:  # the trainer writes a line per validation; metrics.jsonl has them all
-        with contextlib.redirect_stdout(io.StringIO()):
-            state = trainer.fit()
-    else:
-        state = trainer.fit()
-    if cfg.series.select == "best":
-        load_weights(model, run_dir / "checkpoints" / "best.safetensors")
-    model.cpu()
+    level = log.level
+    if quiet:
+        log.setLevel(logging.WARNING)
+    try:
+        state = train(cfg, run_dir)
+    finally:
+        log.setLevel(level)
+    model = load_run(run_dir, cfg.series.select, "cpu").model
     return {"seed": seed, "train_mse": mse(model, splits.train), "dev_mse": mse(model, splits.dev),
-            "test_mse": mse(model, splits.test), "steps": state["step"], "seconds": time.perf_counter() - t0}
+            "test_mse": mse(model, splits.test), "steps": state.step, "seconds": time.perf_counter() - t0}
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:

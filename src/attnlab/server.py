@@ -17,6 +17,7 @@ source tokens than the run's decode.max_src_tokens (422), an unknown model name 
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -34,7 +35,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from attnlab.corpus import normalize
 from attnlab.errors import AttnlabError
 from attnlab.plotting import clean_piece
-from attnlab.translate import Translator, load_run
+from attnlab.translate import Translator
+from attnlab.workflow import load_run
+
+log = logging.getLogger("attnlab")
 
 MAX_BEAM = 12
 STATIC_DIR = Path(str(files("attnlab") / "static"))
@@ -96,7 +100,8 @@ def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "c
             raise AttnlabError(f"{run} is given twice")
         seen.add(run.resolve())
         name = run.name if run.name not in models else str(run)
-        cfg, tokenizers, model = load_run(run, checkpoint)
+        loaded = load_run(run, checkpoint, device, ability="translate")
+        cfg, tokenizers, model = loaded.cfg, loaded.tokenizers, loaded.model
         if cfg.model.family == "transformer":
             t = cfg.model.transformer
             attention, layers, heads = "multi-head", t.dec_layers, t.h
@@ -250,8 +255,8 @@ def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8000, devic
     sock = listen(host, port)
     port = sock.getsockname()[1]
     where = f"[{host}]" if ":" in host else host
-    print(f"serving {', '.join(models)} at http://{where}:{port}/  (API schema: /openapi.json; Ctrl-C stops)",
-          flush=True)
+    log.info("serving %s at http://%s:%d/  (API schema: /openapi.json; Ctrl-C stops)", ", ".join(models), where,
+             port)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 

@@ -8,9 +8,8 @@ callers append EOS themselves. `decode` drops PAD/BOS/EOS and shows UNK as "⁇"
 from __future__ import annotations
 
 import io
+import logging
 import json
-import os
-import tempfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,6 +18,9 @@ from typing import ClassVar, Iterable, Sequence
 import sentencepiece as spm
 
 from attnlab.errors import AttnlabError
+from attnlab.fileio import atomic_write_bytes
+
+log = logging.getLogger("attnlab")
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")  # indexed by id
@@ -222,18 +224,6 @@ def _file_name(side: str, kind: str) -> str:
     return f"{side}.chars.json" if kind == "char" else f"{side}.model"
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Writes through a temporary file and a rename, so readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_tokenizers(pair: TokenizerPair, directory: Path | str) -> None:
     """Writes directory/tokenizer.json (kind, joint, config) and the src/tgt model files (src.model,
     tgt.model or src.chars.json, tgt.chars.json). tokenizer.json is written last, so its presence means the
@@ -242,9 +232,9 @@ def save_tokenizers(pair: TokenizerPair, directory: Path | str) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     kind = pair.src.kind
     for side in ("src", "tgt"):
-        _atomic_write(directory / _file_name(side, kind), getattr(pair, side).to_bytes())
+        atomic_write_bytes(directory / _file_name(side, kind), getattr(pair, side).to_bytes())
     meta = {"format": FORMAT_VERSION, "kind": kind, "joint": pair.joint, "config": asdict(pair.config)}
-    _atomic_write(directory / "tokenizer.json", (json.dumps(meta, indent=2) + "\n").encode())
+    atomic_write_bytes(directory / "tokenizer.json", (json.dumps(meta, indent=2) + "\n").encode())
 
 
 def load_tokenizers(directory: Path | str) -> TokenizerPair:
@@ -275,3 +265,24 @@ def load_tokenizers(directory: Path | str) -> TokenizerPair:
         tok = load("src")
         return TokenizerPair(tok, tok, joint=True, config=cfg)
     return TokenizerPair(load("src"), load("tgt"), joint=False, config=cfg)
+
+
+def cached_tokenizers(corpus, kind: str, vocab_size: int, joint: bool) -> TokenizerPair:
+    """Tokenizers trained on a corpus's train split (`attnlab.corpus.Corpus`), cached by corpus name and settings
+    (the Bible corpus is fixed, so its tokenizer can be reused; file corpora are retrained every time)."""
+    import time
+
+    from attnlab.corpus import cache_dir
+
+    cfg = TokenizerConfig(kind=kind, vocab_size=vocab_size, joint=joint)
+    cacheable = corpus.name.startswith("bible-")
+    where = cache_dir() / "tokenizers" / f"{corpus.name}-{kind}-{vocab_size}-{'joint' if joint else 'sep'}"
+    if cacheable and (where / "tokenizer.json").is_file():
+        return load_tokenizers(where)
+    t0 = time.perf_counter()
+    log.info("training a %s tokenizer on %s train pairs ...", kind, f"{len(corpus.train):,}")
+    pair = build_tokenizers(cfg, [p.src for p in corpus.train], [p.tgt for p in corpus.train])
+    log.info("  done in %.1f s", time.perf_counter() - t0)
+    if cacheable:
+        save_tokenizers(pair, where)
+    return pair

@@ -10,9 +10,12 @@ The loop is explicit (as in nanoGPT); each part is a small named method: `train_
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import logging
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +28,12 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from attnlab.batching import Seq2SeqBatch, TokenBudgetBatchSampler, collate_seq2seq
-from attnlab.checkpoint import load_checkpoint, save_checkpoint, save_weights, write_json
+from attnlab.checkpoint import load_checkpoint, save_checkpoint, save_weights
 from attnlab.errors import AttnlabError
+from attnlab.fileio import write_json
 from attnlab.tokenizers import PAD_ID
+
+log = logging.getLogger("attnlab")
 
 
 @dataclass
@@ -61,7 +67,7 @@ class TrainConfig:
     amp: str = "none"  # none | bf16 | fp16 (CUDA)
     num_threads: int = 0  # CPU threads for torch (0: torch's default)
     compile: bool = False  # torch.compile the model (dynamic shapes; worth it for long GPU runs)
-    progress: bool = True
+    progress: bool = True  # a progress bar on a terminal; elsewhere one plain line every log_every steps
 
     CHOICES: ClassVar[dict] = {"optimizer": ("adam", "adamw"),
                                "schedule": ("constant", "inverse_sqrt", "noam", "plateau"),
@@ -142,14 +148,88 @@ class Seq2SeqTask:
         return sequence_loss(logits, batch.tgt_out, label_smoothing), batch.num_tgt_tokens
 
 
+@dataclass
+class Training:
+    """What a model family hands the trainer (`attnlab.families`): the task (batching and loss), the encoded
+    datasets, the optional dev metrics callable, d_model for the noam schedule, and a line describing the data
+    sizes for the log."""
+
+    task: Task
+    train_data: Any
+    dev_data: Any
+    dev_eval: Callable[[nn.Module], dict] | None = None
+    d_model: int = 512
+    sizes: str = ""
+
+
+@dataclass
+class TrainerState:
+    """Everything the loop needs to continue exactly where it stopped; saved with every checkpoint.
+
+    best_score: the model-selection score (higher is better: dev BLEU, accuracy, or minus the dev loss);
+    bad_evals: validations since it last improved; lr_scale: the plateau schedule's factor; batch_in_epoch:
+    batches of the current epoch already trained on; stopped: why `fit` returned (None while training).
+    """
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    best_score: float | None = None
+    bad_evals: int = 0
+    lr_scale: float = 1.0
+    train_tokens: int = 0
+    train_seconds: float = 0.0
+    stopped: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str) -> TrainerState:
+        """The state saved in a checkpoint's JSON (`source` names the file in errors); other keys are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except TypeError as e:
+            raise AttnlabError(f"{source}: not a trainer state ({e})") from None
+
+
+def optimizer_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Parameter groups for AdamW (as nanoGPT's `configure_optimizers`): weight decay on the weight matrices of
+    linear, convolution and recurrent layers; none on biases, normalization gains and embeddings (an output layer
+    tied to an embedding counts as the embedding). Tied parameters appear once; frozen ones not at all."""
+    no_decay: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, (nn.Embedding, nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.RMSNorm)):
+            no_decay.update(id(p) for p in module.parameters(recurse=False))
+    params = [p for p in model.parameters() if p.requires_grad]  # each tensor once, even when tied
+    decay = [p for p in params if id(p) not in no_decay and p.dim() >= 2]
+    rest = [p for p in params if id(p) in no_decay or p.dim() < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+@torch.no_grad()
+def summed_loss(model: nn.Module, task: Task, data, max_tokens: int, device: torch.device,
+                autocast: Callable[[], Any] = contextlib.nullcontext) -> tuple[float, int]:
+    """The task's loss (no label smoothing) summed over a dataset in length-sorted token-budget batches, and the
+    number of items it covers (target tokens, sentences, pairs)."""
+    total, count = 0.0, 0
+    sampler = TokenBudgetBatchSampler(data.lengths(), max_tokens, shuffle=False)
+    for idx in sampler:
+        batch = task.collate([data[i] for i in idx]).to(device)
+        with autocast():
+            loss, n = task.loss(model, batch, 0.0)
+        total += loss.item()
+        count += n
+    return total, count
+
+
 class Trainer:
     """Trains `model` on token-budget batches of `train_data`, with the loss of `task` (default: seq2seq).
 
     Args:
-        model: any attnlab model.
+        model: any attnlab model (`raw_model`); `model` is what runs the steps: the same module, or it wrapped in
+            DistributedDataParallel (under torchrun) and/or torch.compile. Checkpoints save `raw_model`.
         cfg: the train section of the experiment config.
         train_data / dev_data: encoded datasets (with `lengths()`).
-        run_dir: where checkpoints and metrics.jsonl go.
+        run_dir: where checkpoints, metrics.jsonl and TensorBoard logs go.
         dev_eval: optional callable(model) -> dict of extra dev metrics, e.g. {"bleu", "chrf"} (decodes the dev
             set) or {"accuracy"}. The model-selection score is bleu if present, else accuracy, else -dev_loss.
         d_model: for the noam schedule.
@@ -163,30 +243,41 @@ class Trainer:
         self.task = task if task is not None else Seq2SeqTask()
         self.world = int(os.environ.get("WORLD_SIZE", 1))
         self.rank = int(os.environ.get("RANK", 0))
+        self.is_main = self.rank == 0
         self.device = resolve_device(cfg.device)
         if self.world > 1 and not torch.distributed.is_initialized():
             torch.distributed.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        self.model = model.to(self.device)
-        self.ddp = (nn.parallel.DistributedDataParallel(self.model, device_ids=[self.device.index]
-                                                         if self.device.type == "cuda" else None)
-                    if self.world > 1 else self.model)
-        if cfg.compile:  # the compiled module shares its parameters with self.model, which checkpoints use
-            self.ddp = torch.compile(self.ddp, dynamic=True)
+        self.raw_model = model.to(self.device)
+        self.model: nn.Module = self.raw_model
+        if self.world > 1:
+            self.model = nn.parallel.DistributedDataParallel(
+                self.raw_model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        if cfg.compile:  # the compiled module shares its parameters with raw_model, which checkpoints use
+            self.model = torch.compile(self.model, dynamic=True)
         self.train_data, self.dev_data = train_data, dev_data
         self.sampler = TokenBudgetBatchSampler(train_data.lengths(), cfg.max_tokens, shuffle=True, seed=cfg.seed,
                                                num_replicas=self.world, rank=self.rank)
         opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
         fused = {"fused": True} if self.device.type == "cuda" else {}
-        self.optimizer = opt_cls(self.model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                                 weight_decay=cfg.weight_decay, **fused)
+        self.optimizer = opt_cls(optimizer_groups(self.raw_model, cfg.weight_decay), lr=cfg.lr,
+                                 betas=(cfg.adam_beta1, cfg.adam_beta2), **fused)
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.amp)
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp == "fp16" and self.device.type == "cuda")
-        self.state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_score": None, "bad_evals": 0,
-                      "lr_scale": 1.0, "train_tokens": 0, "train_seconds": 0.0, "stopped": None}
-        self.is_main = self.rank == 0
+        self.state = TrainerState()
+        self.tb = self._tensorboard_writer()
         self._t_start = time.perf_counter()
+
+    def _tensorboard_writer(self):
+        if not (self.cfg.tensorboard and self.is_main):
+            return None
+        try:
+            from torch.utils.tensorboard import SummaryWriter  # optional dependency: tensorboard
+        except ImportError:
+            raise AttnlabError("train.tensorboard = true needs the tensorboard package "
+                               "(pip install tensorboard)") from None
+        return SummaryWriter(str(self.run_dir / "tensorboard"))
 
     # ------------------------------------------------------------------------------------------ steps
     def _autocast(self):
@@ -194,13 +285,13 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=enabled)
 
     def current_lr(self) -> float:
-        lr = self.cfg.lr * lr_factor(self.cfg, self.state["step"] + 1, self.d_model) * self.state["lr_scale"]
+        lr = self.cfg.lr * lr_factor(self.cfg, self.state.step + 1, self.d_model) * self.state.lr_scale
         return max(lr, self.cfg.min_lr) if self.cfg.schedule == "plateau" else lr
 
     def train_step(self, batches: list) -> tuple[float, int]:
         """One optimizer update over `batches` (gradient accumulation). Returns (summed loss, items), items being
         target tokens for seq2seq."""
-        self.ddp.train()
+        self.model.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.current_lr()
         batches = [b.to(self.device, non_blocking=True) for b in batches]
@@ -209,25 +300,25 @@ class Trainer:
         # each micro-batch with the running count, then rescale the gradients once
         for i, batch in enumerate(batches):
             sync = self.world == 1 or i == len(batches) - 1
-            ctx = self.ddp.no_sync() if not sync else contextlib.nullcontext()
+            ctx = self.model.no_sync() if not sync else contextlib.nullcontext()
             with ctx:
                 with self._autocast():
-                    loss, n = self.task.loss(self.ddp, batch, self.cfg.label_smoothing)
+                    loss, n = self.task.loss(self.model, batch, self.cfg.label_smoothing)
                 self.scaler.scale(loss).backward()
             losses.append(loss.detach())
             counts.append(n)
         ntok = sum(counts)
-        for p in self.model.parameters():
+        for p in self.raw_model.parameters():
             if p.grad is not None:
                 p.grad.div_(max(ntok, 1))
         total = torch.stack(losses).sum().item()
         if self.cfg.clip_norm > 0:
             self.scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+            nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.cfg.clip_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        self.state["step"] += 1
+        self.state.step += 1
         return total, ntok
 
     def _loader(self, data, batches) -> DataLoader:
@@ -240,16 +331,10 @@ class Trainer:
     @torch.no_grad()
     def dev_loss(self) -> dict:
         """Dev loss per item (target token for seq2seq; without label smoothing) and, if meaningful, perplexity."""
-        self.model.eval()
-        sampler = TokenBudgetBatchSampler(self.dev_data.lengths(), self.cfg.max_tokens, shuffle=False)
-        total, ntok = 0.0, 0
-        for batch in self._loader(self.dev_data, sampler):
-            batch = batch.to(self.device)
-            with self._autocast():
-                loss, n = self.task.loss(self.model, batch, 0.0)
-            total += loss.item()
-            ntok += n
-        loss = total / max(ntok, 1)
+        self.raw_model.eval()
+        total, count = summed_loss(self.raw_model, self.task, self.dev_data, self.cfg.max_tokens, self.device,
+                                   self._autocast)
+        loss = total / max(count, 1)
         out = {"dev_loss": loss}
         if getattr(self.task, "perplexity", True):
             out["dev_ppl"] = math.exp(min(loss, 50.0))
@@ -258,18 +343,19 @@ class Trainer:
     def validate(self) -> dict:
         """Dev loss/perplexity and the dev_eval metrics (BLEU/chrF, accuracy; if configured); updates best,
         patience and the plateau scale."""
+        s = self.state
         metrics = self.dev_loss()
         if self.dev_eval is not None and self.cfg.eval_bleu:
-            self.model.eval()
-            metrics.update(self.dev_eval(self.model))
+            self.raw_model.eval()
+            metrics.update(self.dev_eval(self.raw_model))
         score = next((metrics[k] for k in ("bleu", "accuracy") if k in metrics), -metrics["dev_loss"])
-        improved = self.state["best_score"] is None or score > self.state["best_score"]
+        improved = s.best_score is None or score > s.best_score
         if improved:
-            self.state["best_score"], self.state["bad_evals"] = score, 0
+            s.best_score, s.bad_evals = score, 0
         else:
-            self.state["bad_evals"] += 1
-            if self.cfg.schedule == "plateau" and self.state["bad_evals"] % self.cfg.plateau_patience == 0:
-                self.state["lr_scale"] *= self.cfg.plateau_factor
+            s.bad_evals += 1
+            if self.cfg.schedule == "plateau" and s.bad_evals % self.cfg.plateau_patience == 0:
+                s.lr_scale *= self.cfg.plateau_factor
         metrics["improved"] = improved
         return metrics
 
@@ -277,16 +363,17 @@ class Trainer:
         if not self.is_main:
             return
         ckpt = self.run_dir / "checkpoints"
-        save_checkpoint(ckpt, self.state["step"], self.model, self.optimizer, dict(self.state), self.cfg.keep_last)
+        save_checkpoint(ckpt, self.state.step, self.raw_model, self.optimizer, dataclasses.asdict(self.state),
+                        self.cfg.keep_last)
         if best:
-            save_weights(self.model, ckpt / "best.safetensors")
-            write_json(ckpt / "best.json", {"step": self.state["step"], "score": self.state["best_score"]})
+            save_weights(self.raw_model, ckpt / "best.safetensors")
+            write_json(ckpt / "best.json", {"step": self.state.step, "score": self.state.best_score})
 
     def log(self, record: dict) -> None:
         if not self.is_main:
             return
         # wall-clock seconds of training so far (validation included; resumed runs continue the count)
-        record = {**record, "time_s": round(self.state["train_seconds"] + time.perf_counter() - self._t_start, 2)}
+        record = {**record, "time_s": round(self.state.train_seconds + time.perf_counter() - self._t_start, 2)}
         with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
         if self.tb is not None:
@@ -296,9 +383,9 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------ loop
     def resume(self) -> None:
-        self.state.update(load_checkpoint(self.run_dir / "checkpoints", self.model, self.optimizer))
-        self.state.pop("optimizer", None)
-        self.state["stopped"] = None
+        ckpt = self.run_dir / "checkpoints"
+        self.state = TrainerState.from_dict(load_checkpoint(ckpt, self.raw_model, self.optimizer), str(ckpt))
+        self.state.stopped = None
 
     def _done(self, t_start: float) -> str | None:
         """Why training should stop now, or None. Under DDP the ranks agree (a clock may differ by a step)."""
@@ -313,38 +400,26 @@ class Trainer:
 
     def _local_done(self, t_start: float) -> str | None:
         c, s = self.cfg, self.state
-        if s["step"] >= c.max_steps:
+        if s.step >= c.max_steps:
             return "max_steps"
-        if c.max_epochs and s["epoch"] >= c.max_epochs:
+        if c.max_epochs and s.epoch >= c.max_epochs:
             return "max_epochs"
         if c.max_minutes and time.perf_counter() - t_start >= 60 * c.max_minutes:
             return "max_minutes"
-        if c.patience and s["bad_evals"] >= c.patience:
+        if c.patience and s.bad_evals >= c.patience:
             return "early_stopping"
         return None
 
-    def fit(self) -> dict:
+    def fit(self) -> TrainerState:
         """Trains until a limit in the config is reached; returns the final trainer state."""
         cfg, s = self.cfg, self.state
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.tb = None
-        if cfg.tensorboard and self.is_main:
-            try:
-                from torch.utils.tensorboard import SummaryWriter  # optional dependency: tensorboard
-            except ImportError:
-                raise AttnlabError("train.tensorboard = true needs the tensorboard package "
-                                   "(pip install tensorboard)") from None
-
-            self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
         t_start = self._t_start = time.perf_counter()
-        # with a time budget the step limit is usually far away: show elapsed time and rate, not a fake ETA
-        bar = tqdm(total=None if cfg.max_minutes else cfg.max_steps, initial=s["step"],
-                   disable=not (cfg.progress and self.is_main),
-                   dynamic_ncols=True, unit="step")
+        progress = Progress(cfg, s.step, enabled=cfg.progress and self.is_main)
         window_loss, window_tok, window_t = 0.0, 0, time.perf_counter()
         while (reason := self._done(t_start)) is None:
-            self.sampler.set_epoch(s["epoch"])
-            batches = list(self.sampler)[s["batch_in_epoch"]:]
+            self.sampler.set_epoch(s.epoch)
+            batches = list(self.sampler)[s.batch_in_epoch:]
             loader = self._loader(self.train_data, batches)
             group: list = []
             for batch in loader:
@@ -354,53 +429,83 @@ class Trainer:
                 try:
                     loss, ntok = self.train_step(group)
                 except KeyboardInterrupt:
-                    self._save_on_interrupt(bar)
+                    progress.close()
+                    self._save_on_interrupt()
                     raise
-                s["batch_in_epoch"] += len(group)
+                s.batch_in_epoch += len(group)
                 group = []
                 window_loss, window_tok = window_loss + loss, window_tok + ntok
-                s["train_tokens"] += ntok
-                bar.update(1)
-                if s["step"] % cfg.log_every == 0 or s["step"] % cfg.eval_every == 0:
+                s.train_tokens += ntok
+                progress.advance()
+                if s.step % cfg.log_every == 0 or s.step % cfg.eval_every == 0:
                     elapsed = time.perf_counter() - window_t
-                    rec = {"step": s["step"], "epoch": s["epoch"], "loss": window_loss / max(window_tok, 1),
+                    rec = {"step": s.step, "epoch": s.epoch, "loss": window_loss / max(window_tok, 1),
                            "lr": self.current_lr(), "tokens_per_s": window_tok / max(elapsed, 1e-9) * self.world}
-                    bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:,.0f}")
+                    progress.report(rec)
                     self.log(rec)
                     window_loss, window_tok, window_t = 0.0, 0, time.perf_counter()
-                if s["step"] % cfg.eval_every == 0:
-                    self._validate_and_save(bar)
+                if s.step % cfg.eval_every == 0:
+                    self._validate_and_save()
                     window_t = time.perf_counter()
                 if self._done(t_start):
                     break
             else:
-                s["epoch"] += 1
-                s["batch_in_epoch"] = 0
-        s["stopped"] = reason
-        s["train_seconds"] += time.perf_counter() - t_start
+                s.epoch += 1
+                s.batch_in_epoch = 0
+        s.stopped = reason
+        s.train_seconds += time.perf_counter() - t_start
         self._t_start = time.perf_counter()  # the clock of log records continues from train_seconds
-        if s["step"] % cfg.eval_every != 0:  # the last steps have not been validated yet
-            self._validate_and_save(bar)
+        progress.close()
+        if s.step % cfg.eval_every != 0:  # the last steps have not been validated yet
+            self._validate_and_save()
         else:
             self.checkpoint(best=False)
-        bar.close()
         if self.tb is not None:
             self.tb.close()
-        return dict(s)
+        return dataclasses.replace(s)
 
-    def _save_on_interrupt(self, bar: tqdm) -> None:
+    def _save_on_interrupt(self) -> None:
         """Ctrl-C inside a step: drop its partial gradients and checkpoint the last completed step."""
         self.optimizer.zero_grad(set_to_none=True)
-        bar.close()
-        if self.state["step"] > 0:
+        if self.state.step > 0:
             self.checkpoint(best=False)
-            print(f"\ninterrupted: checkpoint at step {self.state['step']} saved; continue with "
-                  f"`attnlab train --resume {self.run_dir}`", flush=True)
+            log.warning("interrupted: checkpoint at step %d saved; continue with `attnlab train --resume %s`",
+                        self.state.step, self.run_dir)
 
-    def _validate_and_save(self, bar: tqdm) -> None:
+    def _validate_and_save(self) -> None:
         metrics = self.validate()
-        self.log({"step": self.state["step"], "epoch": self.state["epoch"], **metrics})
+        self.log({"step": self.state.step, "epoch": self.state.epoch, **metrics})
         summary = ", ".join(f"{k} {v:.2f}" for k, v in metrics.items() if isinstance(v, float))
         if self.is_main:
-            bar.write(f"step {self.state['step']}: {summary}{' (best)' if metrics['improved'] else ''}")
+            log.info("step %d: %s%s", self.state.step, summary, " (best)" if metrics["improved"] else "")
         self.checkpoint(best=metrics["improved"])
+
+
+class Progress:
+    """Training progress: a tqdm bar (steps, loss, tokens/s) when stderr is a terminal; otherwise (a log file,
+    CI, a pipe) one plain log line per report, every log_every steps, so a log holds no carriage-return
+    fragments."""
+
+    def __init__(self, cfg: TrainConfig, initial: int, enabled: bool = True) -> None:
+        self.total = None if cfg.max_minutes else cfg.max_steps  # a time budget has no honest ETA
+        self.enabled = enabled
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            self.bar = tqdm(total=self.total, initial=initial, dynamic_ncols=True, unit="step", file=sys.stderr)
+
+    def advance(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def report(self, rec: dict) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:,.0f}")
+        elif self.enabled:
+            of = f"/{self.total}" if self.total else ""
+            log.info("step %d%s: loss %.3f, %s tokens/s, lr %.3g", rec["step"], of, rec["loss"],
+                     f"{rec['tokens_per_s']:,.0f}", rec["lr"])
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

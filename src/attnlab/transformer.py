@@ -163,64 +163,60 @@ class EncoderLayer(_Residual):
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attn_dropout, cfg.bias)
         self.ff = FeedForward(cfg)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, causal: bool = False
+    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False
                 ) -> tuple[Tensor, Tensor | None]:
-        """causal=True: position t attends to 0..t only (the decoder-only LM's layer, `attnlab.lm`)."""
         h = self.inp(x, self.norm1)
-        a, weights = self.self_attn(h, h, h, mask, need_weights, causal=causal)  # (B, S, D)
+        a, weights = self.self_attn(h, h, h, mask, need_weights)  # (B, S, D)
         x = self.add(x, a, self.norm1)
         x = self.add(x, self.ff(self.inp(x, self.norm2)), self.norm2)
         return x, weights
-
-    def step(self, x_t: Tensor, cache: tuple[Tensor, Tensor], need_weights: bool = False
-             ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor | None]:
-        """Causal self-attention for one new position t against the cached keys/values of 0..t-1.
-
-        Shape: x_t (B, 1, D), cache (k, v) (B, H, t, Dh) each -> x_t (B, 1, D), cache (B, H, t + 1, Dh) each,
-        weights (B, H, 1, t + 1) or None.
-        """
-        h = self.inp(x_t, self.norm1)
-        k_t, v_t = self.self_attn.project_kv(h, h)  # (B, H, 1, Dh)
-        k = torch.cat([cache[0], k_t], dim=2)  # (B, H, t + 1, Dh)
-        v = torch.cat([cache[1], v_t], dim=2)
-        a, weights = self.self_attn.attend_projected(h, k, v, None, need_weights)  # no future keys exist yet
-        x_t = self.add(x_t, a, self.norm1)
-        x_t = self.add(x_t, self.ff(self.inp(x_t, self.norm2)), self.norm2)
-        return x_t, (k, v), weights
 
 
 class DecoderLayer(_Residual):
     """Masked self-attention, cross-attention over the encoder output, FFN (3.1).
 
+    cross_attention=False drops the middle block: the layer of a decoder-only language model (`attnlab.lm`).
+    Its norms are then norm1 (self-attention) and norm2 (FFN), the names of `torch.nn.TransformerEncoderLayer`,
+    which computes the same with a causal mask; with cross-attention they are norm1, norm2 (cross), norm3 (FFN),
+    the names of `torch.nn.TransformerDecoderLayer`.
+
     `forward` runs all T positions at once (teacher forcing); `step` runs one position against a KV cache.
     """
 
-    def __init__(self, cfg: TransformerConfig) -> None:
-        super().__init__(cfg, n_norms=3)
+    def __init__(self, cfg: TransformerConfig, cross_attention: bool = True) -> None:
+        super().__init__(cfg, n_norms=3 if cross_attention else 2)
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attn_dropout, cfg.bias)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attn_dropout, cfg.bias)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attn_dropout, cfg.bias) if cross_attention \
+            else None
         self.ff = FeedForward(cfg)
 
-    def forward(self, y: Tensor, memory: Tensor, self_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None, need_weights: bool = False, causal: bool = False
+    @property
+    def ff_norm(self) -> nn.LayerNorm:
+        return self.norm3 if self.cross_attn is not None else self.norm2
+
+    def forward(self, y: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None, need_weights: bool = False, causal: bool = True
                 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """Shape: y (B, T, D), memory (B, S, D), self_mask bool broadcastable to (B, H, T, T) and/or
-        causal=True (the fused kernel's own causal mode), memory_mask broadcastable to (B, H, T, S)
-        -> y (B, T, D), self weights (B, H, T, T), cross weights (B, H, T, S) (None without need_weights)."""
+        """Shape: y (B, T, D), memory (B, S, D) (None without cross-attention), self_mask bool broadcastable to
+        (B, H, T, T) and/or causal=True (the fused kernel's own causal mode), memory_mask broadcastable to
+        (B, H, T, S) -> y (B, T, D), self weights (B, H, T, T), cross weights (B, H, T, S) (None without
+        need_weights or without cross-attention)."""
         h = self.inp(y, self.norm1)
         a, self_w = self.self_attn(h, h, h, self_mask, need_weights, causal=causal)  # (B, T, D)
         y = self.add(y, a, self.norm1)
-        y, cross_w = self._cross_ff(y, self.cross_attn.project_kv(memory, memory), memory_mask, need_weights)
+        memory_kv = self.cross_attn.project_kv(memory, memory) if self.cross_attn is not None else None
+        y, cross_w = self._cross_ff(y, memory_kv, memory_mask, need_weights)
         return y, self_w, cross_w
 
-    def step(self, y_t: Tensor, cache: tuple[Tensor, Tensor], memory_kv: tuple[Tensor, Tensor],
+    def step(self, y_t: Tensor, cache: tuple[Tensor, Tensor], memory_kv: tuple[Tensor, Tensor] | None = None,
              memory_mask: Tensor | None = None, need_weights: bool = False
              ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor | None, Tensor | None]:
         """One position t against the cached keys/values of positions 0..t-1.
 
         Shape: y_t (B, 1, D), cache (k, v) (B, H, t, Dh) each, memory_kv (k, v) (B, H, S, Dh) each from
-        `self.cross_attn.project_kv(memory, memory)` -> y_t (B, 1, D), cache (B, H, t + 1, Dh) each,
-        self weights (B, H, 1, t + 1), cross weights (B, H, 1, S) (None without need_weights).
+        `self.cross_attn.project_kv(memory, memory)` (None without cross-attention) -> y_t (B, 1, D),
+        cache (B, H, t + 1, Dh) each, self weights (B, H, 1, t + 1), cross weights (B, H, 1, S) (None without
+        need_weights).
         """
         h = self.inp(y_t, self.norm1)
         k_t, v_t = self.self_attn.project_kv(h, h)  # (B, H, 1, Dh)
@@ -231,12 +227,45 @@ class DecoderLayer(_Residual):
         y_t, cross_w = self._cross_ff(y_t, memory_kv, memory_mask, need_weights)
         return y_t, (k, v), self_w, cross_w
 
-    def _cross_ff(self, y: Tensor, memory_kv: tuple[Tensor, Tensor], memory_mask: Tensor | None,
+    def _cross_ff(self, y: Tensor, memory_kv: tuple[Tensor, Tensor] | None, memory_mask: Tensor | None,
                   need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        h = self.inp(y, self.norm2)
-        a, cross_w = self.cross_attn.attend_projected(h, *memory_kv, memory_mask, need_weights)  # (B, T, D)
-        y = self.add(y, a, self.norm2)
-        return self.add(y, self.ff(self.inp(y, self.norm3)), self.norm3), cross_w
+        cross_w = None
+        if self.cross_attn is not None:
+            h = self.inp(y, self.norm2)
+            a, cross_w = self.cross_attn.attend_projected(h, *memory_kv, memory_mask, need_weights)  # (B, T, D)
+            y = self.add(y, a, self.norm2)
+        return self.add(y, self.ff(self.inp(y, self.ff_norm)), self.ff_norm), cross_w
+
+
+def decoder_step(layers: nn.ModuleList, y: Tensor, state: TransformerState,
+                 memory_kv: tuple[Tensor, Tensor] | None = None, memory_mask: Tensor | None = None,
+                 need_weights: bool = False) -> tuple[Tensor, TransformerState, Tensor | None, Tensor | None]:
+    """One position through a stack of `DecoderLayer`s with the KV cache: the one cached step of the
+    encoder-decoder and of the decoder-only LM.
+
+    Shape: y (B, 1, D) (embedded token at position state.t), state caches (B, N, H, t, Dh), memory_kv (k, v)
+    (B, N, H, S, Dh) each or None -> y (B, 1, D), state with caches (B, N, H, t + 1, Dh), self weights
+    (B, N, H, t + 1) and cross weights (B, N, H, S) (None without need_weights or cross-attention).
+    """
+    ks, vs, self_ws, cross_ws = [], [], [], []
+    for i, layer in enumerate(layers):
+        kv_i = (memory_kv[0][:, i], memory_kv[1][:, i]) if memory_kv is not None else None
+        y, (k, v), self_w, cross_w = layer.step(y, (state.k[:, i], state.v[:, i]), kv_i, memory_mask,
+                                                need_weights)  # (B, 1, D)
+        ks.append(k)
+        vs.append(v)
+        self_ws.append(self_w)
+        cross_ws.append(cross_w)
+    state = TransformerState(torch.stack(ks, dim=1), torch.stack(vs, dim=1), state.t + 1)  # (B, N, H, t+1, Dh)
+    self_w = torch.stack(self_ws, dim=1)[:, :, :, 0] if need_weights else None  # (B, N, H, t + 1)
+    cross_w = torch.stack(cross_ws, dim=1)[:, :, :, 0] if need_weights and memory_kv is not None else None
+    return y, state, self_w, cross_w  # cross_w (B, N, H, S)
+
+
+def empty_state(batch: int, layers: int, heads: int, head_dim: int, like: Tensor) -> TransformerState:
+    """Empty self-attention caches (B, N, H, 0, Dh) with the dtype and device of `like`."""
+    empty = like.new_zeros(batch, layers, heads, 0, head_dim)
+    return TransformerState(empty, empty, 0)
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -331,7 +360,7 @@ class TransformerSeq2Seq(nn.Module):
         y = self._embed(tgt_in, self.tgt_embed, self.tgt_pos)  # (B, T, D)
         self_ws, cross_ws = [], []
         for layer in self.decoder:
-            y, self_w, cross_w = layer(y, memory, None, memory_mask, need_weights, causal=True)  # (B, T, D)
+            y, self_w, cross_w = layer(y, memory, None, memory_mask, need_weights)  # (B, T, D), causal
             self_ws.append(self_w)
             cross_ws.append(cross_w)
         return self.dec_norm(y), self_ws, cross_ws
@@ -354,8 +383,7 @@ class TransformerSeq2Seq(nn.Module):
     def init_state(self, enc: TransformerEncoderOutput) -> TransformerState:
         """Empty self-attention caches: (B, N, H, 0, Dh)."""
         B, N, H, _, Dh = enc.k.shape
-        empty = enc.k.new_zeros(B, N, H, 0, Dh)
-        return TransformerState(empty, empty, 0)
+        return empty_state(B, N, H, Dh, enc.k)
 
     def step(self, prev: Tensor, state: TransformerState, enc: TransformerEncoderOutput, need_weights: bool = False
              ) -> tuple[Tensor, TransformerState, Tensor | None]:
@@ -365,18 +393,10 @@ class TransformerSeq2Seq(nn.Module):
         need_weights the cross-attention weights (B, N_dec, H, S) of every decoder layer and head.
         """
         y = self._embed(prev[:, None], self.tgt_embed, self.tgt_pos, offset=state.t)  # (B, 1, D)
-        memory_mask = enc.mask[:, None, None, :]  # (B, 1, 1, S)
-        ks, vs, cross = [], [], []
-        for i, layer in enumerate(self.decoder):
-            y, (k, v), _, cross_w = layer.step(y, (state.k[:, i], state.v[:, i]), (enc.k[:, i], enc.v[:, i]),
-                                               memory_mask, need_weights)  # (B, 1, D)
-            ks.append(k)
-            vs.append(v)
-            cross.append(cross_w)
+        y, state, _, cross = decoder_step(self.decoder, y, state, (enc.k, enc.v), enc.mask[:, None, None, :],
+                                          need_weights)  # (B, 1, D)
         logits = self.generator(self.dec_norm(y)[:, 0])  # (B, V)
-        state = TransformerState(torch.stack(ks, dim=1), torch.stack(vs, dim=1), state.t + 1)  # (B, N, H, t+1, Dh)
-        weights = torch.stack(cross, dim=1)[:, :, :, 0] if need_weights else None  # (B, N, H, S)
-        return F.log_softmax(logits.float(), dim=-1), state, weights
+        return F.log_softmax(logits.float(), dim=-1), state, cross
 
     @torch.no_grad()
     def attention_maps(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> dict[str, Tensor]:

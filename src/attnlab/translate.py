@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from attnlab.batching import pad_sequences
-from attnlab.checkpoint import load_weights, read_json
 from attnlab.errors import AttnlabError
-from attnlab.experiment import DecodeConfig, ExperimentConfig, build_model, experiment_from_dict
 from attnlab.search import beam_search, greedy_search, max_output_length
-from attnlab.tokenizers import EOS_ID, TokenizerPair, load_tokenizers
+from attnlab.tokenizers import EOS_ID, TokenizerPair
+
+if TYPE_CHECKING:
+    from attnlab.experiment import DecodeConfig
 
 
 @dataclass
@@ -35,9 +37,12 @@ class Translator:
         self.tokenizers, self.decode, self.device = tokenizers, decode, torch.device(device)
 
     @classmethod
-    def from_run(cls, run_dir: Path | str, checkpoint: str = "best", device: str = "cpu") -> "Translator":
-        cfg, tokenizers, model = load_run(run_dir, checkpoint)
-        return cls(model, tokenizers, cfg.decode, device)
+    def from_run(cls, run_dir: Path | str, checkpoint: str = "best", device: str = "cpu") -> Translator:
+        """The translator of a trained translation run (RNN or Transformer), best or last weights."""
+        from attnlab.workflow import load_run  # the run pipeline builds on this module
+
+        run = load_run(run_dir, checkpoint, device, ability="translate")
+        return cls(run.model, run.tokenizers, run.cfg.decode, run.device)
 
     def encode_source(self, sentences: list[str]) -> list[list[int]]:
         ids = [self.tokenizers.src.encode(s) + [EOS_ID] for s in sentences]
@@ -80,26 +85,3 @@ class Translator:
                            src_tokens=[src_tok.id_to_piece(i) for i in src_ids],
                            tgt_tokens=[tgt_tok.id_to_piece(i) for i in hyp.tokens] + (["</s>"] if hyp.finished else []),
                            attention=attention)
-
-
-def load_run(run_dir: Path | str, checkpoint: str = "best") -> tuple[ExperimentConfig, TokenizerPair, nn.Module]:
-    """Config, tokenizers and model of a run directory; checkpoint "best" or "last"."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise AttnlabError(f"{run_dir}: not a run directory (config.json missing)")
-    data = read_json(run_dir / "config.json")
-    if isinstance(data.get("model"), dict) and data["model"].get("family") == "lm":
-        raise AttnlabError(f"{run_dir} is a language-model run, not a translation model: use `attnlab generate` "
-                           "or `attnlab evaluate` with it")
-    cfg = experiment_from_dict(data)
-    tokenizers = load_tokenizers(run_dir / "tokenizer")
-    model = build_model(cfg.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
-    ckpt = run_dir / "checkpoints"
-    if checkpoint == "best" and (ckpt / "best.safetensors").is_file():
-        path = ckpt / "best.safetensors"
-    elif checkpoint in ("best", "last") and (ckpt / "latest.json").is_file():
-        path = ckpt / f"{read_json(ckpt / 'latest.json')['name']}.safetensors"
-    else:
-        raise AttnlabError(f"{run_dir}: no {checkpoint} checkpoint (train first, or choose best/last)")
-    load_weights(model, path)
-    return cfg, tokenizers, model.eval()

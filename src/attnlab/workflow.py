@@ -1,134 +1,163 @@
-"""The user-level jobs behind the CLI: train a run, evaluate it, translate with it."""
+"""The one run pipeline, for every model family (`attnlab.families`): train a config into a run directory,
+resume it, load a trained run, evaluate it, summarise a config or a run.
+
+A run directory::
+
+    RUN_DIR/config.json      the resolved config (any family); it says which family the run is
+    RUN_DIR/tokenizer/       the trained tokenizers (families that train one)
+    RUN_DIR/metrics.jsonl    one JSON object per log / validation event
+    RUN_DIR/checkpoints/     weights and trainer state (`attnlab.checkpoint`)
+    RUN_DIR/eval/            results of `attnlab evaluate`
+"""
 
 from __future__ import annotations
 
-import sys
-import time
+import logging
+import math
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from attnlab.batching import Seq2SeqDataset
-from attnlab.checkpoint import read_json, write_json
+from attnlab.checkpoint import load_weights, resolve_checkpoint
 from attnlab.config import apply_overrides, to_dict
-from attnlab.corpus import Corpus, atomic_write_text
 from attnlab.errors import AttnlabError
-from attnlab.experiment import ExperimentConfig, build_model, encode_pairs, experiment_from_dict, load_corpus
-from attnlab.metrics import bleu_by_length, corpus_scores, format_length_table
-from attnlab.plotting import plot_bleu_by_length
-from attnlab.tokenizers import TokenizerPair, build_tokenizers, load_tokenizers, save_tokenizers, train_tokenizer
-from attnlab.trainer import Trainer, resolve_device
-from attnlab.translate import Translator
+from attnlab.families import EvalOptions, Family, LoadedRun, family_of, family_of_config, load_family_config, require
+from attnlab.fileio import read_json, write_json
+from attnlab.tokenizers import TokenizerPair, load_tokenizers, save_tokenizers
+from attnlab.trainer import Trainer, TrainerState, resolve_device
+
+log = logging.getLogger("attnlab")
+
+# what a resumed run may change: its limits, and how it uses this machine (not what it computes)
+RESUME_OVERRIDES = ("train.max_steps", "train.max_epochs", "train.max_minutes", "train.patience",
+                    "train.num_threads", "train.progress", "train.device")
 
 
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def _prepare_run(cfg: ExperimentConfig | None, run_dir: Path, resume: bool, overrides: list[str] | None = None
-                 ) -> tuple[ExperimentConfig, Corpus, TokenizerPair]:
-    """Writes (or, on resume, reads back) the run's config and tokenizer; returns them with the corpus."""
+def run_config(run_dir: Path | str) -> tuple[Family, dict]:
+    """(family, raw config dict) of a run directory."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise AttnlabError(f"{run_dir}: not a run directory (config.json missing)")
+    raw = read_json(run_dir / "config.json")
+    if not isinstance(raw, dict):
+        raise AttnlabError(f"{run_dir / 'config.json'}: expected a table of keys")
+    return family_of_config(raw), raw
+
+
+def run_tokenizers(run_dir: Path) -> TokenizerPair | None:
+    """The run's saved tokenizers, or None for a family that trains none (series, MiniLM)."""
+    return load_tokenizers(run_dir / "tokenizer") if (run_dir / "tokenizer").is_dir() else None
+
+
+def check_resume_overrides(overrides: list[str]) -> None:
+    bad = [o for o in overrides if o.split("=", 1)[0].strip() not in RESUME_OVERRIDES]
+    if bad:
+        raise AttnlabError(f"--set {bad[0]}: a resumed run keeps its config; only {', '.join(RESUME_OVERRIDES)} "
+                           "may change")
+
+
+def train(cfg: Any, run_dir: Path | str, resume: bool = False, overrides: list[str] | None = None) -> TrainerState:
+    """Trains a config of any family into run_dir, or (resume=True, cfg None) continues the run there with
+    `overrides` of its limits; returns the final trainer state.
+
+    The steps, the same for every family: refuse to overwrite a trained run; load the data; train the tokenizers
+    (or read them back on resume) and write them with config.json; seed; build the model (and, for a new run,
+    initialise it from pretrained weights if the config says so); hand the family's datasets, task and dev
+    metrics to the one trainer; fit.
+    """
+    run_dir = Path(run_dir)
     if resume:
         if not (run_dir / "config.json").is_file():
             raise AttnlabError(f"{run_dir}: nothing to resume (config.json missing)")
-        data = apply_overrides(read_json(run_dir / "config.json"), list(overrides or []))
-        cfg = experiment_from_dict(data)
-        write_json(run_dir / "config.json", to_dict(cfg))
-        return cfg, load_corpus(cfg.data), load_tokenizers(run_dir / "tokenizer")
-    if (run_dir / "checkpoints" / "latest.json").is_file():
-        raise AttnlabError(f"{run_dir} already holds a trained run; use --resume to continue it or choose "
-                           "another --out")
-    corpus = load_corpus(cfg.data)
-    t0 = time.perf_counter()
-    if cfg.pretrained.decoder:  # the target side speaks the pretrained LM's vocabulary
-        if cfg.tokenizer.joint:
-            raise AttnlabError("pretrained.decoder needs tokenizer.joint = false: the target tokenizer is the LM's")
-        lm_tok = load_tokenizers(Path(cfg.pretrained.decoder) / "tokenizer").tgt
-        tokenizers = TokenizerPair(train_tokenizer(cfg.tokenizer, [p.src for p in corpus.train]), lm_tok,
-                                   joint=False, config=cfg.tokenizer)
+        check_resume_overrides(list(overrides or []))
+        family, raw = run_config(run_dir)
+        cfg = family.from_dict(apply_overrides(raw, list(overrides or [])))
     else:
-        tokenizers = build_tokenizers(cfg.tokenizer, [p.src for p in corpus.train], [p.tgt for p in corpus.train])
-    print(f"tokenizer: {cfg.tokenizer.kind}, vocab {tokenizers.src.vocab_size:,}/{tokenizers.tgt.vocab_size:,} "
-          f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+        if cfg is None:
+            raise AttnlabError("a new run needs a config")
+        if (run_dir / "checkpoints" / "latest.json").is_file():
+            raise AttnlabError(f"{run_dir} already holds a trained run; use --resume to continue it or choose "
+                               "another --out")
+        family = family_of(cfg)
+    data = family.load_data(cfg)
+    tokenizers = run_tokenizers(run_dir) if resume else family.make_tokenizers(cfg, data)
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_tokenizers(tokenizers, run_dir / "tokenizer")
+    if tokenizers is not None and not resume:
+        save_tokenizers(tokenizers, run_dir / "tokenizer")
     write_json(run_dir / "config.json", to_dict(cfg))
-    return cfg, corpus, tokenizers
-
-
-def train_run(cfg: ExperimentConfig | None, run_dir: Path | str, resume: bool = False,
-              overrides: list[str] | None = None) -> dict:
-    """Trains the experiment into run_dir, or continues the run there (resume: cfg is read from the run,
-    `overrides` may extend its limits); returns the final trainer state."""
-    run_dir = Path(run_dir)
-    cfg, corpus, tokenizers = _prepare_run(cfg, run_dir, resume, overrides)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
-    if cfg.pretrained.decoder and cfg.pretrained.init_weights and not resume:  # a resumed run loads its checkpoint
-        from attnlab.lm import init_decoder_from_lm
-
-        n = init_decoder_from_lm(model, cfg.pretrained.decoder, cfg.pretrained.checkpoint)
-        print(f"decoder initialised from the LM in {cfg.pretrained.decoder} ({n:,} parameters copied)",
-              file=sys.stderr)
-    train_data = Seq2SeqDataset(*encode_pairs(corpus.train, tokenizers))
-    dev_data = Seq2SeqDataset(*encode_pairs(corpus.dev, tokenizers))
-    dev_pairs = corpus.dev[: cfg.train.eval_max_sentences or None]
-
-    def dev_bleu(m: torch.nn.Module) -> dict:
-        translator = Translator(m, tokenizers, cfg.decode, device=next(m.parameters()).device)
-        hyps = [t[0].text for t in translator.translate([p.src for p in dev_pairs], beam_size=1)]
-        s = corpus_scores(hyps, [p.tgt for p in dev_pairs])
-        return {"bleu": s.bleu, "chrf": s.chrf}
-
-    d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else cfg.model.rnn.hidden_dim
-    trainer = Trainer(model, cfg.train, train_data, dev_data, run_dir, dev_eval=dev_bleu, d_model=d_model)
+    model = family.build_model(cfg, tokenizers)
+    if not resume and family.initialise is not None:
+        family.initialise(cfg, model)
+    training = family.training(cfg, data, tokenizers, model)
+    trainer = Trainer(model, cfg.train, training.train_data, training.dev_data, run_dir, dev_eval=training.dev_eval,
+                      d_model=training.d_model, task=training.task)
     if resume:
         trainer.resume()
-        print(f"resuming at step {trainer.state['step']} (epoch {trainer.state['epoch']})", file=sys.stderr)
+        log.info("resuming at step %d (epoch %d)", trainer.state.step, trainer.state.epoch)
     if trainer.is_main:
-        print(f"model: {cfg.model.family}, {count_parameters(model):,} parameters; train pairs "
-              f"{len(corpus.train):,}, dev {len(corpus.dev):,}; device {trainer.device}", file=sys.stderr)
+        log.info("model: %s, %s trainable parameters; %s; device %s", family.title,
+                 f"{count_parameters(model):,}", training.sizes, trainer.device)
     state = trainer.fit()
     if trainer.is_main:
-        print(f"stopped after {state['step']} steps ({state['stopped']}); {state['train_seconds'] / 60:.1f} min "
-              f"of training", file=sys.stderr)
+        log.info("stopped after %d steps (%s); %.1f min of training; %s", state.step, state.stopped,
+                 state.train_seconds / 60, _best(state, training.dev_eval is not None and cfg.train.eval_bleu,
+                                                  getattr(training.task, "perplexity", False)))
     return state
 
 
-def evaluate_run(run_dir: Path | str, split: str = "test", beam_size: int | None = None,
-                 checkpoint: str = "best", device: str = "auto", max_sentences: int = 0) -> dict:
-    """BLEU/chrF (sacrebleu) of a run on a split, BLEU by source length; writes
-    RUN_DIR/eval/<split>.{json,hyp.txt}."""
+def _best(state: TrainerState, dev_metric: bool, perplexity: bool) -> str:
+    if state.best_score is None:
+        return "not validated"
+    if dev_metric:
+        return f"best dev score {state.best_score:.4f} (BLEU, or accuracy)"
+    loss = -state.best_score
+    return f"best dev loss {loss:.4f}" + (f" (perplexity {math.exp(min(loss, 50.0)):.2f})" if perplexity else "")
+
+
+def load_run(run_dir: Path | str, checkpoint: str = "best", device: str | torch.device = "cpu",
+             ability: str | None = None) -> LoadedRun:
+    """A trained run of any family with its best or last weights, in eval mode on `device`; `ability`
+    ("translate", "generate", "classify"): refuse, naming the right command, a run that cannot do it."""
     run_dir = Path(run_dir)
-    translator = Translator.from_run(run_dir, checkpoint, device=str(resolve_device(device)))
-    cfg = experiment_from_dict(read_json(run_dir / "config.json"))
-    pairs = load_corpus(cfg.data).split(split)[: max_sentences or None]
-    beam = cfg.decode.beam_size if beam_size is None else beam_size
-    t0 = time.perf_counter()
-    hyps = [t[0].text for t in translator.translate([p.src for p in pairs], beam_size=beam)]
-    seconds = time.perf_counter() - t0
-    scores = corpus_scores(hyps, [p.tgt for p in pairs])
-    by_length = bleu_by_length([p.src for p in pairs], hyps, [p.tgt for p in pairs])
-    result = {"split": split, "sentences": len(pairs), "beam": beam, "checkpoint": checkpoint,
-              "bleu": scores.bleu, "chrf": scores.chrf, "bleu_signature": scores.bleu_signature,
-              "chrf_signature": scores.chrf_signature, "by_length": by_length,
-              "sentences_per_s": len(pairs) / max(seconds, 1e-9)}
-    out = run_dir / "eval"
-    result["plot"] = str(out / f"{split}_bleu_by_length.png")
-    plot_bleu_by_length({run_dir.name: by_length}, result["plot"],
-                        title=f"{run_dir.name}: {split} BLEU by source length")
-    write_json(out / f"{split}.json", result)
-    atomic_write_text(out / f"{split}.hyp.txt", "".join(h + "\n" for h in hyps))
-    return result
+    family, raw = run_config(run_dir)
+    if ability is not None:
+        require(family, ability, run_dir)
+    cfg = family.from_dict(raw)
+    tokenizers = run_tokenizers(run_dir)
+    model = family.build_model(cfg, tokenizers)
+    load_weights(model, resolve_checkpoint(run_dir, checkpoint))
+    device = resolve_device(device) if isinstance(device, str) else device
+    return LoadedRun(run_dir, family, cfg, tokenizers, model.to(device).eval(), checkpoint, device)
 
 
-def format_eval(result: dict) -> str:
-    lines = [f"{result['split']}: {result['sentences']} sentences, beam {result['beam']}: "
-             f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}",
-             f"  {result['bleu_signature']}", f"  {result['chrf_signature']}",
-             "BLEU by source length:", format_length_table(result["by_length"])]
-    if "plot" in result:
-        lines.append(f"plot: {result['plot']}")
-    return "\n".join(lines)
+def evaluate(run_dir: Path | str, split: str = "test", checkpoint: str = "best", device: str = "auto",
+             options: EvalOptions = EvalOptions()) -> tuple[Family, dict]:
+    """The family's evaluation of a run on a split (BLEU/chrF, perplexity, accuracy, MSE); it writes its result
+    under RUN_DIR/eval/. Returns (family, result) so the caller can format it."""
+    if split not in ("train", "dev", "test"):
+        raise AttnlabError(f"unknown split {split!r}; choose train, dev or test")
+    run = load_run(run_dir, checkpoint, device)
+    return run.family, run.family.evaluate(run, split, options)
+
+
+def summary(target: Path, overrides: list[str] | None = None, src_len: int = 7, tgt_len: int = 6) -> str:
+    """Per-layer output shapes and parameter counts of a config file or a run directory's model, from one
+    forward pass on a dummy batch of the family's inputs."""
+    from attnlab.summary import format_table, layer_table
+
+    if target.is_dir():
+        family, raw = run_config(target)
+        cfg, tokenizers = family.from_dict(raw), run_tokenizers(target)
+    else:
+        (family, cfg), tokenizers = load_family_config(target, overrides), None
+    model = family.build_model(cfg, tokenizers)
+    inputs, description = family.summary_inputs(cfg, tokenizers, src_len, tgt_len)
+    return format_table(layer_table(model, *inputs), f"{target}: {family.title}, {description}")

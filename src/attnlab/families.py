@@ -1,0 +1,164 @@
+"""The model families: one row each in `FAMILIES`, and the one place where a config or a run is recognised.
+
+A family declares its config class, how a raw config (a file, or RUN_DIR/config.json) is recognised, how its
+data, tokenizers and model are built, what it hands the trainer (`attnlab.trainer.Training`), how a run is
+evaluated and summarised, and what it can do beyond that (translate, generate, classify, regress). The run
+pipeline (`attnlab.workflow`: train, resume, load, evaluate, summary) calls these functions and nothing else, so
+adding a family is adding a row here, not copying a pipeline.
+
+| family      | config                  | model                              | task (loss)         | selection   |
+|-------------|-------------------------|------------------------------------|---------------------|-------------|
+| rnn         | ExperimentConfig        | RNNSeq2Seq (Sutskever/Cho/Bahdanau) | Seq2SeqTask (CE)    | dev BLEU    |
+| transformer | ExperimentConfig        | TransformerSeq2Seq (Vaswani)        | Seq2SeqTask (CE)    | dev BLEU    |
+| lm          | LMExperimentConfig      | TransformerLM (decoder only)        | LMTask (CE)         | dev loss    |
+| pair        | ParaphraseConfig        | DecomposableAttention, MiniLM       | PairTask (CE)       | dev accuracy|
+| series      | SeriesExperimentConfig  | SeriesRNN (many-to-one)             | RegressionTask (SE) | dev MSE     |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from attnlab import experiment, lm, pairs, series
+from attnlab.config import from_dict, to_dict
+from attnlab.errors import AttnlabError
+from attnlab.tokenizers import TokenizerPair
+from attnlab.trainer import Training
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """Evaluation settings a family may use: beam (translation; None: the run's decode.beam_size),
+    max_sentences (translation; 0: all), hard_negatives (pairs; None: the run's)."""
+
+    beam: int | None = None
+    max_sentences: int = 0
+    hard_negatives: str | None = None
+
+
+@dataclass
+class LoadedRun:
+    """A trained run ready to use: its family, typed config, tokenizers (None for families without a trained
+    tokenizer), and the model with the chosen weights, in eval mode on `device`."""
+
+    run_dir: Path
+    family: Family
+    cfg: Any
+    tokenizers: TokenizerPair | None
+    model: nn.Module
+    checkpoint: str
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family. Every callable takes the family's typed config first.
+
+    load_config(path, overrides) -> cfg; recognise(raw dict) -> bool; load_data(cfg) -> data;
+    make_tokenizers(cfg, data) -> TokenizerPair | None (trained for a new run, saved in RUN_DIR/tokenizer);
+    build_model(cfg, tokenizers | None) -> model (None: the sizes of the config, for `attnlab summary`);
+    initialise(cfg, model) (optional; a new run only: weights from elsewhere); training(cfg, data, tokenizers,
+    model) -> Training; evaluate(LoadedRun, split, EvalOptions) -> result dict (it writes RUN_DIR/eval/...);
+    format_eval(result) -> text; summary_inputs(cfg, tokenizers | None, src_len, tgt_len) -> (inputs, description).
+    """
+
+    name: str
+    title: str
+    config_class: type
+    recognise: Callable[[dict], bool]
+    load_config: Callable[[Path | str | None, list[str] | None], Any]
+    load_data: Callable[[Any], Any]
+    make_tokenizers: Callable[[Any, Any], TokenizerPair | None]
+    build_model: Callable[[Any, TokenizerPair | None], nn.Module]
+    training: Callable[[Any, Any, TokenizerPair | None, nn.Module], Training]
+    evaluate: Callable[[LoadedRun, str, EvalOptions], dict]
+    format_eval: Callable[[dict], str]
+    summary_inputs: Callable[[Any, TokenizerPair | None, int, int], tuple[tuple, str]]
+    abilities: frozenset[str]
+    initialise: Callable[[Any, nn.Module], None] | None = None
+
+    def from_dict(self, data: dict) -> Any:
+        """The typed config of a raw dict (RUN_DIR/config.json plus overrides), validated key by key."""
+        return from_dict(self.config_class, data)
+
+
+def _model_family(raw: dict) -> Any:
+    model = raw.get("model")
+    return model.get("family") if isinstance(model, dict) else None
+
+
+def _is_rnn(raw: dict) -> bool:
+    """model.family = "rnn", or no model.family at all (ModelConfig's default) in a config of no other family."""
+    return _model_family(raw) in (None, "rnn") and not pairs.is_paraphrase_config(raw) \
+        and not series.is_series_config(raw)
+
+
+def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool]) -> Family:
+    """The translation families share their config and pipeline functions; model.family picks the network."""
+    return Family(
+        name=name, title=title, config_class=experiment.ExperimentConfig, recognise=recognise,
+        load_config=experiment.load_experiment, load_data=experiment.load_seq2seq_data,
+        make_tokenizers=experiment.make_seq2seq_tokenizers, build_model=experiment.build_seq2seq,
+        initialise=experiment.init_seq2seq, training=experiment.seq2seq_training,
+        evaluate=experiment.evaluate_seq2seq, format_eval=experiment.format_seq2seq_eval,
+        summary_inputs=experiment.seq2seq_summary_inputs, abilities=frozenset({"translate"}))
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family(name="lm", title="decoder-only Transformer LM", config_class=lm.LMExperimentConfig,
+           recognise=lm.is_lm_config, load_config=lm.load_lm_config, load_data=lambda cfg: lm.load_text(cfg.data),
+           make_tokenizers=lm.make_lm_tokenizers, build_model=lm.build_lm, training=lm.lm_training,
+           evaluate=lm.evaluate_lm, format_eval=lm.format_lm_eval, summary_inputs=lm.lm_summary_inputs,
+           abilities=frozenset({"generate"})),
+    Family(name="pair", title="sentence-pair classifier", config_class=pairs.ParaphraseConfig,
+           recognise=pairs.is_paraphrase_config, load_config=pairs.load_paraphrase_config,
+           load_data=pairs.load_pairs, make_tokenizers=pairs.make_pair_tokenizers, build_model=pairs.build_pair_model,
+           training=pairs.pair_training, evaluate=pairs.evaluate_pairs, format_eval=pairs.format_pair_eval,
+           summary_inputs=pairs.pair_summary_inputs, abilities=frozenset({"classify"})),
+    Family(name="series", title="many-to-one series regressor", config_class=series.SeriesExperimentConfig,
+           recognise=series.is_series_config, load_config=series.load_series_config,
+           load_data=lambda cfg: series.make_splits(cfg.series), make_tokenizers=lambda cfg, data: None,
+           build_model=series.build_series_model, training=series.series_training,
+           evaluate=series.evaluate_series, format_eval=series.format_series_eval,
+           summary_inputs=series.series_summary_inputs, abilities=frozenset({"regress"})),
+    _seq2seq("transformer", "Transformer encoder-decoder", lambda raw: _model_family(raw) == "transformer"),
+    _seq2seq("rnn", "RNN encoder-decoder", _is_rnn),
+)
+_DEFAULT = FAMILIES[-1]
+
+ABILITY_COMMANDS = {"translate": "attnlab translate / plot attention / report / serve",
+                    "generate": "attnlab generate", "classify": "attnlab paraphrase evaluate / plot",
+                    "regress": "attnlab series"}
+
+
+def family_of_config(raw: dict) -> Family:
+    """The family of a raw config dict (a config file or RUN_DIR/config.json). A translation config with an
+    unknown model.family falls through to the RNN row, whose config check then names the valid families."""
+    return next((f for f in FAMILIES if f.recognise(raw)), _DEFAULT)
+
+
+def family_of(cfg: Any) -> Family:
+    """The family of a typed config."""
+    return family_of_config(to_dict(cfg))
+
+
+def load_family_config(path: Path | str, overrides: list[str] | None = None) -> tuple[Family, Any]:
+    """(family, typed config) of a config file plus `--set` overrides."""
+    from attnlab.config import apply_overrides, read_config_file
+
+    family = family_of_config(apply_overrides(read_config_file(path), list(overrides or [])))
+    return family, family.load_config(path, overrides)
+
+
+def require(family: Family, ability: str, where: Path | str) -> None:
+    """An AttnlabError naming what the run can do instead, unless the family has `ability`."""
+    if ability not in family.abilities:
+        can = ", ".join(ABILITY_COMMANDS[a] for a in sorted(family.abilities))
+        raise AttnlabError(f"{where}: a {family.title} run cannot {ability}; use {can} (or attnlab evaluate / "
+                           "summary) with it")
+

@@ -1,0 +1,76 @@
+"""File I/O shared by every module: atomic writes, JSON, and reading a user's text file line by line.
+
+Every file attnlab writes goes through `atomic_write`: the bytes go to a temporary file in the same directory,
+which is then renamed over the target, so a reader (or a resumed run after a kill) never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from attnlab.errors import AttnlabError
+
+
+def atomic_write(path: Path | str, write: Callable[[str], None]) -> None:
+    """Runs write(tmp_path) on a temporary file next to `path`, then renames it to `path`.
+
+    `write` gets a path (not an open file) so that writers that open files themselves (safetensors) fit too.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: Path | str, data: bytes) -> None:
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def atomic_write_text(path: Path | str, text: str) -> None:
+    """UTF-8 text, line ends written as given."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: Path | str, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: Path | str) -> Any:
+    """The parsed JSON of a file; a missing or malformed file is an AttnlabError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise AttnlabError(f"{path}: no such file")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise AttnlabError(f"{path}: not valid JSON ({e})") from None
+
+
+def read_lines(path: Path | str) -> list[str]:
+    """Lines of a UTF-8 text file, without line ends (a leading BOM and CR of CRLF removed); errors name the file
+    and the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise AttnlabError(f"{path}: no such file")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise AttnlabError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [ln.rstrip("\r") for ln in lines]
