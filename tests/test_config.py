@@ -72,3 +72,54 @@ def test_unparseable_and_missing_files(tmp_path):
         load_config(Outer, bad)
     with pytest.raises(AttnlabError, match="no such config file"):
         load_config(Outer, tmp_path / "none.toml")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.lr=.nan", "train.lr: expected a finite number"),
+    ("train.lr=.inf", "train.lr: expected a finite number"),
+    ("train.lr=-0.1", "train: lr must be a finite number >= 0"),
+    ("train.adam_beta2=1.0", "train: adam_beta2 must be in [0, 1)"),
+    ("train.adam_beta1=-0.5", "train: adam_beta1 must be in [0, 1)"),
+    ("train.plateau_patience=0", "train: plateau_patience must be >= 1"),
+    ("train.plateau_factor=0", "train: plateau_factor must be in (0, 1]"),
+    ("train.weight_decay=-1", "train: weight_decay must be a finite number >= 0"),
+    ("decode.batch_size=0", "decode: batch_size must be >= 1"),
+    ("decode.beam_size=-2", "decode: beam_size must be >= 1"),
+    ("decode.max_len_ratio=0", "max_len_ratio > 0"),
+    ("model.rnn.dropout=.nan", "model.rnn.dropout: expected a finite number"),
+])
+def test_experiment_values_are_checked_by_name_before_any_work(override, message):
+    from attnlab.experiment import load_experiment
+
+    with pytest.raises(AttnlabError) as e:
+        load_experiment("configs/demo.toml", [override])
+    assert message in str(e.value)
+
+
+def test_yaml_anchors_and_aliases_are_refused(tmp_path):
+    """A YAML 'billion laughs' (nested aliases) would expand to gigabytes; configs need no aliases at all."""
+    bomb = tmp_path / "bomb.yaml"
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+              f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]" for i in range(8)]
+    bomb.write_text("\n".join(lines) + "\n")
+    from attnlab.config import read_config_file
+
+    with pytest.raises(AttnlabError, match="anchors and aliases"):
+        read_config_file(bomb)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("train:\n  lr: 0.001\n")
+    assert read_config_file(plain) == {"train": {"lr": 0.001}}
+
+
+def test_accumulation_longer_than_an_epoch_is_refused(tmp_path):
+    """Before the check, accum_steps above the batches of an epoch looped forever without one update."""
+    import torch
+
+    from attnlab.trainer import Trainer, TrainConfig
+
+    data = torch.utils.data.TensorDataset(torch.zeros(3))
+    data.lengths = lambda: [4, 4, 4]
+    cfg = TrainConfig(max_tokens=4, accum_steps=5, device="cpu", progress=False)
+    with pytest.raises(AttnlabError, match=r"train.accum_steps \(5\) exceeds the 3 batches of an epoch"):
+        Trainer(torch.nn.Linear(1, 1), cfg, data, data, tmp_path)

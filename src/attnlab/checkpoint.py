@@ -1,15 +1,23 @@
 """The one checkpoint format: safetensors for tensors, JSON for everything else; every file written atomically.
 
-A run directory::
+A run's checkpoint folder::
 
-    RUN_DIR/config.json               the resolved experiment config
-    RUN_DIR/tokenizer/                the tokenizers (attnlab.tokenizers)
-    RUN_DIR/metrics.jsonl             one JSON object per log / validation event
-    RUN_DIR/checkpoints/step_N.safetensors        model weights at step N
+    RUN_DIR/checkpoints/step_N.safetensors        model weights at step N (N: 8 digits)
     RUN_DIR/checkpoints/step_N.train.safetensors  optimizer moments and RNG states at step N
-    RUN_DIR/checkpoints/step_N.json               trainer state (step, epoch, position, schedule, best)
-    RUN_DIR/checkpoints/best.safetensors          weights of the best validation score (+ best.json)
-    RUN_DIR/checkpoints/latest.json               names the last complete checkpoint; written last
+    RUN_DIR/checkpoints/step_N.json               trainer state (step, epoch, position, schedule, best); written
+                                                  after the two tensor files, so it marks the step complete
+    RUN_DIR/checkpoints/latest.json               {"name": "step_N", "step": N}: the last complete checkpoint
+    RUN_DIR/checkpoints/best.json                 {"name": "step_M", "step": M, "score": s}: the best one
+
+Saving a checkpoint is a transaction (`save_checkpoint`): the three step files, then latest.json, then (if the
+step is the best so far) best.json, then pruning, each file written to a temporary name, flushed and renamed into
+place. A kill at any point therefore leaves latest.json and best.json naming complete files whose contents
+belong to the step they name; pruning never deletes a step a pointer names, and a pointer may name only a
+`step_N` of its own folder. `recover` (run before a resume) removes what a kill left behind: temporary files and
+the files of steps after latest.
+
+Runs written before best.json became a pointer have best.safetensors and a best.json without "name"; they load
+as before.
 
 Nothing is ever unpickled: loading reads tensors with safetensors and metadata with json.
 """
@@ -17,6 +25,7 @@ Nothing is ever unpickled: loading reads tensors with safetensors and metadata w
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -26,6 +35,10 @@ from torch import nn
 
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write, read_json, write_json
+
+STEP_NAME = re.compile(r"step_(\d{8})")
+STEP_FILE = re.compile(r"step_(\d{8})(\.safetensors|\.train\.safetensors|\.json)")
+STEP_SUFFIXES = (".safetensors", ".train.safetensors", ".json")
 
 
 def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -65,17 +78,28 @@ def load_weights(model: nn.Module, path: Path) -> None:
     fit the model is an AttnlabError naming the first missing and unexpected keys."""
     tensors, meta = read_tensors(path)
     if "attnlab_aliases" in meta:
-        aliases = json.loads(meta["attnlab_aliases"])
+        try:
+            aliases = json.loads(meta["attnlab_aliases"])
+        except json.JSONDecodeError:
+            aliases = None
+        if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) and v in tensors
+                                                    for k, v in aliases.items()):
+            raise AttnlabError(f"{path}: metadata key attnlab_aliases must map tensor names to stored tensors")
     else:  # save_model's format: each removed duplicate name maps to the name that was kept
         aliases = {k: v for k, v in meta.items() if v in tensors and k not in tensors}
     for alias, name in aliases.items():
         tensors[alias] = tensors[name]
     module = _unwrap(model)
-    expected = set(module.state_dict())
-    missing, unexpected = expected - set(tensors), set(tensors) - expected
+    own = module.state_dict()
+    missing, unexpected = set(own) - set(tensors), set(tensors) - set(own)
     if missing or unexpected:
         raise AttnlabError(f"{path}: does not fit the model (missing {sorted(missing)[:3]}, "
                            f"unexpected {sorted(unexpected)[:3]})")
+    for name, t in tensors.items():
+        if own[name].is_floating_point() and not t.is_floating_point():
+            raise AttnlabError(f"{path}: tensor {name} is {t.dtype}, the model needs {own[name].dtype}")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise AttnlabError(f"{path}: tensor {name} holds NaN or infinite values")
     try:
         module.load_state_dict(tensors, strict=True)
     except RuntimeError as e:  # shape mismatches
@@ -108,28 +132,113 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch
         if key.startswith("optim."):
             _, pid, name = key.split(".", 2)
             state.setdefault(int(pid), {})[name] = t
-    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    try:
+        optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    except (ValueError, KeyError, TypeError) as e:  # other groups or sizes: another model or an older attnlab
+        raise AttnlabError(f"the checkpoint's optimizer state does not fit this optimizer ({e}); was it written "
+                           "for another model, or by an attnlab before the optimizer groups changed?") from None
+
+
+def step_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+def read_pointer(ckpt_dir: Path, name: str) -> dict | None:
+    """latest.json / best.json of a checkpoint folder, validated: "name" is a `step_N` of this folder and "step"
+    is its N (so a pointer can never make attnlab read a file elsewhere); None when the file is absent. The legacy
+    best.json without "name" is returned as it is."""
+    path = ckpt_dir / name
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise AttnlabError(f"{path}: expected a JSON object with keys name and step")
+    if name == "best.json" and "name" not in data:  # legacy: best.safetensors beside it
+        return data
+    match = STEP_NAME.fullmatch(data.get("name")) if isinstance(data.get("name"), str) else None
+    if match is None:
+        raise AttnlabError(f"{path}: key 'name' must be a checkpoint of this folder (step_ and 8 digits), got "
+                           f"{data.get('name')!r}")
+    if type(data.get("step")) is not int or data["step"] != int(match.group(1)):
+        raise AttnlabError(f"{path}: key 'step' must be {int(match.group(1))} (the step of {data['name']}), got "
+                           f"{data.get('step')!r}")
+    return data
+
+
+def _step_files(ckpt_dir: Path) -> dict[int, list[Path]]:
+    files: dict[int, list[Path]] = {}
+    for p in ckpt_dir.iterdir():
+        m = STEP_FILE.fullmatch(p.name)
+        if m:
+            files.setdefault(int(m.group(1)), []).append(p)
+    return files
 
 
 def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    trainer_state: dict, keep_last: int) -> Path:
-    """Writes a complete checkpoint for `step`, then points latest.json at it, then prunes old ones."""
-    stem = ckpt_dir / f"step_{step:08d}"
+                    trainer_state: dict, keep_last: int, best: bool = False) -> Path:
+    """Writes the checkpoint of `step` as a transaction: weights, optimizer/RNG tensors, trainer state (each
+    atomic), then latest.json, then, if `best`, best.json (with trainer_state["best_score"]), then prunes: of the
+    steps up to latest, the keep_last newest stay, and so do the steps latest and best name."""
+    stem = ckpt_dir / step_name(step)
     save_weights(model, stem.with_suffix(".safetensors"))
     tensors, optim_meta = optimizer_tensors(optimizer)
     tensors["rng.torch"] = torch.get_rng_state()
     if torch.cuda.is_available():
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"rng.cuda.{i}"] = s
-    train_path = Path(f"{stem}.train.safetensors")
-    atomic_write(train_path, lambda tmp: save_file(tensors, tmp))
+    atomic_write(Path(f"{stem}.train.safetensors"), lambda tmp: save_file(tensors, tmp))
     write_json(stem.with_suffix(".json"), {**trainer_state, "optimizer": optim_meta, "step": step})
     write_json(ckpt_dir / "latest.json", {"step": step, "name": stem.name})
-    steps = sorted(int(p.stem.split("_")[1]) for p in ckpt_dir.glob("step_*.json"))
-    for old in steps[:-keep_last] if keep_last > 0 else []:
-        for suffix in (".safetensors", ".train.safetensors", ".json"):
-            Path(f"{ckpt_dir / f'step_{old:08d}'}{suffix}").unlink(missing_ok=True)
+    if best:
+        write_best(ckpt_dir, step, trainer_state.get("best_score"))
+    prune(ckpt_dir, keep_last)
     return stem
+
+
+def write_best(ckpt_dir: Path, step: int, score: float | None) -> None:
+    """Points best.json at the (complete) checkpoint of `step`; a legacy best.safetensors goes."""
+    write_json(ckpt_dir / "best.json", {"step": step, "name": step_name(step), "score": score})
+    (ckpt_dir / "best.safetensors").unlink(missing_ok=True)
+
+
+def prune(ckpt_dir: Path, keep_last: int) -> None:
+    """Deletes the checkpoints no longer needed: every step up to latest except the keep_last newest complete
+    ones and the steps latest.json and best.json name. Steps after latest (a write that a kill interrupted) are
+    `recover`'s to remove."""
+    latest = read_pointer(ckpt_dir, "latest.json")
+    if latest is None:
+        return
+    best = read_pointer(ckpt_dir, "best.json")
+    files = _step_files(ckpt_dir)
+    complete = sorted(n for n, paths in files.items() if n <= latest["step"] and
+                      {p.name for p in paths} >= {step_name(n) + suffix for suffix in STEP_SUFFIXES})
+    keep = set(complete[-keep_last:] if keep_last > 0 else []) | {latest["step"]}
+    if best is not None and "name" in best:
+        keep.add(best["step"])
+    for n, paths in sorted(files.items()):
+        if n <= latest["step"] and n not in keep:
+            for path in sorted(paths, key=lambda p: p.suffix == ".json", reverse=True):  # the state file first
+                path.unlink(missing_ok=True)
+
+
+def recover(ckpt_dir: Path) -> list[Path]:
+    """Makes a checkpoint folder consistent again after a kill, before training resumes: removes temporary files
+    of interrupted writes (`.<name>.*`), the files of steps after the one latest.json names, and a best.json that
+    names a step whose files are gone. Returns the removed paths."""
+    latest = read_pointer(ckpt_dir, "latest.json")
+    if latest is None:
+        raise AttnlabError(f"{ckpt_dir}: no checkpoint to resume from (latest.json missing)")
+    removed = [p for p in ckpt_dir.iterdir() if p.name.startswith(".") and p.is_file()]
+    for n, paths in _step_files(ckpt_dir).items():
+        if n > latest["step"]:
+            removed += paths
+    best = read_pointer(ckpt_dir, "best.json")
+    if best is not None and "name" in best and (best["step"] > latest["step"] or
+                                                not (ckpt_dir / f"{best['name']}.safetensors").is_file()):
+        removed.append(ckpt_dir / "best.json")
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
 
 
 def resolve_checkpoint(run_dir: Path | str, which: str = "best") -> Path:
@@ -139,24 +248,33 @@ def resolve_checkpoint(run_dir: Path | str, which: str = "best") -> Path:
     ckpt = run_dir / "checkpoints"
     if which not in ("best", "last"):
         raise AttnlabError(f"checkpoint {which!r}: choose best or last")
-    if which == "best" and (ckpt / "best.safetensors").is_file():
-        return ckpt / "best.safetensors"
-    if (ckpt / "latest.json").is_file():
-        return ckpt / f"{read_json(ckpt / 'latest.json')['name']}.safetensors"
+    if which == "best" and ckpt.is_dir():
+        best = read_pointer(ckpt, "best.json")
+        if best is not None and "name" in best:
+            return ckpt / f"{best['name']}.safetensors"
+        if (ckpt / "best.safetensors").is_file():  # a run written before best.json became a pointer
+            return ckpt / "best.safetensors"
+    latest = read_pointer(ckpt, "latest.json") if ckpt.is_dir() else None
+    if latest is not None:
+        return ckpt / f"{latest['name']}.safetensors"
     raise AttnlabError(f"{run_dir}: no {which} checkpoint (train first, or choose best/last)")
 
 
 def load_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
     """Restores the checkpoint named by latest.json; returns the trainer state."""
-    latest = ckpt_dir / "latest.json"
-    if not latest.is_file():
+    latest = read_pointer(ckpt_dir, "latest.json") if ckpt_dir.is_dir() else None
+    if latest is None:
         raise AttnlabError(f"{ckpt_dir}: no checkpoint to resume from (latest.json missing)")
-    stem = ckpt_dir / read_json(latest)["name"]
+    stem = ckpt_dir / latest["name"]
     load_weights(model, stem.with_suffix(".safetensors"))
     state = read_json(stem.with_suffix(".json"))
+    if not isinstance(state, dict) or not isinstance(state.get("optimizer"), dict):
+        raise AttnlabError(f"{stem.with_suffix('.json')}: not a trainer state (no optimizer table)")
     tensors, _ = read_tensors(Path(f"{stem}.train.safetensors"))
     if optimizer is not None:
         restore_optimizer(optimizer, tensors, state["optimizer"])
+    if "rng.torch" not in tensors:
+        raise AttnlabError(f"{stem}.train.safetensors: the tensor rng.torch is missing")
     torch.set_rng_state(tensors["rng.torch"])
     cuda_states = [tensors[k] for k in sorted(k for k in tensors if k.startswith("rng.cuda."))]
     if cuda_states and torch.cuda.is_available() and len(cuda_states) == torch.cuda.device_count():

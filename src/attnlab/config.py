@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import tomllib
 import types
 import typing
@@ -56,10 +57,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is Any:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)
     if tp is bool and not isinstance(value, bool) or tp is not bool and isinstance(value, bool) \
             or not isinstance(value, tp):
         raise AttnlabError(f"{key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+    if tp is float and not math.isfinite(value):
+        raise AttnlabError(f"{key}: expected a finite number, got {value!r}")
     return value
 
 
@@ -98,7 +101,7 @@ def read_config_file(path: Path | str) -> dict:
         if path.suffix == ".toml":
             data = tomllib.loads(text)
         elif path.suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text) or {}
+            data = _safe_yaml(text, path)
         elif path.suffix == ".json":
             data = json.loads(text)
         else:
@@ -108,6 +111,15 @@ def read_config_file(path: Path | str) -> dict:
     if not isinstance(data, dict):
         raise AttnlabError(f"{path}: expected a table of keys at the top level")
     return data
+
+
+def _safe_yaml(text: str, path: Path) -> Any:
+    """YAML without anchors and aliases: a config needs none, and nested aliases expand to gigabytes
+    ("billion laughs")."""
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise AttnlabError(f"{path}: YAML anchors and aliases (&name, *name) are not allowed in a config")
+    return yaml.safe_load(text) or {}
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:

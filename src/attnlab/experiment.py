@@ -71,6 +71,14 @@ class DecodeConfig:
     batch_size: int = 64  # sentences per decoding batch
     max_src_tokens: int = 400  # longer inputs are refused with a clear error
 
+    def __post_init__(self) -> None:
+        for name in ("beam_size", "batch_size", "max_src_tokens"):
+            if getattr(self, name) < 1:
+                raise AttnlabError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.length_penalty < 0 or self.max_len_ratio <= 0 or self.max_len_offset < 0:
+            raise AttnlabError(f"need length_penalty >= 0 (got {self.length_penalty}), max_len_ratio > 0 (got "
+                               f"{self.max_len_ratio}) and max_len_offset >= 0 (got {self.max_len_offset})")
+
 
 @dataclass
 class SummaryConfig:
@@ -211,7 +219,7 @@ def seq2seq_training(cfg: ExperimentConfig, corpus: Corpus, tokenizers: Tokenize
     d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else cfg.model.rnn.hidden_dim
     return Training(Seq2SeqTask(), Seq2SeqDataset(*encode_pairs(corpus.train, tokenizers)),
                     Seq2SeqDataset(*encode_pairs(corpus.dev, tokenizers)), dev_eval=dev_bleu, d_model=d_model,
-                    sizes=f"train pairs {len(corpus.train):,}, dev {len(corpus.dev):,}")
+                    sizes=f"train pairs {len(corpus.train):,}, dev {len(corpus.dev):,}", score_name="BLEU")
 
 
 def seq2seq_summary_inputs(cfg: ExperimentConfig, tokenizers: TokenizerPair | None, src_len: int, tgt_len: int

@@ -16,9 +16,13 @@ from attnlab.errors import AttnlabError
 
 
 def atomic_write(path: Path | str, write: Callable[[str], None]) -> None:
-    """Runs write(tmp_path) on a temporary file next to `path`, then renames it to `path`.
+    """Runs write(tmp_path) on a temporary file next to `path`, flushes it to disk, renames it to `path` and
+    flushes the directory, so that after a crash `path` holds either its old or its new content, complete.
 
-    `write` gets a path (not an open file) so that writers that open files themselves (safetensors) fit too.
+    `write` gets a path (not an open file) so that writers that open files themselves (safetensors) fit too. A
+    failed write removes its temporary file; an interrupted process (a kill, Ctrl-C) may leave one behind, named
+    `.<name>.*`: `attnlab.checkpoint.recover` removes those of a run before it resumes. A symlink at `path` is
+    replaced by the file, never followed.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -26,10 +30,21 @@ def atomic_write(path: Path | str, write: Callable[[str], None]) -> None:
     os.close(fd)
     try:
         write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
+        _fsync(tmp)
+    except Exception:
         Path(tmp).unlink(missing_ok=True)
         raise
+    os.replace(tmp, path)
+    _fsync(path.parent)
+
+
+def _fsync(path: Path | str) -> None:
+    """Flushes a file's (or a directory's entries') data to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:

@@ -3,7 +3,8 @@ translation decoder can start from (transfer learning, `init_decoder_from_lm`).
 
 The model is the Transformer's own decoder stack without cross-attention (`attnlab.transformer.DecoderLayer` with
 cross_attention=False: causal self-attention, position t sees 0..t, and the FFN), token embeddings scaled by
-sqrt(D) plus positions, a final LayerNorm for pre-norm, and an output layer tied to the embeddings by default. Text is one sentence (verse, line) per example: the model reads [BOS] + tokens and
+sqrt(D) plus positions, a final LayerNorm for pre-norm, and an output layer tied to the embeddings by default.
+Text is one sentence (verse, line) per example: the model reads [BOS] + tokens and
 predicts tokens + [EOS], so perplexity covers the end of the sentence too.
 
 Generation keeps a key/value cache per layer (`TransformerLM.step`, the decoder's one cached step
@@ -376,9 +377,10 @@ def evaluate_lm(run: LoadedRun, split: str, options: EvalOptions) -> dict:
     sentences = load_text(cfg.data).split(split)
     nll, ntok = sentence_nll(run.model, [tok.encode(s) for s in sentences], cfg.train.max_tokens, run.device)
     nwords = sum(len(s.split()) + 1 for s in sentences)
+    per_token, per_word = nll / max(ntok, 1), nll / max(nwords, 1)
     result = {"split": split, "sentences": len(sentences), "checkpoint": run.checkpoint, "tokens": ntok,
-              "words": nwords, "nll_per_token": nll / max(ntok, 1),
-              "ppl_token": math.exp(min(nll / max(ntok, 1), 50.0)), "ppl_word": math.exp(min(nll / max(nwords, 1), 50.0))}
+              "words": nwords, "nll_per_token": per_token, "ppl_token": math.exp(min(per_token, 50.0)),
+              "ppl_word": math.exp(min(per_word, 50.0))}
     write_json(run.run_dir / "eval" / f"{split}.json", result)
     return result
 

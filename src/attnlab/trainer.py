@@ -15,7 +15,6 @@ import json
 import logging
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
-from tqdm import tqdm
 
 from attnlab.batching import Seq2SeqBatch, TokenBudgetBatchSampler, collate_seq2seq
-from attnlab.checkpoint import load_checkpoint, save_checkpoint, save_weights
+from attnlab.checkpoint import load_checkpoint, read_pointer, recover, save_checkpoint, step_name, write_best
 from attnlab.errors import AttnlabError
-from attnlab.fileio import write_json
+from attnlab.fileio import atomic_write_text
+from attnlab.logs import Progress
 from attnlab.tokenizers import PAD_ID
 
 log = logging.getLogger("attnlab")
@@ -80,9 +79,17 @@ class TrainConfig:
         for name in ("max_steps", "max_epochs", "warmup_steps", "patience", "eval_max_sentences", "num_threads"):
             if getattr(self, name) < 0:
                 raise AttnlabError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.max_minutes < 0 or self.lr < 0 or not 0.0 <= self.label_smoothing < 1.0:
-            raise AttnlabError(f"need max_minutes >= 0 (got {self.max_minutes}), lr >= 0 (got {self.lr}) and "
-                               f"0 <= label_smoothing < 1 (got {self.label_smoothing})")
+        if self.plateau_patience < 1:
+            raise AttnlabError(f"plateau_patience must be >= 1, got {self.plateau_patience}")
+        for name in ("max_minutes", "lr", "min_lr", "weight_decay", "clip_norm"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise AttnlabError(f"{name} must be a finite number >= 0, got {value}")
+        for name in ("label_smoothing", "adam_beta1", "adam_beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise AttnlabError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if not 0.0 < self.plateau_factor <= 1.0:
+            raise AttnlabError(f"plateau_factor must be in (0, 1], got {self.plateau_factor}")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -151,8 +158,8 @@ class Seq2SeqTask:
 @dataclass
 class Training:
     """What a model family hands the trainer (`attnlab.families`): the task (batching and loss), the encoded
-    datasets, the optional dev metrics callable, d_model for the noam schedule, and a line describing the data
-    sizes for the log."""
+    datasets, the optional dev metrics callable and the name of the score it selects on ("BLEU", "accuracy"),
+    d_model for the noam schedule, and a line describing the data sizes for the log."""
 
     task: Task
     train_data: Any
@@ -160,14 +167,15 @@ class Training:
     dev_eval: Callable[[nn.Module], dict] | None = None
     d_model: int = 512
     sizes: str = ""
+    score_name: str = "score"
 
 
 @dataclass
 class TrainerState:
     """Everything the loop needs to continue exactly where it stopped; saved with every checkpoint.
 
-    best_score: the model-selection score (higher is better: dev BLEU, accuracy, or minus the dev loss);
-    bad_evals: validations since it last improved; lr_scale: the plateau schedule's factor; batch_in_epoch:
+    best_score: the model-selection score (higher is better: dev BLEU, accuracy, or minus the dev loss) and
+    best_step the step that reached it; bad_evals: validations since it last improved; lr_scale: the plateau schedule's factor; batch_in_epoch:
     batches of the current epoch already trained on; stopped: why `fit` returned (None while training).
     """
 
@@ -175,6 +183,7 @@ class TrainerState:
     epoch: int = 0
     batch_in_epoch: int = 0
     best_score: float | None = None
+    best_step: int | None = None
     bad_evals: int = 0
     lr_scale: float = 1.0
     train_tokens: int = 0
@@ -259,6 +268,9 @@ class Trainer:
         self.train_data, self.dev_data = train_data, dev_data
         self.sampler = TokenBudgetBatchSampler(train_data.lengths(), cfg.max_tokens, shuffle=True, seed=cfg.seed,
                                                num_replicas=self.world, rank=self.rank)
+        if len(self.sampler) < cfg.accum_steps:  # an update would never complete: the loop would not end
+            raise AttnlabError(f"train.accum_steps ({cfg.accum_steps}) exceeds the {len(self.sampler)} batches of "
+                               f"an epoch (train.max_tokens {cfg.max_tokens}); lower it or the batch size")
         opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
         fused = {"fused": True} if self.device.type == "cuda" else {}
         self.optimizer = opt_cls(optimizer_groups(self.raw_model, cfg.weight_decay), lr=cfg.lr,
@@ -351,7 +363,7 @@ class Trainer:
         score = next((metrics[k] for k in ("bleu", "accuracy") if k in metrics), -metrics["dev_loss"])
         improved = s.best_score is None or score > s.best_score
         if improved:
-            s.best_score, s.bad_evals = score, 0
+            s.best_score, s.best_step, s.bad_evals = score, s.step, 0
         else:
             s.bad_evals += 1
             if self.cfg.schedule == "plateau" and s.bad_evals % self.cfg.plateau_patience == 0:
@@ -362,12 +374,8 @@ class Trainer:
     def checkpoint(self, best: bool) -> None:
         if not self.is_main:
             return
-        ckpt = self.run_dir / "checkpoints"
-        save_checkpoint(ckpt, self.state.step, self.raw_model, self.optimizer, dataclasses.asdict(self.state),
-                        self.cfg.keep_last)
-        if best:
-            save_weights(self.raw_model, ckpt / "best.safetensors")
-            write_json(ckpt / "best.json", {"step": self.state.step, "score": self.state.best_score})
+        save_checkpoint(self.run_dir / "checkpoints", self.state.step, self.raw_model, self.optimizer,
+                        dataclasses.asdict(self.state), self.cfg.keep_last, best=best)
 
     def log(self, record: dict) -> None:
         if not self.is_main:
@@ -383,9 +391,36 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------ loop
     def resume(self) -> None:
+        """Continues from the checkpoint latest.json names, after `recover` has removed what a kill left behind;
+        best.json is pointed again at the best step if a kill came between the two pointers; metrics.jsonl is cut
+        back to the resumed step (the steps after it will be logged again)."""
         ckpt = self.run_dir / "checkpoints"
+        if self.is_main:
+            for path in recover(ckpt):
+                log.info("removed %s (left by an interrupted checkpoint)", path)
         self.state = TrainerState.from_dict(load_checkpoint(ckpt, self.raw_model, self.optimizer), str(ckpt))
         self.state.stopped = None
+        if self.is_main:
+            best = read_pointer(ckpt, "best.json")
+            b = self.state.best_step
+            if b is not None and (best is None or best.get("step") != b) and \
+                    (ckpt / f"{step_name(b)}.safetensors").is_file():
+                write_best(ckpt, b, self.state.best_score)
+            self._cut_metrics(self.state.step)
+
+    def _cut_metrics(self, step: int) -> None:
+        path = self.run_dir / "metrics.jsonl"
+        if not path.is_file():
+            return
+        kept = []
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
+                kept.append(line)
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
 
     def _done(self, t_start: float) -> str | None:
         """Why training should stop now, or None. Under DDP the ranks agree (a clock may differ by a step)."""
@@ -415,7 +450,8 @@ class Trainer:
         cfg, s = self.cfg, self.state
         self.run_dir.mkdir(parents=True, exist_ok=True)
         t_start = self._t_start = time.perf_counter()
-        progress = Progress(cfg, s.step, enabled=cfg.progress and self.is_main)
+        # with a time budget the step limit is usually far away: show elapsed time and rate, not a fake ETA
+        progress = Progress(None if cfg.max_minutes else cfg.max_steps, s.step, cfg.progress and self.is_main)
         window_loss, window_tok, window_t = 0.0, 0, time.perf_counter()
         while (reason := self._done(t_start)) is None:
             self.sampler.set_epoch(s.epoch)
@@ -480,32 +516,3 @@ class Trainer:
             log.info("step %d: %s%s", self.state.step, summary, " (best)" if metrics["improved"] else "")
         self.checkpoint(best=metrics["improved"])
 
-
-class Progress:
-    """Training progress: a tqdm bar (steps, loss, tokens/s) when stderr is a terminal; otherwise (a log file,
-    CI, a pipe) one plain log line per report, every log_every steps, so a log holds no carriage-return
-    fragments."""
-
-    def __init__(self, cfg: TrainConfig, initial: int, enabled: bool = True) -> None:
-        self.total = None if cfg.max_minutes else cfg.max_steps  # a time budget has no honest ETA
-        self.enabled = enabled
-        self.bar = None
-        if enabled and sys.stderr.isatty():
-            self.bar = tqdm(total=self.total, initial=initial, dynamic_ncols=True, unit="step", file=sys.stderr)
-
-    def advance(self) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
-
-    def report(self, rec: dict) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:,.0f}")
-        elif self.enabled:
-            of = f"/{self.total}" if self.total else ""
-            log.info("step %d%s: loss %.3f, %s tokens/s, lr %.3g", rec["step"], of, rec["loss"],
-                     f"{rec['tokens_per_s']:,.0f}", rec["lr"])
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None

@@ -25,7 +25,7 @@ from attnlab.errors import AttnlabError
 from attnlab.families import EvalOptions, Family, LoadedRun, family_of, family_of_config, load_family_config, require
 from attnlab.fileio import read_json, write_json
 from attnlab.tokenizers import TokenizerPair, load_tokenizers, save_tokenizers
-from attnlab.trainer import Trainer, TrainerState, resolve_device
+from attnlab.trainer import Trainer, TrainerState, Training, resolve_device
 
 log = logging.getLogger("attnlab")
 
@@ -108,18 +108,19 @@ def train(cfg: Any, run_dir: Path | str, resume: bool = False, overrides: list[s
     state = trainer.fit()
     if trainer.is_main:
         log.info("stopped after %d steps (%s); %.1f min of training; %s", state.step, state.stopped,
-                 state.train_seconds / 60, _best(state, training.dev_eval is not None and cfg.train.eval_bleu,
-                                                  getattr(training.task, "perplexity", False)))
+                 state.train_seconds / 60, _best(state, training, cfg.train.eval_bleu))
     return state
 
 
-def _best(state: TrainerState, dev_metric: bool, perplexity: bool) -> str:
+def _best(state: TrainerState, training: Training, eval_metric: bool) -> str:
+    """The selection score in words: the dev metric (BLEU, accuracy) or, without one, the dev loss."""
     if state.best_score is None:
         return "not validated"
-    if dev_metric:
-        return f"best dev score {state.best_score:.4f} (BLEU, or accuracy)"
+    if training.dev_eval is not None and eval_metric:
+        return f"best dev {training.score_name} {state.best_score:.4f}"
     loss = -state.best_score
-    return f"best dev loss {loss:.4f}" + (f" (perplexity {math.exp(min(loss, 50.0)):.2f})" if perplexity else "")
+    ppl = f" (perplexity {math.exp(min(loss, 50.0)):.2f})" if getattr(training.task, "perplexity", False) else ""
+    return f"best dev loss {loss:.4f}{ppl}"
 
 
 def load_run(run_dir: Path | str, checkpoint: str = "best", device: str | torch.device = "cpu",
