@@ -102,7 +102,7 @@ def main() -> int:
     while kills < args.kills:
         argv = cmd + ([str(cfg), "--out", str(run)] if first else ["--resume", str(run)])
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        delay = rng.uniform(1.0, 6.0) if first else rng.uniform(2.0, 5.0)  # startup takes about 2 s
+        delay = rng.uniform(3.0, 10.0)  # start-up (imports, data, tokenizer) takes 2-3 s of it
         time.sleep(delay)
         if proc.poll() is not None:
             print(proc.stderr.read(), file=sys.stderr)

@@ -181,3 +181,77 @@ def test_cli_serve_errors(tiny_runs, tmp_path, capsys, args, message):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------- abuse
+def test_lone_surrogate_and_a_bug_are_json_errors(tiny_runs, monkeypatch):
+    models = load_models([tiny_runs["rnn"]], max_chars=MAX_CHARS)
+    client = TestClient(create_app(models, max_chars=MAX_CHARS), raise_server_exceptions=False)
+    r = client.post("/api/translate", content=b'{"model": "rnn", "sentence": "the \\ud800 cat"}',
+                    headers={"Content-Type": "application/json"})
+    assert r.status_code == 422 and "lone surrogate" in r.json()["error"]
+    monkeypatch.setattr(models["rnn"].translator, "translate", lambda *a, **k: 1 / 0)
+    r = client.post("/api/translate", json={"model": "rnn", "sentence": "the cat"})
+    assert r.status_code == 500 and r.json() == {"error": "internal error"}
+
+
+def test_heavy_requests_queue_apart_and_a_full_queue_is_a_503(tiny_runs):
+    """With the heavy lane busy and its queue full, a heavy request gets 503 + Retry-After at once, a light one
+    is still answered; a request past its time limit gets 503 too."""
+    from attnlab.server import Lane
+
+    models = load_models([tiny_runs["rnn"]], max_chars=MAX_CHARS)
+    served = models["rnn"]
+    served.heavy = Lane("rnn heavy", max_queue=1)
+    client = TestClient(create_app(models, max_chars=MAX_CHARS, timeout=1.0), raise_server_exceptions=False)
+    release, busy = threading.Event(), threading.Event()
+    try:
+        served.heavy.submit(lambda: (busy.set(), release.wait(30)))  # the worker is busy
+        assert busy.wait(10)
+        served.heavy.submit(lambda: None)  # and the queue is full
+        heavy = {"model": "rnn", "sentence": "the red house is big and old", "beam": 12}  # 12 x 29 > 5 x 64
+        t0 = time.perf_counter()
+        r = client.post("/api/translate", json=heavy)
+        assert r.status_code == 503 and int(r.headers["Retry-After"]) >= 1 and "queue is full" in r.json()["error"]
+        assert time.perf_counter() - t0 < 0.5  # refused at once, not after waiting
+        r = client.post("/api/translate", json={"model": "rnn", "sentence": "the cat", "beam": 2})
+        assert r.status_code == 200 and r.json()["translation"]
+        served.heavy.max_queue = 2
+        r = client.post("/api/translate", json=heavy)  # queued behind the blocked job: times out
+        assert r.status_code == 503 and "no answer within 1 s" in r.json()["error"]
+    finally:
+        release.set()
+
+
+def test_idle_connections_are_closed_and_others_still_served(models):
+    """A real uvicorn with the guarded protocol: a connection that sends nothing is closed after the header
+    timeout, a half-sent request head too; meanwhile a normal request is answered."""
+    from attnlab.server import guarded_h11
+
+    sock = _free_socket()
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning",
+                            http=guarded_h11(max_connections=100, header_timeout=0.5), timeout_keep_alive=1)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        idle = socket.create_connection(("127.0.0.1", port))
+        slow = socket.create_connection(("127.0.0.1", port))
+        slow.sendall(b"POST /api/translate HTTP/1.1\r\nHost: x\r\n")  # never finishes its head
+        status, data = _post(f"http://127.0.0.1:{port}/api/translate", b'{"model": "rnn", "sentence": "the cat"}')
+        assert status == 200 and data["translation"]
+        for conn in (idle, slow):
+            conn.settimeout(5)
+            t0 = time.monotonic()
+            assert conn.recv(1024) == b""  # closed by the server
+            assert time.monotonic() - t0 < 3
+            conn.close()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()

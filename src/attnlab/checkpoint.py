@@ -126,17 +126,35 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch
     return tensors, {"state": meta_state, "param_groups": sd["param_groups"]}
 
 
-def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
-    state: dict[int, dict] = {int(pid): dict(v) for pid, v in meta["state"].items()}
-    for key, t in tensors.items():
-        if key.startswith("optim."):
-            _, pid, name = key.split(".", 2)
-            state.setdefault(int(pid), {})[name] = t
+def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict,
+                      source: str = "checkpoint") -> None:
+    """Restores the per-parameter state (moments, step counts) saved by `optimizer_tensors`. The hyperparameters
+    stay the optimizer's own (they come from the run's config); the saved groups must have the same sizes, and
+    every saved tensor the shape of its parameter, finite. A state that does not fit is an AttnlabError naming
+    `source`."""
+    own = optimizer.state_dict()
     try:
-        optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    except (ValueError, KeyError, TypeError) as e:  # other groups or sizes: another model or an older attnlab
-        raise AttnlabError(f"the checkpoint's optimizer state does not fit this optimizer ({e}); was it written "
-                           "for another model, or by an attnlab before the optimizer groups changed?") from None
+        sizes = [len(g["params"]) for g in meta["param_groups"]]
+        if sizes != [len(g["params"]) for g in own["param_groups"]]:
+            raise ValueError(f"parameter groups of sizes {sizes}, the optimizer has "
+                             f"{[len(g['params']) for g in own['param_groups']]}")
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        state: dict[int, dict] = {}
+        for pid, values in meta["state"].items():
+            if not isinstance(values, dict) or not 0 <= int(pid) < len(params):
+                raise ValueError(f"state of parameter {pid!r}")
+            state[int(pid)] = dict(values)
+        for key, t in tensors.items():
+            if key.startswith("optim."):
+                _, pid, name = key.split(".", 2)
+                param = params[int(pid)]
+                if not t.is_floating_point() or (t.dim() and t.shape != param.shape) or not bool(t.isfinite().all()):
+                    raise ValueError(f"tensor {key} ({t.dtype}, {tuple(t.shape)}) for a parameter of shape "
+                                     f"{tuple(param.shape)}")
+                state.setdefault(int(pid), {})[name] = t
+        optimizer.load_state_dict({"state": state, "param_groups": own["param_groups"]})
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        raise AttnlabError(f"{source}: the optimizer state does not fit this model's optimizer ({e})") from None
 
 
 def step_name(step: int) -> str:
@@ -268,13 +286,16 @@ def load_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Opt
     stem = ckpt_dir / latest["name"]
     load_weights(model, stem.with_suffix(".safetensors"))
     state = read_json(stem.with_suffix(".json"))
-    if not isinstance(state, dict) or not isinstance(state.get("optimizer"), dict):
-        raise AttnlabError(f"{stem.with_suffix('.json')}: not a trainer state (no optimizer table)")
+    if not isinstance(state, dict) or not isinstance(state.get("optimizer"), dict) \
+            or state.get("step") != latest["step"]:
+        raise AttnlabError(f"{stem.with_suffix('.json')}: not the trainer state of step {latest['step']} (keys step "
+                           "and optimizer)")
     tensors, _ = read_tensors(Path(f"{stem}.train.safetensors"))
     if optimizer is not None:
-        restore_optimizer(optimizer, tensors, state["optimizer"])
-    if "rng.torch" not in tensors:
-        raise AttnlabError(f"{stem}.train.safetensors: the tensor rng.torch is missing")
+        restore_optimizer(optimizer, tensors, state["optimizer"], f"{stem}.train.safetensors / {stem.name}.json")
+    rng = tensors.get("rng.torch")
+    if rng is None or rng.dtype != torch.uint8 or rng.shape != torch.get_rng_state().shape:
+        raise AttnlabError(f"{stem}.train.safetensors: tensor rng.torch is missing or not a CPU generator state")
     torch.set_rng_state(tensors["rng.torch"])
     cuda_states = [tensors[k] for k in sorted(k for k in tensors if k.startswith("rng.cuda."))]
     if cuda_states and torch.cuda.is_available() and len(cuda_states) == torch.cuda.device_count():

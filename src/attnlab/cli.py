@@ -336,7 +336,12 @@ def cmd_serve(args: argparse.Namespace) -> None:
         raise AttnlabError(f"--port {args.port} is not a TCP port (0..65535)")
     if args.max_chars < 1:
         raise AttnlabError(f"--max-chars must be >= 1, got {args.max_chars}")
-    serve(args.run_dirs, args.host, args.port, str(resolve_device(args.device)), args.checkpoint, args.max_chars)
+    for flag, value in (("--timeout", args.timeout), ("--header-timeout", args.header_timeout),
+                        ("--max-connections", args.max_connections)):
+        if not value > 0 or value != value or value == float("inf"):
+            raise AttnlabError(f"{flag} must be a finite number > 0, got {value}")
+    serve(args.run_dirs, args.host, args.port, str(resolve_device(args.device)), args.checkpoint, args.max_chars,
+          args.max_connections, args.header_timeout, args.timeout)
 
 
 # ---------------------------------------------------------------------------------------------- parser
@@ -539,6 +544,12 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--max-chars", type=int, default=1000,
                      help="longest sentence accepted, in characters (default 1000; tokens: the run's "
                           "decode.max_src_tokens)")
+    srv.add_argument("--timeout", type=float, default=60.0,
+                     help="seconds a translation may take, queueing included, before a 503 (default 60)")
+    srv.add_argument("--max-connections", type=int, default=4096, help="open connections at most (default 4096)")
+    srv.add_argument("--header-timeout", type=float, default=10.0,
+                     help="close a connection that has not sent its request head within this many seconds "
+                          "(default 10)")
     srv.set_defaults(func=cmd_serve, device="cpu")
 
     ser = sub.add_parser("series", parents=[opts["overrides"]],

@@ -6,22 +6,32 @@ A FastAPI app with a JSON API and one static page (`attnlab/static/`, no CDN ass
     POST /api/translate   {"model", "sentence", "beam"} -> tokens, translation, cross-attention weights
     GET  /openapi.json    the API's OpenAPI schema
 
-Decoding is `attnlab.translate.Translator` (the same search as `attnlab translate`). Each model has a lock:
-requests for one model are decoded one at a time (the 2-core CPU gains nothing from more), requests for
-different models run side by side in FastAPI's thread pool.
+Decoding is `attnlab.translate.Translator` (the same search as `attnlab translate`). Fair service: each model
+has two decoding lanes, each one worker thread with a bounded FIFO queue (`Lane`): a request's cost is beam x
+source tokens, and requests up to `light_cost` go to the light lane, heavier ones to the heavy lane, so a crowd
+of heavy requests cannot make light ones wait behind them. A full queue, or a request still unanswered after
+`timeout` seconds, gets 503 with Retry-After.
 
-Limits (all answered with a 4xx JSON body {"error": "...", ...}, never a 500): request bodies over
-`max_body` bytes (413), malformed JSON (400), a missing/empty/over-long sentence or a bad beam (422), more
-source tokens than the run's decode.max_src_tokens (422), an unknown model name (404).
+Limits (all answered with a 4xx JSON body {"error": "...", ...}): request bodies over `max_body` bytes (413),
+malformed JSON (400), a missing/empty/over-long sentence, a sentence that is not valid Unicode (a lone surrogate)
+or a bad beam (422), more source tokens than the run's decode.max_src_tokens (422), an unknown model name (404).
+A bug is a JSON 500, logged. Connections (`serve`): a connection that has not sent its request head within
+`header_timeout` seconds is closed (idle and slow clients), idle keep-alive connections after 5 s, connections
+beyond `max_connections` at once; request heads over 16 KiB are refused; repeated log messages are rate-limited.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
+import math
 import socket
 import threading
 import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from typing import Callable
 from importlib.resources import files
 from pathlib import Path
 
@@ -41,6 +51,7 @@ from attnlab.workflow import load_run
 log = logging.getLogger("attnlab")
 
 MAX_BEAM = 12
+LIGHT_COST = 5 * 64  # beam x source tokens: up to beam 5 on a 64-token sentence is a light request
 STATIC_DIR = Path(str(files("attnlab") / "static"))
 
 
@@ -83,11 +94,60 @@ class ModelInfo(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------- models
+class Busy(Exception):
+    """A lane's queue is full or a request waited past its time limit: 503 with Retry-After."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Lane:
+    """One decoding worker thread with a bounded FIFO queue. `submit` returns a Future, or raises `Busy` when
+    max_queue jobs are already waiting; a job cancelled before it starts (its client gave up) is skipped."""
+
+    def __init__(self, name: str, max_queue: int) -> None:
+        self.name, self.max_queue = name, max_queue
+        self._queue: collections.deque = collections.deque()
+        self._cond = threading.Condition()
+        self._seconds = 0.1  # running mean of a job's time, for Retry-After
+        threading.Thread(target=self._work, name=f"attnlab-{name}", daemon=True).start()
+
+    def submit(self, run: Callable[[], object]) -> Future:
+        future: Future = Future()
+        with self._cond:
+            if len(self._queue) >= self.max_queue:
+                raise Busy(f"the {self.name} queue is full ({self.max_queue} requests waiting)", self.retry_after())
+            self._queue.append((run, future))
+            self._cond.notify()
+        return future
+
+    def retry_after(self) -> int:
+        """Seconds until the queue has probably drained, at least 1."""
+        return max(1, math.ceil(self._seconds * (len(self._queue) + 1)))
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                run, future = self._queue.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            t0 = time.perf_counter()
+            try:
+                future.set_result(run())
+            except BaseException as e:  # handed to the waiting request, which answers it
+                future.set_exception(e)
+            self._seconds = 0.8 * self._seconds + 0.2 * (time.perf_counter() - t0)
+
+
 @dataclass
 class ServedModel:
     info: ModelInfo
     translator: Translator
-    lock: threading.Lock
+    light: Lane
+    heavy: Lane
 
 
 def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "cpu", max_chars: int = 1000
@@ -111,18 +171,27 @@ def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "c
         info = ModelInfo(name=name, family=cfg.model.family, attention=attention, layers=layers, heads=heads,
                          beam=cfg.decode.beam_size, max_src_tokens=cfg.decode.max_src_tokens, max_chars=max_chars,
                          parameters=sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()))
-        models[name] = ServedModel(info, Translator(model, tokenizers, cfg.decode, device), threading.Lock())
+        models[name] = ServedModel(info, Translator(model, tokenizers, cfg.decode, device),
+                                   Lane(f"{name} light", max_queue=64), Lane(f"{name} heavy", max_queue=8))
     if not models:
         raise AttnlabError("give at least one run directory to serve")
     return models
 
 
-def translate_one(served: ServedModel, sentence: str, beam: int | None) -> TranslateResponse:
-    """Translate one (normalized, non-empty) sentence with its attention as [layer][head][T][S]."""
+def translate_one(served: ServedModel, sentence: str, beam: int | None, timeout: float = 60.0) -> TranslateResponse:
+    """Translate one (normalized, non-empty) sentence with its attention as [layer][head][T][S], in the model's
+    light or heavy lane by its cost (beam x source tokens); `Busy` if the lane is full or the answer takes longer
+    than `timeout` seconds."""
     beam = served.info.beam if beam is None else beam
     t0 = time.perf_counter()
-    with served.lock:
-        t = served.translator.translate([sentence], beam_size=beam, need_weights=True)[0][0]
+    cost = beam * len(served.translator.encode_source([sentence])[0])  # refuses too many tokens (AttnlabError)
+    lane = served.light if cost <= LIGHT_COST else served.heavy
+    future = lane.submit(lambda: served.translator.translate([sentence], beam_size=beam, need_weights=True)[0][0])
+    try:
+        t = future.result(timeout=max(timeout - (time.perf_counter() - t0), 0.0))
+    except FutureTimeout:
+        future.cancel()  # skipped if it has not started; a running search cannot be stopped and is discarded
+        raise Busy(f"no answer within {timeout:g} s ({lane.name} lane)", lane.retry_after()) from None
     seconds = time.perf_counter() - t0
     attention = None
     if t.attention is not None:
@@ -185,8 +254,8 @@ class BodyLimit:
         await _error(413, f"request body over {self.max_bytes} bytes")(scope, receive, send)
 
 
-def _error(status: int, message: str, **extra) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=status)
+def _error(status: int, message: str, headers: dict | None = None, **extra) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
 
 
 def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -201,8 +270,10 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONResp
 
 
 # ---------------------------------------------------------------------------------------------- app
-def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: int = 64 * 1024) -> FastAPI:
-    """The FastAPI app serving `models` (see `load_models`) and the static explorer page."""
+def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: int = 64 * 1024,
+               timeout: float = 60.0) -> FastAPI:
+    """The FastAPI app serving `models` (see `load_models`) and the static explorer page; `timeout`: seconds a
+    translation request may take, queueing included."""
     # /docs and /redoc would load Swagger/ReDoc from a CDN: off, the page must work offline
     app = FastAPI(title="attnlab attention explorer", version=__import__("attnlab").__version__,
                   docs_url=None, redoc_url=None,
@@ -214,6 +285,15 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
     def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, str(exc.detail))
 
+    @app.exception_handler(Busy)
+    def _busy(request: Request, exc: Busy) -> JSONResponse:
+        return _error(503, str(exc), headers={"Retry-After": str(exc.retry_after)}, retry_after=exc.retry_after)
+
+    @app.exception_handler(Exception)
+    def _bug(request: Request, exc: Exception) -> JSONResponse:  # a JSON 500, never a plain-text one
+        log.error("internal error on %s: %s: %s", request.url.path, type(exc).__name__, exc)
+        return _error(500, "internal error")
+
     @app.get("/api/models", response_model=list[ModelInfo])
     def api_models() -> list[ModelInfo]:
         return [m.info for m in models.values()]
@@ -222,18 +302,24 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
     @app.post("/api/translate", response_model=TranslateResponse,
               responses={400: {"description": "malformed JSON"}, 404: {"description": "unknown model"},
                          413: {"description": "request body too large"},
-                         422: {"description": "empty or too long sentence, bad beam size"}})
+                         422: {"description": "empty, too long or invalid sentence, bad beam size"},
+                         503: {"description": "the model's queue is full or the time limit passed; see Retry-After"}})
     def api_translate(req: TranslateRequest) -> TranslateResponse:
         served = models.get(req.model)
         if served is None:
             raise HTTPException(404, f"unknown model {req.model!r}; served: {', '.join(models)}")
         if len(req.sentence) > max_chars:
             raise HTTPException(422, f"sentence has {len(req.sentence):,} characters; the limit is {max_chars:,}")
+        try:
+            req.sentence.encode("utf-8")
+        except UnicodeEncodeError as e:  # JSON allows lone surrogates ("\\ud800"); no tokenizer does
+            raise HTTPException(422, f"sentence is not valid Unicode (character {e.start}: a lone surrogate)") \
+                from None
         sentence = normalize(req.sentence)
         if not sentence:
             raise HTTPException(422, "sentence is empty")
         try:
-            return translate_one(served, sentence, req.beam)
+            return translate_one(served, sentence, req.beam, timeout)
         except AttnlabError as e:  # e.g. more tokens than decode.max_src_tokens
             raise HTTPException(422, str(e)) from None
 
@@ -246,18 +332,95 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
 
 
 def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
-          checkpoint: str = "best", max_chars: int = 1000) -> None:
-    """Load the runs and serve them with uvicorn until Ctrl-C."""
+          checkpoint: str = "best", max_chars: int = 1000, max_connections: int = 4096,
+          header_timeout: float = 10.0, timeout: float = 60.0) -> None:
+    """Load the runs and serve them with uvicorn until Ctrl-C or SIGTERM (in-flight requests finish first)."""
     import uvicorn
 
     models = load_models(run_dirs, checkpoint, device, max_chars)
-    app = create_app(models, max_chars=max_chars)
+    app = create_app(models, max_chars=max_chars, timeout=timeout)
     sock = listen(host, port)
     port = sock.getsockname()[1]
+    raise_fd_limit(max_connections + 256)
+    for name in ("uvicorn.error", "attnlab"):
+        logging.getLogger(name).addFilter(RateLimit())
     where = f"[{host}]" if ":" in host else host
     log.info("serving %s at http://%s:%d/  (API schema: /openapi.json; Ctrl-C stops)", ", ".join(models), where,
              port)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    config = uvicorn.Config(app, log_level="warning", http=guarded_h11(max_connections, header_timeout),
+                            limit_concurrency=max_connections, timeout_keep_alive=5, backlog=2048,
+                            h11_max_incomplete_event_size=16 * 1024, timeout_graceful_shutdown=int(timeout))
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def guarded_h11(max_connections: int, header_timeout: float) -> type:
+    """uvicorn's h11 protocol with two guards: a connection that has not sent a complete request head within
+    header_timeout seconds is closed (an idle or slowloris client holds no file descriptor for long), and a
+    connection beyond max_connections is closed at once. Idle keep-alive connections are uvicorn's own
+    (timeout_keep_alive)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11(H11Protocol):
+        _head_timer = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                transport.close()
+                return
+            self._head_timer = self.loop.call_later(header_timeout, self._head_timeout)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.cycle is not None and self._head_timer is not None:  # a request head arrived
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            if self.cycle is None and not self.transport.is_closing():
+                self.transport.close()
+
+    return GuardedH11
+
+
+def raise_fd_limit(wanted: int) -> None:
+    """Raises the soft limit of open files towards `wanted` (within the hard limit), for many connections."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ImportError, ValueError, OSError):  # not POSIX, or not allowed: keep the limit
+        pass
+
+
+class RateLimit(logging.Filter):
+    """Lets at most `per_minute` records of one message template through per minute, then one line saying how many
+    were dropped: a flood of bad clients cannot flood the log."""
+
+    def __init__(self, per_minute: int = 10) -> None:
+        super().__init__()
+        self.per_minute = per_minute
+        self._seen: dict[str, list] = {}  # template -> [window start, count]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        window = self._seen.setdefault(str(record.msg), [now, 0])
+        if now - window[0] >= 60:
+            dropped = window[1] - self.per_minute
+            window[:] = [now, 0]
+            if dropped > 0:
+                record.msg = f"{record.msg} (and {dropped} more like it in the last minute)"
+        window[1] += 1
+        return window[1] <= self.per_minute
 
 
 def listen(host: str, port: int) -> socket.socket:

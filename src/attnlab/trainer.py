@@ -175,8 +175,9 @@ class TrainerState:
     """Everything the loop needs to continue exactly where it stopped; saved with every checkpoint.
 
     best_score: the model-selection score (higher is better: dev BLEU, accuracy, or minus the dev loss) and
-    best_step the step that reached it; bad_evals: validations since it last improved; lr_scale: the plateau schedule's factor; batch_in_epoch:
-    batches of the current epoch already trained on; stopped: why `fit` returned (None while training).
+    best_step the step that reached it; bad_evals: validations since it last improved; lr_scale: the plateau
+    schedule's factor; batch_in_epoch: batches of the current epoch already trained on; stopped: why `fit`
+    returned (None while training).
     """
 
     step: int = 0
@@ -190,14 +191,26 @@ class TrainerState:
     train_seconds: float = 0.0
     stopped: str | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("step", "epoch", "batch_in_epoch", "bad_evals", "train_tokens", "train_seconds"):
+            if getattr(self, name) < 0:
+                raise AttnlabError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.lr_scale <= 0:
+            raise AttnlabError(f"lr_scale must be > 0, got {self.lr_scale}")
+        if self.best_step is not None and not 0 <= self.best_step <= self.step:
+            raise AttnlabError(f"best_step must be in [0, step], got {self.best_step}")
+
     @classmethod
     def from_dict(cls, data: dict, source: str) -> TrainerState:
-        """The state saved in a checkpoint's JSON (`source` names the file in errors); other keys are ignored."""
+        """The state saved in a checkpoint's JSON, every key type- and range-checked (`source` names the file in
+        errors); keys of other parts of the checkpoint (optimizer) are ignored."""
+        from attnlab.config import from_dict
+
         names = {f.name for f in dataclasses.fields(cls)}
         try:
-            return cls(**{k: v for k, v in data.items() if k in names})
-        except TypeError as e:
-            raise AttnlabError(f"{source}: not a trainer state ({e})") from None
+            return from_dict(cls, {k: v for k, v in data.items() if k in names})
+        except AttnlabError as e:
+            raise AttnlabError(f"{source}: not a valid trainer state: {e}") from None
 
 
 def optimizer_groups(model: nn.Module, weight_decay: float) -> list[dict]:
