@@ -255,3 +255,42 @@ def test_idle_connections_are_closed_and_others_still_served(models):
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+def test_shutdown_lets_the_request_in_flight_finish(tiny_runs):
+    """uvicorn asked to stop (what SIGTERM / Ctrl-C do) while a request is being decoded: the request still gets its
+    200, then the server stops."""
+    models = load_models([tiny_runs["rnn"]], max_chars=MAX_CHARS)
+    translator = models["rnn"].translator
+    decoding, real = threading.Event(), translator.translate
+
+    def slow(*args, **kwargs):
+        decoding.set()
+        time.sleep(1.0)
+        return real(*args, **kwargs)
+
+    translator.translate = slow
+    sock = _free_socket()
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning",
+                                           timeout_graceful_shutdown=30))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(_post, f"http://127.0.0.1:{port}/api/translate",
+                                 b'{"model": "rnn", "sentence": "the cat"}')
+            assert decoding.wait(30)
+            server.should_exit = True  # the signal handlers' doing
+            status, data = answer.result(timeout=60)
+        assert status == 200 and data["translation"]
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()

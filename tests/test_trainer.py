@@ -327,3 +327,36 @@ def test_cli_translate_takes_the_file_before_or_after_the_options(trained, tmp_p
     assert after.stdout == before.stdout and len(after.stdout.splitlines()) == 2
     extra = _cli("translate", trained, src, src)
     assert extra.returncode == 2 and "unrecognized arguments" in extra.stderr
+
+
+def test_bad_input_and_output_paths_are_one_line_errors(trained, tiny_tsv, tmp_path):
+    """Undecodable stdin names the line; an output file in a place that cannot be written, an --out that is a
+    file, and a metrics.jsonl that is a symlink (never followed) are one-line errors with exit code 2."""
+    done = subprocess.run([sys.executable, "-m", "attnlab.cli", "translate", str(trained), "--device", "cpu"],
+                          input=b"the cat\n\xff\xfe broken\n", capture_output=True)
+    assert done.returncode == 2 and b"<stdin>:2: not valid UTF-8" in done.stderr and b"Traceback" not in done.stderr
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    done = _cli("translate", trained, "--device", "cpu", "-o", blocker / "out.txt", stdin="the cat\n")
+    assert done.returncode == 2 and "cannot write there" in done.stderr and "Traceback" not in done.stderr
+    done = _cli("train", "configs/demo.toml", "--out", blocker)
+    assert done.returncode == 2 and "is a file" in done.stderr
+    run = tmp_path / "linked"
+    run.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me\n")
+    (run / "metrics.jsonl").symlink_to(outside)
+    with pytest.raises(AttnlabError, match="a symlink is refused"):
+        train(tiny_config(tiny_tsv, max_steps=2, log_every=1), run)
+    assert outside.read_text() == "keep me\n"
+
+
+def test_a_symlinked_plot_is_replaced_not_followed(trained, tmp_path):
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(b"not a plot")
+    (tmp_path / "att.png").symlink_to(outside)
+    done = _cli("plot", "attention", trained, "--sentence", "the cat", "--out", tmp_path / "att", "--formats", "png",
+                "--device", "cpu")
+    assert done.returncode == 0, done.stderr
+    assert outside.read_bytes() == b"not a plot"
+    assert not (tmp_path / "att.png").is_symlink() and (tmp_path / "att.png").read_bytes()[:4] == b"\x89PNG"

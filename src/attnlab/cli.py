@@ -199,18 +199,20 @@ def cmd_translate(args: argparse.Namespace) -> None:
     keep = [i for i, line in enumerate(lines) if normalize(line)]
     results = translator.translate([normalize(lines[i]) for i in keep], beam_size=args.beam, n_best=args.n_best)
     by_line = dict(zip(keep, results))
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
-        for i in range(len(lines)):
-            nbest = by_line.get(i, [])
-            if args.n_best == 1:
-                out.write((nbest[0].text if nbest else "") + "\n")
-            else:
-                for t in nbest:
-                    out.write(f"{i}\t{t.score:.4f}\t{t.text}\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
+    rows = []
+    for i in range(len(lines)):
+        nbest = by_line.get(i, [])
+        if args.n_best == 1:
+            rows.append(nbest[0].text if nbest else "")
+        else:
+            rows += [f"{i}\t{t.score:.4f}\t{t.text}" for t in nbest]
+    text = "".join(row + "\n" for row in rows)
+    if args.output:
+        from attnlab.fileio import atomic_write_text
+
+        atomic_write_text(args.output, text)
+    else:
+        sys.stdout.write(text)
 
 
 def cmd_generate(args: argparse.Namespace) -> None:

@@ -25,8 +25,11 @@ def atomic_write(path: Path | str, write: Callable[[str], None]) -> None:
     replaced by the file, never followed.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as e:
+        raise AttnlabError(f"{path}: cannot write there ({e.strerror or e})") from None
     os.close(fd)
     try:
         write(tmp)
@@ -34,7 +37,11 @@ def atomic_write(path: Path | str, write: Callable[[str], None]) -> None:
     except Exception:
         Path(tmp).unlink(missing_ok=True)
         raise
-    os.replace(tmp, path)
+    try:
+        os.replace(tmp, path)
+    except OSError as e:  # e.g. a directory of that name
+        Path(tmp).unlink(missing_ok=True)
+        raise AttnlabError(f"{path}: cannot write there ({e.strerror or e})") from None
     _fsync(path.parent)
 
 
@@ -54,6 +61,17 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
 def atomic_write_text(path: Path | str, text: str) -> None:
     """UTF-8 text, line ends written as given."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def append_line(path: Path | str, line: str) -> None:
+    """Appends one line to a log file (created if absent); a symlink at `path` is refused, never followed."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as e:
+        raise AttnlabError(f"{path}: cannot append to it ({e.strerror or e}; a symlink is refused)") from None
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
 
 
 def write_json(path: Path | str, obj: Any) -> None:

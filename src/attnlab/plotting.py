@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import textwrap
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -10,6 +11,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
+
+from attnlab.fileio import atomic_write_bytes  # noqa: E402
 
 
 def plot_bleu_by_length(runs: Mapping[str, Sequence[dict]], path: Path | str, title: str = "") -> Path:
@@ -39,10 +42,7 @@ def plot_bleu_by_length(runs: Mapping[str, Sequence[dict]], path: Path | str, ti
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def clean_piece(piece: str) -> str:
@@ -81,11 +81,7 @@ def plot_attention(weights, src_labels: Sequence[str], tgt_labels: Sequence[str]
     if own:
         fig.colorbar(im, ax=ax, fraction=0.03)
         fig.tight_layout()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
+        return save_figure(fig, path, dpi=120)
     return im
 
 
@@ -109,10 +105,7 @@ def plot_curves(runs: Mapping[str, Sequence[dict]], path: Path | str, keys: Sequ
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def plot_attention_grid(weights, src_labels: Sequence[str], tgt_labels: Sequence[str], path: Path | str,
@@ -134,8 +127,15 @@ def plot_attention_grid(weights, src_labels: Sequence[str], tgt_labels: Sequence
     if suptitle:
         fig.suptitle("\n".join(textwrap.wrap(suptitle, width=40 * ncols)), fontsize=10)
     fig.tight_layout()
+    return save_figure(fig, path, dpi=110)
+
+
+def save_figure(fig, path: Path | str, dpi: int = 120) -> Path:
+    """Writes a figure atomically in the format of the path's suffix (png, svg, pdf) and closes it; a symlink at
+    `path` is replaced, never followed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=dpi, format=path.suffix.lstrip(".").lower() or "png")
     plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
     return path

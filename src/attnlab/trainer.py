@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 from attnlab.batching import Seq2SeqBatch, TokenBudgetBatchSampler, collate_seq2seq
 from attnlab.checkpoint import load_checkpoint, read_pointer, recover, save_checkpoint, step_name, write_best
 from attnlab.errors import AttnlabError
-from attnlab.fileio import atomic_write_text
+from attnlab.fileio import append_line, atomic_write_text
 from attnlab.logs import Progress
 from attnlab.tokenizers import PAD_ID
 
@@ -395,8 +395,7 @@ class Trainer:
             return
         # wall-clock seconds of training so far (validation included; resumed runs continue the count)
         record = {**record, "time_s": round(self.state.train_seconds + time.perf_counter() - self._t_start, 2)}
-        with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_line(self.run_dir / "metrics.jsonl", json.dumps(record))
         if self.tb is not None:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step":

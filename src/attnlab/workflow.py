@@ -71,6 +71,8 @@ def train(cfg: Any, run_dir: Path | str, resume: bool = False, overrides: list[s
     metrics to the one trainer; fit.
     """
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise AttnlabError(f"{run_dir}: the run directory is a file; choose another --out")
     if resume:
         if not (run_dir / "config.json").is_file():
             raise AttnlabError(f"{run_dir}: nothing to resume (config.json missing)")
