@@ -2,6 +2,7 @@
 Translator's, limits and bad requests get clear 4xx JSON errors (never a 500), and 20 concurrent requests to a
 real uvicorn server are all answered correctly while it keeps serving."""
 
+import contextlib
 import json
 import socket
 import threading
@@ -128,6 +129,26 @@ def _post(url: str, body: bytes) -> tuple[int, dict]:
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
 
+@contextlib.contextmanager
+def _uvicorn(config: uvicorn.Config):
+    """A real uvicorn server of `config` on a free loopback port, in a thread; yields (server, port); stops it."""
+    sock = _free_socket()
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        yield server, sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+    assert not thread.is_alive()
+
+
 
 def test_twenty_concurrent_requests(models, client):
     """20 requests at once from threads against uvicorn on a free loopback port: valid ones get exactly the
@@ -141,16 +162,7 @@ def test_twenty_concurrent_requests(models, client):
     assert len(jobs) == 20
     alone = {json.dumps(g): client.post("/api/translate", json=g).json() for g in good}
 
-    sock = _free_socket()
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
+    with _uvicorn(uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning")) as (server, port):
         url = f"http://127.0.0.1:{port}/api/translate"
         with ThreadPoolExecutor(max_workers=20) as pool:
             answers = list(pool.map(lambda job: _post(url, job[0]), jobs))
@@ -163,11 +175,6 @@ def test_twenty_concurrent_requests(models, client):
                 assert data["error"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/models", timeout=30) as resp:
             assert resp.status == 200 and len(json.loads(resp.read())) == 2
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
-    assert not thread.is_alive()
 
 
 @pytest.mark.parametrize("args, message", [
@@ -228,18 +235,9 @@ def test_idle_connections_are_closed_and_others_still_served(models):
     timeout, a half-sent request head too; meanwhile a normal request is answered."""
     from attnlab.server import guarded_h11
 
-    sock = _free_socket()
-    port = sock.getsockname()[1]
     config = uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning",
                             http=guarded_h11(max_connections=100, header_timeout=0.5), timeout_keep_alive=1)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
+    with _uvicorn(config) as (server, port):
         idle = socket.create_connection(("127.0.0.1", port))
         slow = socket.create_connection(("127.0.0.1", port))
         slow.sendall(b"POST /api/translate HTTP/1.1\r\nHost: x\r\n")  # never finishes its head
@@ -251,10 +249,6 @@ def test_idle_connections_are_closed_and_others_still_served(models):
             assert conn.recv(1024) == b""  # closed by the server
             assert time.monotonic() - t0 < 3
             conn.close()
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
 
 
 def test_shutdown_lets_the_request_in_flight_finish(tiny_runs):
@@ -270,17 +264,8 @@ def test_shutdown_lets_the_request_in_flight_finish(tiny_runs):
         return real(*args, **kwargs)
 
     translator.translate = slow
-    sock = _free_socket()
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning",
-                                           timeout_graceful_shutdown=30))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
+    config = uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning", timeout_graceful_shutdown=30)
+    with _uvicorn(config) as (server, port):
         with ThreadPoolExecutor(1) as pool:
             answer = pool.submit(_post, f"http://127.0.0.1:{port}/api/translate",
                                  b'{"model": "rnn", "sentence": "the cat"}')
@@ -288,9 +273,3 @@ def test_shutdown_lets_the_request_in_flight_finish(tiny_runs):
             server.should_exit = True  # the signal handlers' doing
             status, data = answer.result(timeout=60)
         assert status == 200 and data["translation"]
-        thread.join(timeout=30)
-        assert not thread.is_alive()
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
