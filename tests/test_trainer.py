@@ -360,3 +360,43 @@ def test_a_symlinked_plot_is_replaced_not_followed(trained, tmp_path):
     assert done.returncode == 0, done.stderr
     assert outside.read_bytes() == b"not a plot"
     assert not (tmp_path / "att.png").is_symlink() and (tmp_path / "att.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_two_ranks_equal_one_rank_with_both_batches(tiny_tsv, tmp_path):
+    """DDP on CPU (gloo): rank 0 with batches B1, B3, ... and rank 1 with B2, B4, ... give, after 6 updates, the
+    weights of one process that accumulates B1 + B2, B3 + B4, ... (the loss normalised by the target tokens of both
+    ranks). Tolerance: 1e-6 absolute, float summation order being the only difference."""
+    from safetensors.torch import load_file
+
+    cfg = tmp_path / "ddp.toml"
+    cfg.write_text(f"""
+[data]
+corpus = "files"
+train = ["{tiny_tsv / 'train.tsv'}"]
+dev = ["{tiny_tsv / 'dev.tsv'}"]
+[tokenizer]
+kind = "char"
+[model.rnn]
+emb_dim = 16
+hidden_dim = 32
+dropout = 0.0
+[train]
+max_steps = 6
+max_tokens = 600
+lr = 0.01
+eval_every = 1000
+eval_bleu = false
+num_threads = 1
+progress = false
+""")
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
+                          "attnlab.cli", "train", str(cfg), "--out", str(tmp_path / "two")],
+                         capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-2000:]
+    one = _cli("train", cfg, "--out", tmp_path / "one", "--set", "train.accum_steps=2")
+    assert one.returncode == 0, one.stderr[-2000:]
+    a = load_file(str(tmp_path / "two" / "checkpoints" / "step_00000006.safetensors"))
+    b = load_file(str(tmp_path / "one" / "checkpoints" / "step_00000006.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=0, msg=k)

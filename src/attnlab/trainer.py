@@ -333,9 +333,17 @@ class Trainer:
             losses.append(loss.detach())
             counts.append(n)
         ntok = sum(counts)
+        # the loss of an update is normalised by the items of all ranks together: DDP averages the gradients over
+        # the ranks, so each rank scales by world / global items, and R ranks equal one rank with all R batches
+        scale = 1.0 / max(ntok, 1)
+        if self.world > 1:
+            total_items = torch.tensor([ntok], dtype=torch.float64,
+                                       device=self.device if self.device.type == "cuda" else "cpu")
+            torch.distributed.all_reduce(total_items)
+            scale = self.world / max(float(total_items.item()), 1.0)
         for p in self.raw_model.parameters():
             if p.grad is not None:
-                p.grad.div_(max(ntok, 1))
+                p.grad.mul_(scale)
         total = torch.stack(losses).sum().item()
         if self.cfg.clip_norm > 0:
             self.scaler.unscale_(self.optimizer)
