@@ -195,6 +195,16 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from attnlab.translate import Translator
 
     translator = Translator.from_run(args.run_dir, args.checkpoint, device=args.device)
+    if args.engine == "ctranslate2":
+        from attnlab.export import export_ctranslate2
+        from attnlab.translate import CTranslate2Translator
+
+        model_dir = args.ct2_model
+        if model_dir is None:  # exported on first use into the run directory
+            model_dir = args.run_dir / f"ctranslate2-{args.checkpoint}-float32"
+            if not (model_dir / "model.bin").is_file():
+                export_ctranslate2(args.run_dir, model_dir, "float32", args.checkpoint)
+        translator = CTranslate2Translator(model_dir, translator.tokenizers, translator.decode)
     lines = _read_inputs(args)
     keep = [i for i, line in enumerate(lines) if normalize(line)]
     results = translator.translate([normalize(lines[i]) for i in keep], beam_size=args.beam, n_best=args.n_best)
@@ -213,6 +223,12 @@ def cmd_translate(args: argparse.Namespace) -> None:
         atomic_write_text(args.output, text)
     else:
         sys.stdout.write(text)
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from attnlab.export import export_ctranslate2
+
+    print(export_ctranslate2(args.run_dir, args.out, args.quantization, args.checkpoint))
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -461,7 +477,25 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--beam", type=int, default=None, help="beam size; 1 = greedy (default: the run's config)")
     tr.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
     tr.add_argument("--n-best", type=int, default=1, help="print the N best (line, score, text)")
+    tr.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch",
+                    help="decode with attnlab's PyTorch search (default) or a CTranslate2 export of the run")
+    tr.add_argument("--ct2-model", type=Path, metavar="DIR",
+                    help="the CTranslate2 model to use (default: RUN_DIR/ctranslate2-<checkpoint>-float32, exported "
+                         "on first use)")
     tr.set_defaults(func=cmd_translate)
+
+    ex = sub.add_parser("export", parents=[opts["checkpoint"]],
+                        help="export a Transformer run to CTranslate2 (an inference engine, int8 on CPU)",
+                        description="Write a standard CTranslate2 model directory of a Transformer translation run "
+                                    "(ctranslate2.Translator loads it without attnlab; `attnlab translate "
+                                    "--engine ctranslate2 --ct2-model DIR` uses it with the run's tokenizer).")
+    ex.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    ex.add_argument("--to", choices=("ctranslate2",), default="ctranslate2", help="the target format")
+    ex.add_argument("--quantization", default="float32",
+                    choices=("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16",
+                             "int8_bfloat16"), help="weight type (default float32; int8 for fast CPU decoding)")
+    ex.add_argument("--out", type=Path, metavar="DIR", help="default: RUN_DIR/ctranslate2-<quantization>")
+    ex.set_defaults(func=cmd_export)
 
     ev = sub.add_parser("evaluate", parents=[opts["evaluate"]],
                         help="evaluate a trained run of any family on a split",

@@ -19,6 +19,17 @@ if TYPE_CHECKING:
     from attnlab.experiment import DecodeConfig
 
 
+def encode_source(tokenizers: TokenizerPair, decode: DecodeConfig, sentences: list[str]) -> list[list[int]]:
+    """Source ids of each sentence with EOS appended (JoeyNMT's convention); more than decode.max_src_tokens is an
+    AttnlabError naming the sentence."""
+    ids = [tokenizers.src.encode(s) + [EOS_ID] for s in sentences]
+    for i, x in enumerate(ids):
+        if len(x) > decode.max_src_tokens:
+            raise AttnlabError(f"sentence {i + 1} has {len(x)} tokens; the limit is {decode.max_src_tokens} "
+                               "(decode.max_src_tokens)")
+    return ids
+
+
 @dataclass
 class Translation:
     text: str  # detokenized output
@@ -45,12 +56,7 @@ class Translator:
         return cls(run.model, run.tokenizers, run.cfg.decode, run.device)
 
     def encode_source(self, sentences: list[str]) -> list[list[int]]:
-        ids = [self.tokenizers.src.encode(s) + [EOS_ID] for s in sentences]
-        for i, x in enumerate(ids):
-            if len(x) > self.decode.max_src_tokens:
-                raise AttnlabError(f"sentence {i + 1} has {len(x)} tokens; the limit is "
-                                   f"{self.decode.max_src_tokens} (decode.max_src_tokens)")
-        return ids
+        return encode_source(self.tokenizers, self.decode, sentences)
 
     @torch.no_grad()
     def translate(self, sentences: list[str], beam_size: int | None = None, n_best: int = 1,
@@ -85,3 +91,63 @@ class Translator:
                            src_tokens=[src_tok.id_to_piece(i) for i in src_ids],
                            tgt_tokens=[tgt_tok.id_to_piece(i) for i in hyp.tokens] + (["</s>"] if hyp.finished else []),
                            attention=attention)
+
+
+class CTranslate2Translator:
+    """The same interface as `Translator` (`translate(sentences, beam_size, n_best)`), decoding with a CTranslate2
+    export of the run (`attnlab.export`) and the run's tokenizers: no PyTorch in the search.
+
+    Search settings are the run's decode section: beam size, the per-sentence limit floor(ratio x source tokens) +
+    offset (CTranslate2 takes one limit per batch: the batch's largest is given, and longer outputs are cut to
+    their own limit, which for greedy search is exactly attnlab's result), the length penalty as CTranslate2's
+    length^alpha (attnlab's is GNMT's ((5 + length) / 6)^alpha, so beam outputs may differ slightly).
+    Attention is not returned.
+    """
+
+    def __init__(self, model_dir: Path | str, tokenizers: TokenizerPair, decode: DecodeConfig, threads: int = 0
+                 ) -> None:
+        try:
+            import ctranslate2
+        except ImportError:
+            raise AttnlabError("--engine ctranslate2 needs attnlab's optional extra 'ctranslate2': pip install "
+                               "'attnlab[ctranslate2]'") from None
+        self.model_dir = Path(model_dir)
+        if not (self.model_dir / "model.bin").is_file():
+            raise AttnlabError(f"{self.model_dir}: not a CTranslate2 model directory (model.bin missing); create it "
+                               "with attnlab export RUN_DIR --to ctranslate2")
+        self.ct2 = ctranslate2.Translator(str(self.model_dir), device="cpu", inter_threads=1,
+                                          intra_threads=threads or torch.get_num_threads())
+        self.tokenizers, self.decode = tokenizers, decode
+        tgt = tokenizers.tgt
+        self.tgt_ids = {tgt.id_to_piece(i): i for i in range(tgt.vocab_size)}
+
+    def translate(self, sentences: list[str], beam_size: int | None = None, n_best: int = 1,
+                  need_weights: bool = False) -> list[list[Translation]]:
+        if need_weights:
+            raise AttnlabError("the CTranslate2 engine does not return attention weights; use the PyTorch engine")
+        beam = self.decode.beam_size if beam_size is None else beam_size
+        if beam < 1 or n_best < 1 or n_best > beam:
+            raise AttnlabError(f"need 1 <= n_best ({n_best}) <= beam size ({beam})")
+        src_tok = self.tokenizers.src
+        ids = encode_source(self.tokenizers, self.decode, sentences)  # EOS and the length check
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        results: list[list[Translation]] = [[] for _ in ids]
+        for start in range(0, len(order), self.decode.batch_size):
+            chunk = order[start:start + self.decode.batch_size]
+            pieces = [[src_tok.id_to_piece(t) for t in ids[i]] for i in chunk]
+            limits = max_output_length(torch.tensor([len(ids[i]) for i in chunk]), self.decode.max_len_ratio,
+                                       self.decode.max_len_offset).tolist()
+            out = self.ct2.translate_batch(pieces, beam_size=beam, num_hypotheses=n_best,
+                                           length_penalty=self.decode.length_penalty,
+                                           max_decoding_length=max(limits), return_scores=True)
+            for i, limit, src_pieces, res in zip(chunk, limits, pieces, out):
+                results[i] = [self._translation(src_pieces, tokens, score, limit)
+                              for tokens, score in zip(res.hypotheses, res.scores)]
+        return results
+
+    def _translation(self, src_pieces: list[str], tokens: list[str], score: float, limit: int) -> Translation:
+        finished = len(tokens) + 1 <= limit  # the EOS fits in the sentence's own limit
+        tokens = tokens if finished else tokens[:limit]
+        tgt_ids = [self.tgt_ids[t] for t in tokens]
+        return Translation(text=self.tokenizers.tgt.decode(tgt_ids), score=float(score), src_tokens=src_pieces,
+                           tgt_tokens=tokens + (["</s>"] if finished else []), attention=None)

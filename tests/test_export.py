@@ -1,0 +1,79 @@
+"""CTranslate2 export: the exported model's token log-probabilities equal attnlab's own (pre/post-norm, ReLU/GELU,
+sinusoidal/learned positions, tied/untied output layer), greedy translations of a trained run are identical, the
+CLI exports and translates, and RNN runs are refused."""
+
+import pytest
+import torch
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+from attnlab.cli import main  # noqa: E402
+from attnlab.errors import AttnlabError  # noqa: E402
+from attnlab.export import export_ctranslate2, transformer_spec  # noqa: E402
+from attnlab.tokenizers import BOS_ID, EOS_ID, SPECIALS  # noqa: E402
+from attnlab.transformer import TransformerConfig, TransformerSeq2Seq  # noqa: E402
+
+V = 40
+
+
+@pytest.mark.parametrize("norm, activation, positions, tie", [
+    ("pre", "relu", "sinusoidal", "all"), ("post", "relu", "sinusoidal", "none"),
+    ("pre", "gelu", "learned", "decoder"), ("post", "gelu", "learned", "all")])
+def test_exported_log_probs_equal_attnlab(tmp_path, norm, activation, positions, tie):
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=32, h=4, d_ff=64, enc_layers=2, dec_layers=2, dropout=0.0, norm=norm,
+                            activation=activation, positions=positions, tie_embeddings=tie, max_len=64)
+    model = TransformerSeq2Seq(V, V, cfg).eval()
+    with torch.no_grad():  # away from the initialisation's zero biases and unit gains
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    vocab = list(SPECIALS) + [f"w{i}" for i in range(len(SPECIALS), V)]
+    spec = transformer_spec(model, vocab, vocab)
+    spec.validate()
+    spec.optimize()
+    (tmp_path / "ct2").mkdir()
+    spec.save(str(tmp_path / "ct2"))
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
+    g = torch.Generator().manual_seed(1)
+    for S, T in ((7, 5), (3, 9)):
+        src = torch.randint(len(SPECIALS), V, (S,), generator=g).tolist() + [EOS_ID]
+        tgt = torch.randint(len(SPECIALS), V, (T,), generator=g).tolist()
+        with torch.no_grad():
+            logits = model(torch.tensor([src]), torch.tensor([len(src)]), torch.tensor([[BOS_ID] + tgt]))
+        ours = logits.log_softmax(-1)[0].gather(1, torch.tensor(tgt + [EOS_ID])[:, None])[:, 0]  # (T + 1,)
+        theirs = translator.score_batch([[vocab[i] for i in src]], [[vocab[i] for i in tgt]])[0].log_probs
+        torch.testing.assert_close(torch.tensor(theirs), ours, atol=1e-4, rtol=1e-4)
+
+
+def test_greedy_translations_of_a_trained_run_are_identical(tiny_runs, tmp_path):
+    from attnlab.translate import CTranslate2Translator, Translator
+
+    run = tiny_runs["transformer"]
+    out = export_ctranslate2(run, tmp_path / "ct2")
+    ours = Translator.from_run(run)
+    theirs = CTranslate2Translator(out, ours.tokenizers, ours.decode)
+    sentences = ["the red house", "my old door opens", "a cat sees the big green window and the small red door",
+                 "the", "and and and and and and and and and"]
+    a = [t[0].text for t in ours.translate(sentences, beam_size=1)]
+    b = [t[0].text for t in theirs.translate(sentences, beam_size=1)]
+    assert a == b
+
+
+def test_cli_export_translate_and_refusals(tiny_runs, tmp_path, capsys):
+    run = tiny_runs["transformer"]
+    src = tmp_path / "in.txt"
+    src.write_text("the red house\nmy cat\n")
+    assert main(["export", str(run), "--to", "ctranslate2", "--quantization", "int8", "--out",
+                 str(tmp_path / "int8")]) == 0
+    assert (tmp_path / "int8" / "model.bin").is_file()
+    capsys.readouterr()
+    assert main(["translate", str(run), str(src), "--beam", "1", "--device", "cpu"]) == 0
+    torch_out = capsys.readouterr().out
+    assert main(["translate", str(run), str(src), "--beam", "1", "--engine", "ctranslate2", "--ct2-model",
+                 str(tmp_path / "int8")]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(torch_out.splitlines()) == 2
+    assert main(["export", str(tiny_runs["rnn"]), "--to", "ctranslate2", "--out", str(tmp_path / "rnn")]) == 2
+    assert "cannot be exported to CTranslate2" in capsys.readouterr().err
+    with pytest.raises(AttnlabError, match="quantization"):
+        export_ctranslate2(run, tmp_path / "x", quantization="int3")
