@@ -494,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--quantization", default="float32",
                     choices=("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16",
                              "int8_bfloat16"), help="weight type (default float32; int8 for fast CPU decoding)")
-    ex.add_argument("--out", type=Path, metavar="DIR", help="default: RUN_DIR/ctranslate2-<quantization>")
+    ex.add_argument("--out", type=Path, metavar="DIR", help="default: RUN_DIR/ctranslate2-<checkpoint>-<quantization>")
     ex.set_defaults(func=cmd_export)
 
     ev = sub.add_parser("evaluate", parents=[opts["evaluate"]],

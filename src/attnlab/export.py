@@ -139,7 +139,8 @@ def vocabulary(tokenizer) -> list[str]:
 
 def export_ctranslate2(run_dir: Path | str, out: Path | str | None = None, quantization: str = "float32",
                        checkpoint: str = "best") -> Path:
-    """Writes the CTranslate2 model of a Transformer translation run to `out` (default RUN_DIR/ctranslate2-<q>);
+    """Writes the CTranslate2 model of a Transformer translation run to `out` (default
+    RUN_DIR/ctranslate2-<checkpoint>-<quantization>);
     returns the directory. The weights are quantized as asked (int8: 8-bit weights, float32 compute)."""
     from attnlab.workflow import load_run  # the run pipeline builds on the model modules, not on this one
 
@@ -151,7 +152,7 @@ def export_ctranslate2(run_dir: Path | str, out: Path | str | None = None, quant
     if run.family.name != "transformer":
         raise AttnlabError(f"{run_dir}: a {run.family.title} run cannot be exported to CTranslate2, which has no "
                            "RNN models and (here) takes Transformer translation runs only")
-    out = Path(out) if out is not None else run_dir / f"ctranslate2-{quantization}"
+    out = Path(out) if out is not None else run_dir / f"ctranslate2-{checkpoint}-{quantization}"
     spec = transformer_spec(run.model, vocabulary(run.tokenizers.src), vocabulary(run.tokenizers.tgt))
     spec.validate()
     spec.optimize(quantization=None if quantization == "float32" else quantization)
