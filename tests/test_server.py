@@ -209,13 +209,19 @@ def test_heavy_requests_queue_apart_and_a_full_queue_is_a_503(tiny_runs):
 
     models = load_models([tiny_runs["rnn"]], max_chars=MAX_CHARS)
     served = models["rnn"]
-    served.heavy = Lane("rnn heavy", max_queue=1)
-    client = TestClient(create_app(models, max_chars=MAX_CHARS, timeout=1.0), raise_server_exceptions=False)
     release, busy = threading.Event(), threading.Event()
+
+    def blocking(beam, sentences):
+        busy.set()
+        release.wait(30)
+        return [None] * len(sentences)
+
+    served.heavy = Lane("rnn heavy", 1, blocking)
+    client = TestClient(create_app(models, max_chars=MAX_CHARS, timeout=1.0), raise_server_exceptions=False)
     try:
-        served.heavy.submit(lambda: (busy.set(), release.wait(30)))  # the worker is busy
+        served.heavy.submit(1, "the")  # the worker is busy
         assert busy.wait(10)
-        served.heavy.submit(lambda: None)  # and the queue is full
+        served.heavy.submit(2, "the cat")  # and the queue is full
         heavy = {"model": "rnn", "sentence": "the red house is big and old", "beam": 12}  # 12 x 29 > 5 x 64
         t0 = time.perf_counter()
         r = client.post("/api/translate", json=heavy)
@@ -273,3 +279,42 @@ def test_shutdown_lets_the_request_in_flight_finish(tiny_runs):
             server.should_exit = True  # the signal handlers' doing
             status, data = answer.result(timeout=60)
         assert status == 200 and data["translation"]
+
+
+def test_concurrent_requests_are_decoded_in_one_batch_with_the_answers_they_get_alone(tiny_runs):
+    """12 requests arrive while the model's light lane is busy: they are decoded together (one batch), and each gets
+    the translation and tokens it gets alone, attention and score equal to float rounding."""
+    models = load_models([tiny_runs["transformer"]], max_chars=MAX_CHARS)
+    lane = models["transformer"].light
+    sentences = ["the cat", "my old door opens", "a green window", "the house is small", "red and big", "the",
+                 "my cat sees the red door", "and the old house", "big big", "a small cat", "the window opens",
+                 "the green door and the red window"]
+    client = TestClient(create_app(models, max_chars=MAX_CHARS), raise_server_exceptions=False)
+    alone = {s: client.post("/api/translate", json={"model": "transformer", "sentence": s, "beam": 2}).json()
+             for s in sentences}
+    before = (lane.batches, lane.items)
+    real, gate = lane.run_batch, threading.Event()
+    lane.run_batch = lambda beam, items: (gate.wait(30), real(beam, items))[1]
+    with _uvicorn(uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning")) as (server, port):
+        url = f"http://127.0.0.1:{port}/api/translate"
+        with ThreadPoolExecutor(max_workers=len(sentences) + 1) as pool:
+            first = pool.submit(_post, url, json.dumps({"model": "transformer", "sentence": "a", "beam": 2}).encode())
+            time.sleep(0.3)  # the worker now waits at the gate with the first request
+            answers = [pool.submit(_post, url, json.dumps({"model": "transformer", "sentence": s, "beam": 2}).encode())
+                       for s in sentences]
+            deadline = time.monotonic() + 30
+            while lane.queued() < len(sentences):
+                assert time.monotonic() < deadline, lane.queued()
+                time.sleep(0.02)
+            gate.set()
+            assert first.result(timeout=60)[0] == 200
+            for s, fut in zip(sentences, answers):
+                status, got = fut.result(timeout=60)
+                want = alone[s]
+                assert status == 200 and (got["translation"], got["src_tokens"], got["tgt_tokens"]) == \
+                    (want["translation"], want["src_tokens"], want["tgt_tokens"])
+                np.testing.assert_allclose(np.array(got["attention"]), np.array(want["attention"]), atol=2e-4)
+                assert abs(got["score"] - want["score"]) < 1e-4
+        r = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
+        assert json.loads(r.read())["status"] == "ok"
+    assert (lane.batches - before[0], lane.items - before[1]) == (2, len(sentences) + 1)  # the first, then all 12

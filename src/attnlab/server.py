@@ -8,9 +8,12 @@ A FastAPI app with a JSON API and one static page (`attnlab/static/`, no CDN ass
 
 Decoding is `attnlab.translate.Translator` (the same search as `attnlab translate`). Fair service: each model
 has two decoding lanes, each one worker thread with a bounded FIFO queue (`Lane`): a request's cost is beam x
-source tokens, and requests up to `light_cost` go to the light lane, heavier ones to the heavy lane, so a crowd
-of heavy requests cannot make light ones wait behind them. A full queue, or a request still unanswered after
-`timeout` seconds, gets 503 with Retry-After.
+source tokens, and requests up to `LIGHT_COST` go to the light lane, heavier ones to the heavy lane, so a crowd
+of heavy requests cannot make light ones wait behind them. Concurrent requests of one lane with the same beam
+are decoded together as one batch (a 5 ms collection window, at most 16 light or 4 heavy sentences); a
+request's translation and tokens are those it gets alone, its attention weights and score equal to float
+rounding (the batch's padded shapes change the summation order: differences of about 1e-7). A full queue, or a
+request still unanswered after `timeout` seconds, gets 503 with Retry-After. GET /healthz reports the queues.
 
 Limits (all answered with a 4xx JSON body {"error": "...", ...}): request bodies over `max_body` bytes (413),
 malformed JSON (400), a missing/empty/over-long sentence, a sentence that is not valid Unicode (a lone surrogate)
@@ -103,42 +106,69 @@ class Busy(Exception):
 
 
 class Lane:
-    """One decoding worker thread with a bounded FIFO queue. `submit` returns a Future, or raises `Busy` when
-    max_queue jobs are already waiting; a job cancelled before it starts (its client gave up) is skipped."""
+    """One decoding worker thread with a bounded FIFO queue that decodes concurrent requests together.
 
-    def __init__(self, name: str, max_queue: int) -> None:
-        self.name, self.max_queue = name, max_queue
+    `submit(key, item)` returns a Future, or raises `Busy` when max_queue requests are already waiting. The worker
+    takes the oldest request, waits up to `window` seconds for more, and hands up to `max_batch` waiting requests
+    with the same key (the beam size) to `run_batch(key, items) -> results` in one call; a request cancelled before
+    it starts (its client gave up) is skipped. `batches` and `items` count what it decoded.
+    """
+
+    def __init__(self, name: str, max_queue: int, run_batch: Callable[[object, list], list],
+                 window: float = 0.005, max_batch: int = 16) -> None:
+        self.name, self.max_queue, self.run_batch = name, max_queue, run_batch
+        self.window, self.max_batch = window, max_batch
         self._queue: collections.deque = collections.deque()
         self._cond = threading.Condition()
-        self._seconds = 0.1  # running mean of a job's time, for Retry-After
+        self._seconds = 0.1  # running mean of a batch's time, for Retry-After
+        self.batches = self.items = 0
         threading.Thread(target=self._work, name=f"attnlab-{name}", daemon=True).start()
 
-    def submit(self, run: Callable[[], object]) -> Future:
+    def submit(self, key: object, item: object) -> Future:
         future: Future = Future()
         with self._cond:
             if len(self._queue) >= self.max_queue:
                 raise Busy(f"the {self.name} queue is full ({self.max_queue} requests waiting)", self.retry_after())
-            self._queue.append((run, future))
+            self._queue.append((key, item, future))
             self._cond.notify()
         return future
 
+    def queued(self) -> int:
+        return len(self._queue)
+
     def retry_after(self) -> int:
         """Seconds until the queue has probably drained, at least 1."""
-        return max(1, math.ceil(self._seconds * (len(self._queue) + 1)))
+        batches = math.ceil((len(self._queue) + 1) / self.max_batch)
+        return max(1, math.ceil(self._seconds * batches))
+
+    def _take(self) -> tuple[object, list]:
+        """The oldest request and up to max_batch - 1 more of its key, after a collection window."""
+        with self._cond:
+            while not self._queue:
+                self._cond.wait()
+        time.sleep(self.window)  # let concurrent requests arrive
+        with self._cond:
+            key = self._queue[0][0]
+            same = [job for job in self._queue if job[0] == key][: self.max_batch]
+            for job in same:
+                self._queue.remove(job)
+        return key, [(item, future) for _, item, future in same if future.set_running_or_notify_cancel()]
 
     def _work(self) -> None:
         while True:
-            with self._cond:
-                while not self._queue:
-                    self._cond.wait()
-                run, future = self._queue.popleft()
-            if not future.set_running_or_notify_cancel():
+            key, jobs = self._take()
+            if not jobs:
                 continue
             t0 = time.perf_counter()
             try:
-                future.set_result(run())
-            except BaseException as e:  # handed to the waiting request, which answers it
-                future.set_exception(e)
+                results = self.run_batch(key, [item for item, _ in jobs])
+            except BaseException as e:  # handed to the waiting requests, which answer it
+                for _, future in jobs:
+                    future.set_exception(e)
+            else:
+                for (_, future), result in zip(jobs, results):
+                    future.set_result(result)
+            self.batches, self.items = self.batches + 1, self.items + len(jobs)
             self._seconds = 0.8 * self._seconds + 0.2 * (time.perf_counter() - t0)
 
 
@@ -171,8 +201,13 @@ def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "c
         info = ModelInfo(name=name, family=cfg.model.family, attention=attention, layers=layers, heads=heads,
                          beam=cfg.decode.beam_size, max_src_tokens=cfg.decode.max_src_tokens, max_chars=max_chars,
                          parameters=sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()))
-        models[name] = ServedModel(info, Translator(model, tokenizers, cfg.decode, device),
-                                   Lane(f"{name} light", max_queue=64), Lane(f"{name} heavy", max_queue=8))
+        translator = Translator(model, tokenizers, cfg.decode, device)
+
+        def run_batch(beam: int, sentences: list[str], translator: Translator = translator) -> list:
+            return [t[0] for t in translator.translate(sentences, beam_size=beam, need_weights=True)]
+
+        models[name] = ServedModel(info, translator, Lane(f"{name} light", 64, run_batch, max_batch=16),
+                                   Lane(f"{name} heavy", 8, run_batch, max_batch=4))
     if not models:
         raise AttnlabError("give at least one run directory to serve")
     return models
@@ -186,7 +221,7 @@ def translate_one(served: ServedModel, sentence: str, beam: int | None, timeout:
     t0 = time.perf_counter()
     cost = beam * len(served.translator.encode_source([sentence])[0])  # refuses too many tokens (AttnlabError)
     lane = served.light if cost <= LIGHT_COST else served.heavy
-    future = lane.submit(lambda: served.translator.translate([sentence], beam_size=beam, need_weights=True)[0][0])
+    future = lane.submit(beam, sentence)
     try:
         t = future.result(timeout=max(timeout - (time.perf_counter() - t0), 0.0))
     except FutureTimeout:
@@ -293,6 +328,12 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
     def _bug(request: Request, exc: Exception) -> JSONResponse:  # a JSON 500, never a plain-text one
         log.error("internal error on %s: %s: %s", request.url.path, type(exc).__name__, exc)
         return _error(500, "internal error")
+
+    @app.get("/healthz")
+    def healthz() -> dict:
+        """Liveness and load: the requests waiting in each model's lanes."""
+        return {"status": "ok", "models": {name: {"light_queued": m.light.queued(), "heavy_queued": m.heavy.queued()}
+                                           for name, m in models.items()}}
 
     @app.get("/api/models", response_model=list[ModelInfo])
     def api_models() -> list[ModelInfo]:
