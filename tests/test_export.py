@@ -77,3 +77,25 @@ def test_cli_export_translate_and_refusals(tiny_runs, tmp_path, capsys):
     assert "cannot be exported to CTranslate2" in capsys.readouterr().err
     with pytest.raises(AttnlabError, match="quantization"):
         export_ctranslate2(run, tmp_path / "x", quantization="int3")
+
+
+def test_attention_of_the_export_is_the_last_layers_mean_over_heads_and_served(tiny_runs):
+    """CTranslate2 returns the last decoder layer's cross-attention averaged over heads: equal to attnlab's, and
+    `attnlab serve --engine ctranslate2` answers with it (one layer, one head) and attnlab's translation."""
+    from fastapi.testclient import TestClient
+
+    from attnlab.server import create_app, load_models
+    from attnlab.translate import CTranslate2Translator, Translator
+
+    run = tiny_runs["transformer"]
+    ours = Translator.from_run(run)
+    theirs = CTranslate2Translator(export_ctranslate2(run), ours.tokenizers, ours.decode)
+    a = ours.translate(["the red house", "my cat"], beam_size=1, need_weights=True)
+    b = theirs.translate(["the red house", "my cat"], beam_size=1, need_weights=True)
+    for x, y in zip(a, b):
+        assert x[0].tgt_tokens == y[0].tgt_tokens
+        torch.testing.assert_close(y[0].attention, x[0].attention[:, -1].mean(1), atol=1e-5, rtol=0)
+    client = TestClient(create_app(load_models([run], engine="ctranslate2")), raise_server_exceptions=False)
+    r = client.post("/api/translate", json={"model": "transformer", "sentence": "the red house", "beam": 1})
+    assert r.status_code == 200 and (r.json()["layers"], r.json()["heads"]) == (1, 1)
+    assert r.json()["translation"] == a[0][0].text

@@ -359,7 +359,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         if not value > 0 or value != value or value == float("inf"):
             raise AttnlabError(f"{flag} must be a finite number > 0, got {value}")
     serve(args.run_dirs, args.host, args.port, str(resolve_device(args.device)), args.checkpoint, args.max_chars,
-          args.max_connections, args.header_timeout, args.timeout)
+          args.max_connections, args.header_timeout, args.timeout, args.engine)
 
 
 # ---------------------------------------------------------------------------------------------- parser
@@ -586,6 +586,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--header-timeout", type=float, default=10.0,
                      help="close a connection that has not sent its request head within this many seconds "
                           "(default 10)")
+    srv.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch",
+                     help="decode Transformer runs with their CTranslate2 export (exported on first use; attention: "
+                          "the last layer's, mean of heads)")
     srv.set_defaults(func=cmd_serve, device="cpu")
 
     ser = sub.add_parser("series", parents=[opts["overrides"]],

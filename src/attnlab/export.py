@@ -96,8 +96,9 @@ def transformer_spec(model, src_vocab: list[str], tgt_vocab: list[str]):
     specs = ct2.specs
     cfg = model.cfg
     activation = specs.Activation.GELU if cfg.activation == "gelu" else specs.Activation.RELU
+    # the attention it returns: the last decoder layer's cross-attention, averaged over all heads
     spec = specs.TransformerSpec.from_config((cfg.enc_layers, cfg.dec_layers), cfg.h, pre_norm=cfg.norm == "pre",
-                                             activation=activation)
+                                             activation=activation, alignment_layer=-1, alignment_heads=0)
     enc, dec = spec.encoder, spec.decoder
     enc.embeddings[0].weight = _np(model.src_embed.weight)
     dec.embeddings.weight = _np(model.tgt_embed.weight)

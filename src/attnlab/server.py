@@ -87,7 +87,8 @@ class TranslateResponse(BaseModel):
 class ModelInfo(BaseModel):
     name: str
     family: str
-    attention: str = Field(description="RNN attention type, 'multi-head' for Transformers, 'none'")
+    attention: str = Field(description="RNN attention type, 'multi-head' for Transformers, 'none'; with the "
+                                       "CTranslate2 engine the last layer's attention, mean of heads")
     layers: int
     heads: int
     beam: int = Field(description="the run's default beam size")
@@ -180,9 +181,11 @@ class ServedModel:
     heavy: Lane
 
 
-def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "cpu", max_chars: int = 1000
-                ) -> dict[str, ServedModel]:
-    """Loads each run once; a model's name is its directory name (the full path when two names clash)."""
+def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "cpu", max_chars: int = 1000,
+                engine: str = "torch") -> dict[str, ServedModel]:
+    """Loads each run once; a model's name is its directory name (the full path when two names clash).
+    engine "ctranslate2": Transformer runs decode with their CTranslate2 export (RUN_DIR/ctranslate2-<checkpoint>-
+    float32, exported on first use), and their attention is the last decoder layer's, averaged over heads."""
     models: dict[str, ServedModel] = {}
     seen: set[Path] = set()
     for run in map(Path, run_dirs):
@@ -202,6 +205,15 @@ def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "c
                          beam=cfg.decode.beam_size, max_src_tokens=cfg.decode.max_src_tokens, max_chars=max_chars,
                          parameters=sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()))
         translator = Translator(model, tokenizers, cfg.decode, device)
+        if engine == "ctranslate2" and cfg.model.family == "transformer":
+            from attnlab.export import export_ctranslate2
+            from attnlab.translate import CTranslate2Translator
+
+            model_dir = run / f"ctranslate2-{checkpoint}-float32"
+            if not (model_dir / "model.bin").is_file():
+                export_ctranslate2(run, model_dir, "float32", checkpoint)
+            translator = CTranslate2Translator(model_dir, tokenizers, cfg.decode)
+            info.attention, info.layers, info.heads = "last layer, mean of heads (CTranslate2)", 1, 1
 
         def run_batch(beam: int, sentences: list[str], translator: Translator = translator) -> list:
             return [t[0] for t in translator.translate(sentences, beam_size=beam, need_weights=True)]
@@ -374,11 +386,11 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
 
 def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
           checkpoint: str = "best", max_chars: int = 1000, max_connections: int = 4096,
-          header_timeout: float = 10.0, timeout: float = 60.0) -> None:
+          header_timeout: float = 10.0, timeout: float = 60.0, engine: str = "torch") -> None:
     """Load the runs and serve them with uvicorn until Ctrl-C or SIGTERM (in-flight requests finish first)."""
     import uvicorn
 
-    models = load_models(run_dirs, checkpoint, device, max_chars)
+    models = load_models(run_dirs, checkpoint, device, max_chars, engine)
     app = create_app(models, max_chars=max_chars, timeout=timeout)
     sock = listen(host, port)
     port = sock.getsockname()[1]

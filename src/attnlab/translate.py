@@ -101,7 +101,8 @@ class CTranslate2Translator:
     offset (CTranslate2 takes one limit per batch: the batch's largest is given, and longer outputs are cut to
     their own limit, which for greedy search is exactly attnlab's result), the length penalty as CTranslate2's
     length^alpha (attnlab's is GNMT's ((5 + length) / 6)^alpha, so beam outputs may differ slightly).
-    Attention is not returned.
+    need_weights: the cross-attention of the last decoder layer averaged over its heads (how `attnlab.export`
+    configures the model's alignment), (T, S) per translation.
     """
 
     def __init__(self, model_dir: Path | str, tokenizers: TokenizerPair, decode: DecodeConfig, threads: int = 0
@@ -121,10 +122,11 @@ class CTranslate2Translator:
         tgt = tokenizers.tgt
         self.tgt_ids = {tgt.id_to_piece(i): i for i in range(tgt.vocab_size)}
 
+    def encode_source(self, sentences: list[str]) -> list[list[int]]:
+        return encode_source(self.tokenizers, self.decode, sentences)
+
     def translate(self, sentences: list[str], beam_size: int | None = None, n_best: int = 1,
                   need_weights: bool = False) -> list[list[Translation]]:
-        if need_weights:
-            raise AttnlabError("the CTranslate2 engine does not return attention weights; use the PyTorch engine")
         beam = self.decode.beam_size if beam_size is None else beam_size
         if beam < 1 or n_best < 1 or n_best > beam:
             raise AttnlabError(f"need 1 <= n_best ({n_best}) <= beam size ({beam})")
@@ -139,15 +141,25 @@ class CTranslate2Translator:
                                        self.decode.max_len_offset).tolist()
             out = self.ct2.translate_batch(pieces, beam_size=beam, num_hypotheses=n_best,
                                            length_penalty=self.decode.length_penalty,
-                                           max_decoding_length=max(limits), return_scores=True)
+                                           max_decoding_length=max(limits), return_scores=True,
+                                           return_attention=need_weights)
             for i, limit, src_pieces, res in zip(chunk, limits, pieces, out):
-                results[i] = [self._translation(src_pieces, tokens, score, limit)
-                              for tokens, score in zip(res.hypotheses, res.scores)]
+                attentions = res.attention if need_weights else [None] * len(res.hypotheses)
+                results[i] = [self._translation(src_pieces, tokens, score, limit, att)
+                              for tokens, score, att in zip(res.hypotheses, res.scores, attentions)]
         return results
 
-    def _translation(self, src_pieces: list[str], tokens: list[str], score: float, limit: int) -> Translation:
+    def _translation(self, src_pieces: list[str], tokens: list[str], score: float, limit: int,
+                     attention: list | None) -> Translation:
         finished = len(tokens) + 1 <= limit  # the EOS fits in the sentence's own limit
         tokens = tokens if finished else tokens[:limit]
+        tgt_tokens = tokens + (["</s>"] if finished else [])
+        weights = None
+        if attention is not None:  # a row per generated token; the EOS step's row may be missing
+            rows = torch.tensor(attention, dtype=torch.float32)[: len(tgt_tokens)]  # (T, S)
+            if 0 < rows.size(0) < len(tgt_tokens):
+                rows = torch.cat([rows, rows[-1:].expand(len(tgt_tokens) - rows.size(0), -1)])
+            weights = rows
         tgt_ids = [self.tgt_ids[t] for t in tokens]
         return Translation(text=self.tokenizers.tgt.decode(tgt_ids), score=float(score), src_tokens=src_pieces,
-                           tgt_tokens=tokens + (["</s>"] if finished else []), attention=None)
+                           tgt_tokens=tgt_tokens, attention=weights)
