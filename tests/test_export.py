@@ -99,3 +99,31 @@ def test_attention_of_the_export_is_the_last_layers_mean_over_heads_and_served(t
     r = client.post("/api/translate", json={"model": "transformer", "sentence": "the red house", "beam": 1})
     assert r.status_code == 200 and (r.json()["layers"], r.json()["heads"]) == (1, 1)
     assert r.json()["translation"] == a[0][0].text
+
+
+@pytest.mark.parametrize("norm, activation, positions", [("pre", "relu", "sinusoidal"), ("post", "gelu", "learned")])
+def test_exported_language_model_log_probs_equal_attnlab(tmp_path, norm, activation, positions):
+    """The decoder-only LM through ctranslate2.Generator: the log-probability of every next token equals
+    attnlab's."""
+    from attnlab.export import language_model_spec
+    from attnlab.lm import LMModelConfig, TransformerLM
+
+    torch.manual_seed(0)
+    model = TransformerLM(V, LMModelConfig(d_model=32, h=4, d_ff=64, layers=2, dropout=0.0, norm=norm,
+                                           activation=activation, positions=positions, max_len=64)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    vocab = list(SPECIALS) + [f"w{i}" for i in range(len(SPECIALS), V)]
+    spec = language_model_spec(model, vocab)
+    spec.validate()
+    spec.optimize()
+    (tmp_path / "lm").mkdir()
+    spec.save(str(tmp_path / "lm"))
+    generator = ctranslate2.Generator(str(tmp_path / "lm"), device="cpu")
+    tokens = [BOS_ID] + torch.randint(len(SPECIALS), V, (9,), generator=torch.Generator().manual_seed(2)).tolist()
+    with torch.no_grad():
+        ours = model(torch.tensor([tokens])).log_softmax(-1)[0, :-1].gather(1, torch.tensor(tokens[1:])[:, None])[:, 0]
+    theirs = generator.score_batch([[vocab[i] for i in tokens]])[0].log_probs
+    torch.testing.assert_close(torch.tensor(theirs), ours, atol=1e-4, rtol=1e-4)

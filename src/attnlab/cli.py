@@ -488,7 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="export a Transformer run to CTranslate2 (an inference engine, int8 on CPU)",
                         description="Write a standard CTranslate2 model directory of a Transformer translation run "
                                     "(ctranslate2.Translator loads it without attnlab; `attnlab translate "
-                                    "--engine ctranslate2 --ct2-model DIR` uses it with the run's tokenizer).")
+                                    "--engine ctranslate2 --ct2-model DIR` uses it with the run's tokenizer) or of "
+                                    "a decoder-only language-model run (for ctranslate2.Generator). RNN runs are "
+                                    "refused: CTranslate2 has no RNN models.")
     ex.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     ex.add_argument("--to", choices=("ctranslate2",), default="ctranslate2", help="the target format")
     ex.add_argument("--quantization", default="float32",

@@ -1,8 +1,9 @@
 """Export a trained Transformer run to CTranslate2 (the inference engine OpenNMT, fairseq and Marian models are
 deployed with), built with the `ctranslate2` package's own model specs from attnlab's weights.
 
-The result is a standard CTranslate2 model directory (model.bin, config.json, source/target vocabularies) that
-`ctranslate2.Translator` loads without attnlab; `attnlab translate --engine ctranslate2` uses it with the run's
+The result is a standard CTranslate2 model directory (model.bin, config.json, vocabularies) that
+`ctranslate2.Translator` (a translation run) or `ctranslate2.Generator` (a decoder-only LM run) loads without
+attnlab; `attnlab translate --engine ctranslate2` uses it with the run's
 tokenizer. What maps onto what:
 
 - embeddings: the embedding matrices, multiplied by sqrt(d_model) at run time (`scale_embeddings`, Vaswani 3.4);
@@ -21,7 +22,6 @@ Shape legend: D d_model, V vocabulary, N layers.
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +126,34 @@ def transformer_spec(model, src_vocab: list[str], tgt_vocab: list[str]):
     return spec
 
 
+def language_model_spec(model, vocab: list[str]):
+    """The `ctranslate2.specs.TransformerDecoderModelSpec` (for `ctranslate2.Generator`) holding the weights of an
+    attnlab `TransformerLM`: the decoder layers without cross-attention, norm1 before self-attention and norm2
+    before the FFN."""
+    ct2 = _ct2()
+    specs = ct2.specs
+    cfg = model.cfg
+    activation = specs.Activation.GELU if cfg.activation == "gelu" else specs.Activation.RELU
+    spec = specs.TransformerDecoderModelSpec.from_config(cfg.layers, cfg.h, pre_norm=cfg.norm == "pre",
+                                                         activation=activation)
+    dec = spec.decoder
+    dec.embeddings.weight = _np(model.embed.weight)
+    dec.scale_embeddings = True
+    dec.position_encodings.encodings = _positions(model.pos)
+    if cfg.norm == "pre":
+        _norm(dec.layer_norm, model.norm)
+    for layer_spec, layer in zip(dec.layer, model.layers):
+        _self_attention(layer_spec.self_attention, layer.self_attn, layer.norm1)
+        _ffn(layer_spec.ffn, layer.ff, layer.ff_norm)
+    _linear(dec.projection, model.generator)
+    if model.generator.bias is None:
+        dec.projection.bias = np.zeros(model.generator.out_features, dtype=np.float32)
+    spec.config.layer_norm_epsilon = cfg.layer_norm_eps
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = SPECIALS[3], SPECIALS[1], SPECIALS[2]
+    spec.register_vocabulary(vocab)
+    return spec
+
+
 def vocabulary(tokenizer) -> list[str]:
     """Every id's piece, in id order (the specials first), with a unique string per id as CTranslate2 needs."""
     pieces = [SPECIALS[i] if i < len(SPECIALS) else tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
@@ -140,7 +168,8 @@ def vocabulary(tokenizer) -> list[str]:
 
 def export_ctranslate2(run_dir: Path | str, out: Path | str | None = None, quantization: str = "float32",
                        checkpoint: str = "best") -> Path:
-    """Writes the CTranslate2 model of a Transformer translation run to `out` (default
+    """Writes the CTranslate2 model of a Transformer translation run (for `ctranslate2.Translator`) or language
+    model run (for `ctranslate2.Generator`) to `out` (default
     RUN_DIR/ctranslate2-<checkpoint>-<quantization>);
     returns the directory. The weights are quantized as asked (int8: 8-bit weights, float32 compute)."""
     from attnlab.workflow import load_run  # the run pipeline builds on the model modules, not on this one
@@ -150,18 +179,20 @@ def export_ctranslate2(run_dir: Path | str, out: Path | str | None = None, quant
     if quantization not in QUANTIZATIONS:
         raise AttnlabError(f"--quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
     run = load_run(run_dir, checkpoint, "cpu")
-    if run.family.name != "transformer":
+    if run.family.name not in ("transformer", "lm"):
         raise AttnlabError(f"{run_dir}: a {run.family.title} run cannot be exported to CTranslate2, which has no "
-                           "RNN models and (here) takes Transformer translation runs only")
+                           "RNN models; Transformer translation and language-model runs can")
     out = Path(out) if out is not None else run_dir / f"ctranslate2-{checkpoint}-{quantization}"
-    spec = transformer_spec(run.model, vocabulary(run.tokenizers.src), vocabulary(run.tokenizers.tgt))
+    if run.family.name == "lm":
+        spec = language_model_spec(run.model, vocabulary(run.tokenizers.tgt))
+    else:
+        spec = transformer_spec(run.model, vocabulary(run.tokenizers.src), vocabulary(run.tokenizers.tgt))
     spec.validate()
     spec.optimize(quantization=None if quantization == "float32" else quantization)
     out.mkdir(parents=True, exist_ok=True)
     spec.save(str(out))
     write_json(out / "attnlab.json", {"run": str(run_dir.resolve()), "checkpoint": checkpoint,
                                       "quantization": quantization, "ctranslate2": ct2.__version__,
-                                      "max_len": run.model.cfg.max_len, "d_model": run.model.cfg.d_model,
-                                      "scale": math.sqrt(run.model.cfg.d_model)})
+                                      "family": run.family.name, "max_len": run.model.cfg.max_len})
     log.info("exported %s (%s) to %s", run_dir, quantization, out)
     return out
