@@ -67,6 +67,7 @@ def test_cli_export_translate_and_refusals(tiny_runs, tmp_path, capsys):
     assert main(["export", str(run), "--to", "ctranslate2", "--quantization", "int8", "--out",
                  str(tmp_path / "int8")]) == 0
     assert (tmp_path / "int8" / "model.bin").is_file()
+    assert (tmp_path / "int8" / "tokenizer" / "tokenizer.json").is_file()  # tokenizing needs no attnlab
     capsys.readouterr()
     assert main(["translate", str(run), str(src), "--beam", "1", "--device", "cpu"]) == 0
     torch_out = capsys.readouterr().out

@@ -3,8 +3,8 @@ deployed with), built with the `ctranslate2` package's own model specs from attn
 
 The result is a standard CTranslate2 model directory (model.bin, config.json, vocabularies) that
 `ctranslate2.Translator` (a translation run) or `ctranslate2.Generator` (a decoder-only LM run) loads without
-attnlab; `attnlab translate --engine ctranslate2` uses it with the run's
-tokenizer. What maps onto what:
+attnlab, plus the run's tokenizer files under tokenizer/ (SentencePiece models `src.model`, `tgt.model`);
+`attnlab translate --engine ctranslate2` uses it with the run's tokenizer. What maps onto what:
 
 - embeddings: the embedding matrices, multiplied by sqrt(d_model) at run time (`scale_embeddings`, Vaswani 3.4);
 - positions: attnlab's own table (sinusoidal or learned) written into the spec, so both engines add the same
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from attnlab.errors import AttnlabError
-from attnlab.fileio import write_json
+from attnlab.fileio import atomic_write_bytes, write_json
 from attnlab.tokenizers import SPECIALS
 
 log = logging.getLogger("attnlab")
@@ -191,6 +191,9 @@ def export_ctranslate2(run_dir: Path | str, out: Path | str | None = None, quant
     spec.optimize(quantization=None if quantization == "float32" else quantization)
     out.mkdir(parents=True, exist_ok=True)
     spec.save(str(out))
+    for f in sorted((run_dir / "tokenizer").iterdir()):  # the SentencePiece models, to tokenize without attnlab
+        if f.is_file():
+            atomic_write_bytes(out / "tokenizer" / f.name, f.read_bytes())
     write_json(out / "attnlab.json", {"run": str(run_dir.resolve()), "checkpoint": checkpoint,
                                       "quantization": quantization, "ctranslate2": ct2.__version__,
                                       "family": run.family.name, "max_len": run.model.cfg.max_len})
