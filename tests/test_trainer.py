@@ -157,10 +157,11 @@ def test_early_stopping(tiny_tsv, tmp_path):
     assert state.stopped == "early_stopping" and state.step == 15
 
 
-def test_torchrun_two_processes(tiny_tsv, tmp_path):
-    """DDP on CPU (gloo): two ranks train one model; only rank 0 writes; ranks agree on when to stop."""
-    cfg = tmp_path / "ddp.toml"
-    cfg.write_text(f"""
+def _ddp_config(tiny_tsv, path, **train):
+    """A tiny RNN config for the torchrun tests; train: keys of [train] over the defaults below."""
+    keys = {"max_steps": 10, "max_tokens": 600, "eval_every": 5, "eval_max_sentences": 5, "num_threads": 1,
+            "progress": "false", **train}
+    path.write_text(f"""
 [data]
 corpus = "files"
 train = ["{tiny_tsv / 'train.tsv'}"]
@@ -170,17 +171,21 @@ kind = "char"
 [model.rnn]
 emb_dim = 16
 hidden_dim = 32
+dropout = 0.0
 [train]
-max_steps = 10
-max_tokens = 600
-eval_every = 5
-eval_max_sentences = 5
-num_threads = 1
-progress = false
-""")
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "-m", "attnlab.cli", "train", str(cfg), "--out", str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=300)
+""" + "".join(f"{k} = {v}\n" for k, v in keys.items()))
+    return path
+
+
+def _torchrun(cfg, out):
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
+                           "attnlab.cli", "train", str(cfg), "--out", str(out)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_torchrun_two_processes(tiny_tsv, tmp_path):
+    """DDP on CPU (gloo): two ranks train one model; only rank 0 writes; ranks agree on when to stop."""
+    done = _torchrun(_ddp_config(tiny_tsv, tmp_path / "ddp.toml"), tmp_path / "run")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr.count("stopped after 10 steps") == 1
     logs = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -368,30 +373,8 @@ def test_two_ranks_equal_one_rank_with_both_batches(tiny_tsv, tmp_path):
     ranks). Tolerance: 1e-6 absolute, float summation order being the only difference."""
     from safetensors.torch import load_file
 
-    cfg = tmp_path / "ddp.toml"
-    cfg.write_text(f"""
-[data]
-corpus = "files"
-train = ["{tiny_tsv / 'train.tsv'}"]
-dev = ["{tiny_tsv / 'dev.tsv'}"]
-[tokenizer]
-kind = "char"
-[model.rnn]
-emb_dim = 16
-hidden_dim = 32
-dropout = 0.0
-[train]
-max_steps = 6
-max_tokens = 600
-lr = 0.01
-eval_every = 1000
-eval_bleu = false
-num_threads = 1
-progress = false
-""")
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
-                          "attnlab.cli", "train", str(cfg), "--out", str(tmp_path / "two")],
-                         capture_output=True, text=True, timeout=300)
+    cfg = _ddp_config(tiny_tsv, tmp_path / "ddp.toml", max_steps=6, lr=0.01, eval_every=1000, eval_bleu="false")
+    two = _torchrun(cfg, tmp_path / "two")
     assert two.returncode == 0, two.stderr[-2000:]
     one = _cli("train", cfg, "--out", tmp_path / "one", "--set", "train.accum_steps=2")
     assert one.returncode == 0, one.stderr[-2000:]

@@ -86,6 +86,15 @@ def _ffn(spec, ff, norm) -> None:
     _norm(spec.layer_norm, norm)
 
 
+def _output(spec, decoder_spec, generator: torch.nn.Linear, layer_norm_eps: float) -> None:
+    """The output layer (a zero bias where attnlab has none), LayerNorm epsilon and attnlab's special tokens."""
+    _linear(decoder_spec.projection, generator)
+    if generator.bias is None:
+        decoder_spec.projection.bias = np.zeros(generator.out_features, dtype=np.float32)
+    spec.config.layer_norm_epsilon = layer_norm_eps
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = SPECIALS[3], SPECIALS[1], SPECIALS[2]
+
+
 def _positions(pos) -> np.ndarray:
     return _np(pos.learned.weight if pos.learned is not None else pos.pe)  # (max_len, D)
 
@@ -115,11 +124,7 @@ def transformer_spec(model, src_vocab: list[str], tgt_vocab: list[str]):
         _self_attention(layer_spec.self_attention, layer.self_attn, layer.norm1)
         _cross_attention(layer_spec.attention, layer.cross_attn, layer.norm2)
         _ffn(layer_spec.ffn, layer.ff, layer.ff_norm)
-    _linear(dec.projection, model.generator)
-    if model.generator.bias is None:
-        dec.projection.bias = np.zeros(model.generator.out_features, dtype=np.float32)
-    spec.config.layer_norm_epsilon = cfg.layer_norm_eps
-    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = SPECIALS[3], SPECIALS[1], SPECIALS[2]
+    _output(spec, dec, model.generator, cfg.layer_norm_eps)
     spec.config.decoder_start_token = SPECIALS[1]
     spec.register_source_vocabulary(src_vocab)
     spec.register_target_vocabulary(tgt_vocab)
@@ -145,11 +150,7 @@ def language_model_spec(model, vocab: list[str]):
     for layer_spec, layer in zip(dec.layer, model.layers):
         _self_attention(layer_spec.self_attention, layer.self_attn, layer.norm1)
         _ffn(layer_spec.ffn, layer.ff, layer.ff_norm)
-    _linear(dec.projection, model.generator)
-    if model.generator.bias is None:
-        dec.projection.bias = np.zeros(model.generator.out_features, dtype=np.float32)
-    spec.config.layer_norm_epsilon = cfg.layer_norm_eps
-    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = SPECIALS[3], SPECIALS[1], SPECIALS[2]
+    _output(spec, dec, model.generator, cfg.layer_norm_eps)
     spec.register_vocabulary(vocab)
     return spec
 
