@@ -130,6 +130,13 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.
     return out
 
 
+def pad_with_mask(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> tuple[torch.LongTensor, torch.Tensor]:
+    """Right-padded ids (B, L) and their mask (B, L), True at real tokens."""
+    tokens = pad_sequences(seqs, pad_id)  # (B, L)
+    lengths = torch.tensor([len(s) for s in seqs])
+    return tokens, torch.arange(tokens.size(1))[None, :] < lengths[:, None]  # (B, L)
+
+
 @dataclass
 class Seq2SeqBatch:
     """A padded seq2seq batch (pad id PAD_ID).

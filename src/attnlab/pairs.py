@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.batching import TokenBudgetBatchSampler, pad_sequences
+from attnlab.batching import TokenBudgetBatchSampler, pad_with_mask
 from attnlab.config import load_config
 from attnlab.corpus import normalize, subsample
 from attnlab.decomposable import DecomposableAttention, DecomposableConfig
@@ -38,13 +38,6 @@ if TYPE_CHECKING:
 
 
 # ---------------------------------------------------------------------------------------------- batches
-def pad_with_mask(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
-    """Right-padded ids (B, L) and the mask (B, L), True at real tokens."""
-    tokens = pad_sequences(ids, pad_id)  # (B, L)
-    lengths = torch.tensor([len(s) for s in ids])
-    return tokens, torch.arange(tokens.size(1))[None, :] < lengths[:, None]  # (B, L)
-
-
 @dataclass
 class PairBatch:
     """Padded token ids of both sides (B, La), (B, Lb), masks (True at real tokens), labels (B,)."""

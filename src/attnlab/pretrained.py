@@ -33,7 +33,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from attnlab.batching import pad_sequences
+from attnlab.batching import pad_with_mask
 from attnlab.errors import AttnlabError
 from attnlab.transformer import EncoderLayer, TransformerConfig
 
@@ -265,9 +265,7 @@ class WordPieceTokenizer:
 
 
 def collate_ids(ids: Sequence[Sequence[int]], pad_id: int = 0) -> Encoded:
-    tokens = pad_sequences(ids, pad_id)  # (B, L)
-    lengths = torch.tensor([len(s) for s in ids])
-    mask = torch.arange(tokens.size(1))[None, :] < lengths[:, None]  # (B, L)
+    tokens, mask = pad_with_mask(ids, pad_id)  # (B, L) each
     return Encoded(tokens, torch.zeros_like(tokens), mask)
 
 
