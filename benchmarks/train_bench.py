@@ -1,0 +1,146 @@
+#!/usr/bin/env python
+"""Training throughput on real Bible batches, side by side in one process (issue 11, item 1): attnlab's
+TransformerSeq2Seq vs torch.nn.Transformer with the same dimensions, embeddings, positions, generator, AdamW,
+label-smoothed loss and batches, each eager and (--compile) torch.compile'd.
+
+The batches are the trainer's own: the config's corpus and tokenizer, `TokenBudgetBatchSampler` under
+train.max_tokens (length-bucketed), collated by `collate_seq2seq`. The variants run the same batches in turn, step
+by step, so machine noise hits all alike. Reported per variant: real target tokens/s (padding excluded), the
+padding fraction of the batches, FLOPs counted with `torch.utils.flop_counter` on the real shapes and the achieved
+TFLOP/s (MFU when --peak-tflops is given), peak memory (CUDA only).
+
+    python benchmarks/train_bench.py [--config configs/bible-transformer-small.toml] [--steps 30] [--compile]
+        [--device cuda --amp bf16 --peak-tflops 989] [--json docs/results/issue11_train_bench_cpu.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from transformer_bench import TorchTransformerMT  # noqa: E402  (the same reference model as the synthetic bench)
+
+from attnlab.batching import Seq2SeqDataset, TokenBudgetBatchSampler, collate_seq2seq  # noqa: E402
+from attnlab.experiment import encode_pairs, load_experiment, load_seq2seq_data, make_seq2seq_tokenizers  # noqa: E402
+from attnlab.tokenizers import PAD_ID  # noqa: E402
+from attnlab.trainer import sequence_loss  # noqa: E402
+from attnlab.transformer import TransformerSeq2Seq  # noqa: E402
+
+
+def real_batches(cfg, n: int, max_tokens: int, seed: int = 0):
+    """The first n training batches of the config's corpus as the trainer makes them, and the tokenizer's vocab."""
+    corpus = load_seq2seq_data(cfg)
+    toks = make_seq2seq_tokenizers(cfg, corpus)
+    data = Seq2SeqDataset(*encode_pairs(corpus.train, toks))
+    sampler = TokenBudgetBatchSampler(data.lengths(), max_tokens, shuffle=True, seed=seed)
+    batches = [collate_seq2seq([data[i] for i in idx]) for idx in list(sampler)[:n]]
+    return batches, toks.tgt.vocab_size
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="configs/bible-transformer-small.toml")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--steps", type=int, default=30, help="measured steps per variant")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=0, help="token budget of a batch (default: the config's)")
+    ap.add_argument("--amp", choices=("none", "bf16", "fp16"), default="none")
+    ap.add_argument("--compile", action="store_true", help="also torch.compile both models (dynamic shapes)")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--peak-tflops", type=float, default=0.0, help="the device's peak dense TFLOP/s: prints MFU")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    cfg = load_experiment(args.config)
+    tcfg = cfg.model.transformer
+    max_tokens = args.max_tokens or cfg.train.max_tokens
+    batches, vocab = real_batches(cfg, args.warmup + args.steps, max_tokens)
+    real = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches[args.warmup:])
+    padded = sum(b.tgt_out.numel() + b.src.numel() for b in batches[args.warmup:])
+    real_all = real + sum(int(b.src_lengths.sum()) for b in batches[args.warmup:])
+    batches = [b.to(device) for b in batches]
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
+
+    torch.manual_seed(0)
+    ours = TransformerSeq2Seq(vocab, vocab, tcfg).to(device)
+    torch.manual_seed(0)
+    theirs = TorchTransformerMT(vocab, tcfg).to(device)
+    variants = {"attnlab eager": ours, "torch.nn.Transformer eager": theirs}
+    if args.compile:
+        variants["attnlab compiled"] = torch.compile(ours, dynamic=True)
+        variants["torch.nn.Transformer compiled"] = torch.compile(theirs, dynamic=True)
+    fused = {"fused": True} if device.type == "cuda" else {}
+    optims = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, **fused) for name, m in variants.items()}
+
+    def step(name, b):
+        model = variants[name]
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            logits = model(b.src, b.src_lengths, b.tgt_in)  # (B, T, V)
+        loss = sequence_loss(logits, b.tgt_out, cfg.train.label_smoothing) / b.num_tgt_tokens
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optims[name].step()
+        optims[name].zero_grad(set_to_none=True)
+
+    flops = {}
+    for name in ("attnlab eager", "torch.nn.Transformer eager"):  # FLOPs of the measured batches, counted once
+        counter = FlopCounterMode(display=False)
+        with counter:
+            for b in batches[args.warmup:]:
+                step(name, b)
+        flops[name] = counter.get_total_flops()
+    for name in list(variants):
+        flops.setdefault(name, flops[name.replace("compiled", "eager")])
+    seconds = {name: 0.0 for name in variants}
+    t_compile = {}
+    for name in variants:  # warm-up (and compilation) on the first batches
+        t0 = time.perf_counter()
+        for b in batches[:args.warmup]:
+            step(name, b)
+        t_compile[name] = time.perf_counter() - t0
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    peak = {}
+    for b in batches[args.warmup:]:
+        for name in variants:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step(name, b)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds[name] += time.perf_counter() - t0
+    if device.type == "cuda":
+        peak["all variants"] = torch.cuda.max_memory_allocated() / 2**30
+    base = seconds["torch.nn.Transformer eager"]
+    result = {"config": args.config, "device": str(device), "cpu": platform.processor() or platform.machine(),
+              "threads": torch.get_num_threads(), "torch": torch.__version__, "amp": args.amp,
+              "dims": {k: getattr(tcfg, k) for k in ("d_model", "h", "d_ff", "enc_layers", "dec_layers", "norm")},
+              "vocab": vocab, "max_tokens": max_tokens, "steps": args.steps,
+              "real_target_tokens": real, "padding_fraction": round(1 - real_all / padded, 4),
+              "peak_memory_gib": {k: round(v, 2) for k, v in peak.items()}, "variants": {}}
+    for name, s in seconds.items():
+        row = {"seconds": round(s, 3), "target_tokens_per_s": round(real / s, 1),
+               "tflops_per_s": round(flops[name] / s / 1e12, 4), "speed_vs_torch_eager": round(base / s, 3),
+               "warmup_s": round(t_compile[name], 1)}
+        if args.peak_tflops:
+            row["mfu"] = round(flops[name] / s / 1e12 / args.peak_tflops, 4)
+        result["variants"][name] = row
+    print(json.dumps(result, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
