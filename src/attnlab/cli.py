@@ -192,19 +192,12 @@ def _read_inputs(args: argparse.Namespace) -> list[str]:
 
 def cmd_translate(args: argparse.Namespace) -> None:
     from attnlab.corpus import normalize
-    from attnlab.translate import Translator
+    from attnlab.translate import CTranslate2Translator, Translator
 
-    translator = Translator.from_run(args.run_dir, args.checkpoint, device=args.device)
     if args.engine == "ctranslate2":
-        from attnlab.export import export_ctranslate2
-        from attnlab.translate import CTranslate2Translator
-
-        model_dir = args.ct2_model
-        if model_dir is None:  # exported on first use into the run directory
-            model_dir = args.run_dir / f"ctranslate2-{args.checkpoint}-float32"
-            if not (model_dir / "model.bin").is_file():
-                export_ctranslate2(args.run_dir, model_dir, "float32", args.checkpoint)
-        translator = CTranslate2Translator(model_dir, translator.tokenizers, translator.decode)
+        translator = CTranslate2Translator.from_run(args.run_dir, args.checkpoint, args.ct2_model)
+    else:
+        translator = Translator.from_run(args.run_dir, args.checkpoint, device=args.device)
     lines = _read_inputs(args)
     keep = [i for i, line in enumerate(lines) if normalize(line)]
     results = translator.translate([normalize(lines[i]) for i in keep], beam_size=args.beam, n_best=args.n_best)

@@ -167,6 +167,15 @@ def vocabulary(tokenizer) -> list[str]:
     return pieces
 
 
+def ctranslate2_model(run_dir: Path | str, checkpoint: str = "best") -> Path:
+    """The run's float32 CTranslate2 model directory, RUN_DIR/ctranslate2-<checkpoint>-float32, exported on first
+    use (what `--engine ctranslate2` runs without an explicit model directory)."""
+    out = Path(run_dir) / f"ctranslate2-{checkpoint}-float32"
+    if not (out / "model.bin").is_file():
+        export_ctranslate2(run_dir, out, "float32", checkpoint)
+    return out
+
+
 def export_ctranslate2(run_dir: Path | str, out: Path | str | None = None, quantization: str = "float32",
                        checkpoint: str = "best") -> Path:
     """Writes the CTranslate2 model of a Transformer translation run (for `ctranslate2.Translator`) or language

@@ -206,13 +206,10 @@ def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "c
                          parameters=sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()))
         translator = Translator(model, tokenizers, cfg.decode, device)
         if engine == "ctranslate2" and cfg.model.family == "transformer":
-            from attnlab.export import export_ctranslate2
+            from attnlab.export import ctranslate2_model
             from attnlab.translate import CTranslate2Translator
 
-            model_dir = run / f"ctranslate2-{checkpoint}-float32"
-            if not (model_dir / "model.bin").is_file():
-                export_ctranslate2(run, model_dir, "float32", checkpoint)
-            translator = CTranslate2Translator(model_dir, tokenizers, cfg.decode)
+            translator = CTranslate2Translator(ctranslate2_model(run, checkpoint), tokenizers, cfg.decode)
             info.attention, info.layers, info.heads = "last layer, mean of heads (CTranslate2)", 1, 1
 
         def run_batch(beam: int, sentences: list[str], translator: Translator = translator) -> list:

@@ -122,6 +122,20 @@ class CTranslate2Translator:
         tgt = tokenizers.tgt
         self.tgt_ids = {tgt.id_to_piece(i): i for i in range(tgt.vocab_size)}
 
+    @classmethod
+    def from_run(cls, run_dir: Path | str, checkpoint: str = "best", model_dir: Path | str | None = None
+                 ) -> CTranslate2Translator:
+        """The CTranslate2 translator of a Transformer run: its config and tokenizers (no PyTorch weights loaded)
+        with `model_dir`, or the run's own export (`attnlab.export.ctranslate2_model`, made on first use)."""
+        from attnlab.export import ctranslate2_model
+        from attnlab.families import require
+        from attnlab.workflow import run_config, run_tokenizers
+
+        family, raw = run_config(run_dir)
+        require(family, "translate", run_dir)
+        model_dir = model_dir if model_dir is not None else ctranslate2_model(run_dir, checkpoint)
+        return cls(model_dir, run_tokenizers(Path(run_dir)), family.from_dict(raw).decode)
+
     def encode_source(self, sentences: list[str]) -> list[list[int]]:
         return encode_source(self.tokenizers, self.decode, sentences)
 
