@@ -83,3 +83,22 @@ def one_thread():
 def single_thread():
     with one_thread():
         yield
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_run(tmp_path_factory):
+    """A character language model of the synthetic task's source side, trained for a few steps (the explorer
+    serves it: causal self-attention of a prompt and its continuation); its run directory."""
+    from attnlab.lm import load_lm_config
+    from attnlab.workflow import train
+
+    d = tmp_path_factory.mktemp("tiny_lm")
+    (d / "text.txt").write_text("".join(s + "\n" for s, _ in make_pairs(300, seed=5)), encoding="utf-8")
+    cfg = load_lm_config(None, [f"data.corpus=text", f"data.train={d / 'text.txt'}", "data.dev_size=20",
+                                "data.test_size=20", "tokenizer.kind=char", "model.lm.d_model=32", "model.lm.h=2",
+                                "model.lm.d_ff=64", "model.lm.layers=2", "model.lm.max_len=128", "train.max_steps=10",
+                                "train.max_tokens=800", "train.eval_every=10", "train.progress=false",
+                                "train.keep_last=1"])
+    with one_thread():
+        train(cfg, d / "lm")
+    return d / "lm"

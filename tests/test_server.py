@@ -318,3 +318,69 @@ def test_concurrent_requests_are_decoded_in_one_batch_with_the_answers_they_get_
         r = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
         assert json.loads(r.read())["status"] == "ok"
     assert (lane.batches - before[0], lane.items - before[1]) == (2, len(sentences) + 1)  # the first, then all 12
+
+
+# ---------------------------------------------------------------------------------------------- explorer
+@pytest.fixture(scope="module")
+def explorer(tiny_runs, tiny_lm_run):
+    models = load_models([tiny_runs["rnn"], tiny_runs["transformer"], tiny_lm_run], max_chars=MAX_CHARS)
+    return TestClient(create_app(models, max_chars=MAX_CHARS, max_body=MAX_BODY), raise_server_exceptions=False)
+
+
+def test_explore_a_transformer_every_map_per_layer(explorer):
+    r = explorer.post("/api/explore", json={"model": "transformer", "sentence": "the red house", "beam": 2})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    translated = explorer.post("/api/translate", json={"model": "transformer", "sentence": "the red house",
+                                                       "beam": 2}).json()
+    assert got["output"] == translated["translation"] and got["nbest"][0]["text"] == got["output"]
+    assert len(got["nbest"]) == 2 and [c["piece"] for c in got["choices"]] == translated["tgt_tokens"]
+    maps = {m["key"]: m for m in got["maps"]}
+    assert list(maps) == ["cross", "enc_self", "enc_self_rollout", "dec_self"]
+    S, T = len(translated["src_tokens"]), len(translated["tgt_tokens"])
+    assert (maps["cross"]["layers"], maps["cross"]["heads"], len(maps["cross"]["rows"]), len(maps["cross"]["cols"])) \
+        == (2, 2, T, S)
+    assert (maps["enc_self"]["layers"], len(maps["enc_self"]["rows"])) == (1, S) and maps["dec_self"]["causal"]
+    w = explorer.get(f"/api/explore/{got['id']}/weights", params={"map": "cross", "layer": 1}).json()
+    np.testing.assert_allclose(np.array(w["weights"]), np.array(translated["attention"])[1], atol=2e-4)
+    words = explorer.get(f"/api/explore/{got['id']}/weights", params={"map": "enc_self", "words": "true"}).json()
+    assert np.array(words["weights"]).shape == (2, 6, 6)  # the, _, red, _, house, </s>
+    n = explorer.get(f"/api/explore/{got['id']}/neuron", params={"map": "dec_self", "layer": 1, "head": 1}).json()
+    q, k = np.array(n["q"]), np.array(n["k"])
+    assert q.shape == (T, 16) and k.shape == (T, 16) and n["scores"][0][1] is None
+    assert (q[-1] * k[0]).sum() * n["scale"] == pytest.approx(n["scores"][-1][0], abs=2e-3)
+
+
+@pytest.mark.parametrize("params, status, message", [
+    ({"map": "nope"}, 422, "is not one of this input's maps"),
+    ({"map": "cross", "layer": 2}, 422, "layer 2 is out of range"),
+    ({"map": "cross", "layer": "x"}, 422, "layer"),
+    ({"map": "x" * 41}, 422, "map"),
+])
+def test_explore_weights_refuse_bad_queries(explorer, params, status, message):
+    eid = explorer.post("/api/explore", json={"model": "transformer", "sentence": "the cat"}).json()["id"]
+    r = explorer.get(f"/api/explore/{eid}/weights", params=params)
+    assert r.status_code == status and message in r.json()["error"]
+    r = explorer.get("/api/explore/0123456789abcdef/weights", params={"map": "cross"})
+    assert r.status_code == 404 and "explore the input again" in r.json()["error"]
+
+
+def test_explore_rnn_lm_and_the_bounded_store(explorer):
+    r = explorer.post("/api/explore", json={"model": "rnn", "sentence": "the cat", "beam": 1}).json()
+    assert [m["key"] for m in r["maps"]] == ["align"] and r["nbest"][0]["text"] == r["output"]
+    first = r["id"]
+    lm = explorer.post("/api/explore", json={"model": "lm", "sentence": "the cat",
+                                             "max_new": 5})
+    assert lm.status_code == 200, lm.text
+    lm = lm.json()
+    assert lm["kind"] == "generation" and [m["key"] for m in lm["maps"]] == ["lm_self", "lm_self_rollout"]
+    rows = lm["maps"][0]["rows"]
+    assert rows[:8] == ["<s>", "t", "h", "e", "\u2423", "c", "a", "t"] and len(rows) <= 8 + 5
+    assert [c["generated"] for c in lm["choices"]][:7] == [False] * 7
+    r = explorer.post("/api/translate", json={"model": "lm", "sentence": "the cat"})
+    assert r.status_code == 422 and "use POST /api/explore" in r.json()["error"]
+    r = explorer.post("/api/explore", json={"model": "lm", "sentence": "the " * 40, "max_new": 100})
+    assert r.status_code == 422 and "exceed the model's max_len (128)" in r.json()["error"]
+    for _ in range(8):  # the store keeps the last 8 explorations
+        explorer.post("/api/explore", json={"model": "rnn", "sentence": "a cat", "beam": 1})
+    assert explorer.get(f"/api/explore/{first}/weights", params={"map": "align"}).status_code == 404

@@ -4,7 +4,16 @@ A FastAPI app with a JSON API and one static page (`attnlab/static/`, no CDN ass
 
     GET  /api/models      the served models (by name: clients never send a path), their attention shape
     POST /api/translate   {"model", "sentence", "beam"} -> tokens, translation, cross-attention weights
+    POST /api/explore     {"model", "sentence", "sentence_b", "beam", "max_new"} -> every attention map of the
+                          input (`attnlab.explore`): shapes and labels, n-best, token probabilities, and an id
+    GET  /api/explore/{id}/weights?map=&layer=&words=   one layer of one map (heads x rows x columns, rounded)
+    GET  /api/explore/{id}/neuron?map=&layer=&head=     one head's queries, keys and pre-softmax scores
     GET  /openapi.json    the API's OpenAPI schema
+
+Translation runs (RNN, Transformer) are translated and explored; language-model runs (a prompt and its greedy
+continuation) and sentence-pair runs (two sentences) are explored. An exploration's maps stay on the server
+(the last `MAX_EXPLORATIONS`, each bounded by the run's token limits) and are fetched a layer at a time, so a
+long input never sends every layer and head at once.
 
 Decoding is `attnlab.translate.Translator` (the same search as `attnlab translate`). Fair service: each model
 has two decoding lanes, each one worker thread with a bounded FIFO queue (`Lane`): a request's cost is beam x
@@ -28,6 +37,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import secrets
 import socket
 import threading
 import time
@@ -38,7 +48,7 @@ from typing import Callable
 from importlib.resources import files
 from pathlib import Path
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -47,6 +57,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnlab.corpus import normalize
 from attnlab.errors import AttnlabError
+from attnlab import explore
+from attnlab.families import LoadedRun
 from attnlab.plotting import clean_piece
 from attnlab.translate import Translator
 from attnlab.workflow import load_run
@@ -54,6 +66,9 @@ from attnlab.workflow import load_run
 log = logging.getLogger("attnlab")
 
 MAX_BEAM = 12
+MAX_NEW = 200  # tokens a language model may generate for one exploration
+MAX_PAIR_TOKENS = 256  # tokens per sentence of a pair (decomposable runs have no limit of their own)
+MAX_EXPLORATIONS = 8  # explorations kept for their weights (each up to ~ layers x heads x 160 x 160 floats x 3)
 LIGHT_COST = 5 * 64  # beam x source tokens: up to beam 5 on a 64-token sentence is a light request
 STATIC_DIR = Path(str(files("attnlab") / "static"))
 
@@ -84,9 +99,21 @@ class TranslateResponse(BaseModel):
     seconds: float
 
 
+class ExploreRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="a model name from GET /api/models", max_length=200)
+    sentence: str = Field(description="the source sentence, the language model's prompt, or a pair's sentence a")
+    sentence_b: str | None = Field(None, description="sentence b of a pair (sentence-pair runs only)")
+    beam: int | None = Field(None, ge=1, le=MAX_BEAM, description="translation: beam size (default: the run's)")
+    max_new: int = Field(40, ge=1, le=MAX_NEW, description="language model: new tokens at most (greedy)")
+
+
 class ModelInfo(BaseModel):
     name: str
     family: str
+    kind: str = Field("translation", description="translation, generation (a language model: give a prompt) "
+                                                 "or pair (give sentence and sentence_b)")
     attention: str = Field(description="RNN attention type, 'multi-head' for Transformers, 'none'; with the "
                                        "CTranslate2 engine the last layer's attention, mean of heads")
     layers: int
@@ -176,9 +203,76 @@ class Lane:
 @dataclass
 class ServedModel:
     info: ModelInfo
-    translator: Translator
+    translator: Translator | None  # translation runs (CTranslate2 or PyTorch)
     light: Lane
     heavy: Lane
+    run: LoadedRun | None = None  # language-model and sentence-pair runs
+    explorer: Translator | None = None  # translation runs: the PyTorch translator (its model's attention)
+
+    def cost(self, sentence: str, sentence_b: str | None = None, beam: int = 1, max_new: int = 0) -> int:
+        """Beam x tokens of a request (which lane it goes to); an AttnlabError when it has too many tokens."""
+        if self.translator is not None:
+            return beam * len(self.translator.encode_source([sentence])[0])
+        if self.info.kind == "generation":
+            tokens = len(self.run.tokenizers.tgt.encode(sentence)) + max_new
+            if tokens + 1 > self.info.max_src_tokens:
+                raise AttnlabError(f"prompt + max_new ({tokens} tokens) exceed the model's max_len "
+                                   f"({self.info.max_src_tokens})")
+            return tokens
+        if not sentence_b:
+            raise AttnlabError("a sentence-pair model needs sentence_b, the second sentence of the pair")
+        from attnlab.pairs import pair_ids
+
+        lengths = [len(x) for x in pair_ids(self.run.cfg, self.run.tokenizers).ids([sentence, sentence_b])]
+        if max(lengths) > self.info.max_src_tokens:
+            raise AttnlabError(f"a sentence of the pair has {max(lengths)} tokens; the limit is "
+                               f"{self.info.max_src_tokens}")
+        return sum(lengths)
+
+    def explore(self, items: list[tuple[str, str | None, int, int]]) -> list[explore.Exploration]:
+        """Explorations of (sentence, sentence_b, beam, max_new) items, one at a time."""
+        out = []
+        for sentence, sentence_b, beam, max_new in items:
+            if self.explorer is not None:
+                out.append(explore.explore_translation(self.explorer, sentence, beam))
+            elif self.info.kind == "generation":
+                out.append(explore.explore_generation(self.run, sentence, max_new))
+            else:
+                out.append(explore.explore_pair(self.run, sentence, sentence_b))
+        return out
+
+
+def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:
+    """The ModelInfo of a loaded run of a family the explorer shows; a series run is refused."""
+    cfg, family = run.cfg, run.family.name
+    parameters = sum(p.numel() for p in {id(p): p for p in run.model.parameters()}.values())
+    if family == "transformer":
+        t = cfg.model.transformer
+        kind, attention, layers, heads, beam, limit = "translation", "multi-head", t.dec_layers, t.h, \
+            cfg.decode.beam_size, cfg.decode.max_src_tokens
+    elif family == "rnn":
+        attention = cfg.model.rnn.attention
+        kind, layers, beam, limit = "translation", 0 if attention == "none" else 1, cfg.decode.beam_size, \
+            cfg.decode.max_src_tokens
+        heads = layers
+    elif family == "lm":
+        m = cfg.model.lm
+        kind, attention, layers, heads, beam, limit = "generation", "causal self-attention", m.layers, m.h, 1, \
+            m.max_len
+    elif family == "pair" and cfg.model.family == "minilm":
+        layers = len(run.model.encoder.layers)
+        kind, attention, heads, beam = "pair", "self-attention of each sentence (MiniLM)", \
+            run.model.encoder.layers[0].self_attn.h, 1
+        limit = cfg.model.minilm.max_len
+    elif family == "pair":
+        kind, attention, layers, heads, beam, limit = "pair", "soft alignment (decomposable)", 1, 1, 1, \
+            MAX_PAIR_TOKENS
+    else:
+        raise AttnlabError(f"{run.run_dir}: a {run.family.title} run has no attention to explore; serve translation, "
+                           "language-model or sentence-pair runs")
+    return ModelInfo(name=name, family=cfg.model.family if family == "pair" else family, kind=kind,
+                     attention=attention, layers=layers, heads=heads, beam=beam, max_src_tokens=limit,
+                     max_chars=max_chars, parameters=parameters)
 
 
 def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "cpu", max_chars: int = 1000,
@@ -193,49 +287,56 @@ def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "c
             raise AttnlabError(f"{run} is given twice")
         seen.add(run.resolve())
         name = run.name if run.name not in models else str(run)
-        loaded = load_run(run, checkpoint, device, ability="translate")
-        cfg, tokenizers, model = loaded.cfg, loaded.tokenizers, loaded.model
-        if cfg.model.family == "transformer":
-            t = cfg.model.transformer
-            attention, layers, heads = "multi-head", t.dec_layers, t.h
-        else:
-            attention = cfg.model.rnn.attention
-            layers = heads = 0 if attention == "none" else 1
-        info = ModelInfo(name=name, family=cfg.model.family, attention=attention, layers=layers, heads=heads,
-                         beam=cfg.decode.beam_size, max_src_tokens=cfg.decode.max_src_tokens, max_chars=max_chars,
-                         parameters=sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()))
-        translator = Translator(model, tokenizers, cfg.decode, device)
-        if engine == "ctranslate2" and cfg.model.family == "transformer":
-            from attnlab.export import ctranslate2_model
-            from attnlab.translate import CTranslate2Translator
+        loaded = load_run(run, checkpoint, device)
+        info = served_info(name, loaded, max_chars)
+        translator = explorer = None
+        if info.kind == "translation":
+            translator = explorer = Translator(loaded.model, loaded.tokenizers, loaded.cfg.decode, device)
+            if engine == "ctranslate2" and info.family == "transformer":
+                from attnlab.export import ctranslate2_model
+                from attnlab.translate import CTranslate2Translator
 
-            translator = CTranslate2Translator(ctranslate2_model(run, checkpoint), tokenizers, cfg.decode)
-            info.attention, info.layers, info.heads = "last layer, mean of heads (CTranslate2)", 1, 1
+                translator = CTranslate2Translator(ctranslate2_model(run, checkpoint), loaded.tokenizers,
+                                                   loaded.cfg.decode)
+                info.attention, info.layers, info.heads = "last layer, mean of heads (CTranslate2)", 1, 1
+        served = ServedModel(info, translator, None, None, None if info.kind == "translation" else loaded, explorer)
 
-        def run_batch(beam: int, sentences: list[str], translator: Translator = translator) -> list:
-            return [t[0] for t in translator.translate(sentences, beam_size=beam, need_weights=True)]
+        def run_batch(key, items: list, translator: Translator = translator, served: ServedModel = served) -> list:
+            if isinstance(key, tuple):  # ("explore", beam): explorations, one input at a time
+                return served.explore(items)
+            return [t[0] for t in translator.translate(items, beam_size=key, need_weights=True)]
 
-        models[name] = ServedModel(info, translator, Lane(f"{name} light", 64, run_batch, max_batch=16),
-                                   Lane(f"{name} heavy", 8, run_batch, max_batch=4))
+        served.light = Lane(f"{name} light", 64, run_batch, max_batch=16)
+        served.heavy = Lane(f"{name} heavy", 8, run_batch, max_batch=4)
+        models[name] = served
     if not models:
         raise AttnlabError("give at least one run directory to serve")
     return models
 
 
-def translate_one(served: ServedModel, sentence: str, beam: int | None, timeout: float = 60.0) -> TranslateResponse:
-    """Translate one (normalized, non-empty) sentence with its attention as [layer][head][T][S], in the model's
-    light or heavy lane by its cost (beam x source tokens); `Busy` if the lane is full or the answer takes longer
-    than `timeout` seconds."""
-    beam = served.info.beam if beam is None else beam
+def in_lane(served: ServedModel, cost: int, key: object, item: object, timeout: float) -> object:
+    """The answer to one item from the model's light or heavy lane by its cost; `Busy` if the lane is full or the
+    answer takes longer than `timeout` seconds."""
     t0 = time.perf_counter()
-    cost = beam * len(served.translator.encode_source([sentence])[0])  # refuses too many tokens (AttnlabError)
     lane = served.light if cost <= LIGHT_COST else served.heavy
-    future = lane.submit(beam, sentence)
+    future = lane.submit(key, item)
     try:
-        t = future.result(timeout=max(timeout - (time.perf_counter() - t0), 0.0))
+        return future.result(timeout=max(timeout - (time.perf_counter() - t0), 0.0))
     except FutureTimeout:
         future.cancel()  # skipped if it has not started; a running search cannot be stopped and is discarded
         raise Busy(f"no answer within {timeout:g} s ({lane.name} lane)", lane.retry_after()) from None
+
+
+def translate_one(served: ServedModel, sentence: str, beam: int | None, timeout: float = 60.0) -> TranslateResponse:
+    """Translate one (normalized, non-empty) sentence with its attention as [layer][head][T][S], in the model's
+    light or heavy lane by its cost (beam x source tokens)."""
+    if served.translator is None:
+        raise AttnlabError(f"{served.info.name} is a {served.info.kind} model, not a translation one: use POST "
+                           "/api/explore")
+    beam = served.info.beam if beam is None else beam
+    t0 = time.perf_counter()
+    cost = served.cost(sentence, beam=beam)  # refuses too many tokens (AttnlabError)
+    t = in_lane(served, cost, beam, sentence, timeout)
     seconds = time.perf_counter() - t0
     attention = None
     if t.attention is not None:
@@ -251,6 +352,32 @@ def translate_one(served: ServedModel, sentence: str, beam: int | None, timeout:
                              tgt_labels=[clean_piece(s) for s in t.tgt_tokens],
                              layers=served.info.layers if attention else 0,
                              heads=served.info.heads if attention else 0, attention=attention, seconds=seconds)
+
+
+class Explorations:
+    """The last `size` explorations by a random id (oldest dropped first), for the weights the page fetches a
+    layer at a time after POST /api/explore."""
+
+    def __init__(self, size: int = MAX_EXPLORATIONS) -> None:
+        self.size = size
+        self._items: collections.OrderedDict[str, explore.Exploration] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, ex: explore.Exploration) -> str:
+        eid = secrets.token_hex(8)
+        with self._lock:
+            self._items[eid] = ex
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return eid
+
+    def get(self, eid: str) -> explore.Exploration:
+        with self._lock:
+            ex = self._items.get(eid)
+        if ex is None:
+            raise HTTPException(404, f"no exploration {eid[:40]!r} (unknown, or one of more than {self.size} "
+                                     "recent ones): explore the input again")
+        return ex
 
 
 # ---------------------------------------------------------------------------------------------- limits
@@ -324,6 +451,7 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
                   description="Translate with trained attnlab runs and get their cross-attention weights.")
     app.add_middleware(BodyLimit, max_bytes=max_body)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    store = Explorations()
 
     @app.exception_handler(StarletteHTTPException)
     def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -348,6 +476,25 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
     def api_models() -> list[ModelInfo]:
         return [m.info for m in models.values()]
 
+    def lookup(name: str) -> ServedModel:
+        served = models.get(name)
+        if served is None:
+            raise HTTPException(404, f"unknown model {name!r}; served: {', '.join(models)}")
+        return served
+
+    def clean(text: str, what: str = "sentence") -> str:
+        if len(text) > max_chars:
+            raise HTTPException(422, f"{what} has {len(text):,} characters; the limit is {max_chars:,}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # JSON allows lone surrogates ("\\ud800"); no tokenizer does
+            raise HTTPException(422, f"{what} is not valid Unicode (character {e.start}: a lone surrogate)") \
+                from None
+        text = normalize(text)
+        if not text:
+            raise HTTPException(422, f"{what} is empty")
+        return text
+
     # a plain `def`: FastAPI runs it in its thread pool, so decoding never blocks the event loop
     @app.post("/api/translate", response_model=TranslateResponse,
               responses={400: {"description": "malformed JSON"}, 404: {"description": "unknown model"},
@@ -355,22 +502,54 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
                          422: {"description": "empty, too long or invalid sentence, bad beam size"},
                          503: {"description": "the model's queue is full or the time limit passed; see Retry-After"}})
     def api_translate(req: TranslateRequest) -> TranslateResponse:
-        served = models.get(req.model)
-        if served is None:
-            raise HTTPException(404, f"unknown model {req.model!r}; served: {', '.join(models)}")
-        if len(req.sentence) > max_chars:
-            raise HTTPException(422, f"sentence has {len(req.sentence):,} characters; the limit is {max_chars:,}")
-        try:
-            req.sentence.encode("utf-8")
-        except UnicodeEncodeError as e:  # JSON allows lone surrogates ("\\ud800"); no tokenizer does
-            raise HTTPException(422, f"sentence is not valid Unicode (character {e.start}: a lone surrogate)") \
-                from None
-        sentence = normalize(req.sentence)
-        if not sentence:
-            raise HTTPException(422, "sentence is empty")
+        served = lookup(req.model)
+        sentence = clean(req.sentence)
         try:
             return translate_one(served, sentence, req.beam, timeout)
         except AttnlabError as e:  # e.g. more tokens than decode.max_src_tokens
+            raise HTTPException(422, str(e)) from None
+
+    @app.post("/api/explore",
+              responses={400: {"description": "malformed JSON"}, 404: {"description": "unknown model"},
+                         413: {"description": "request body too large"},
+                         422: {"description": "empty, too long or invalid sentence, bad beam size"},
+                         503: {"description": "the model's queue is full or the time limit passed; see Retry-After"}})
+    def api_explore(req: ExploreRequest) -> JSONResponse:
+        """Every attention map of one input (shapes and labels; weights are fetched per layer), the n-best list
+        and each output token's probability with the top 5 alternatives."""
+        served = lookup(req.model)
+        sentence = clean(req.sentence)
+        sentence_b = None if req.sentence_b is None or served.info.kind != "pair" else clean(req.sentence_b,
+                                                                                             "sentence_b")
+        beam = served.info.beam if req.beam is None or served.info.kind != "translation" else req.beam
+        t0 = time.perf_counter()
+        try:
+            cost = served.cost(sentence, sentence_b, beam, req.max_new)
+            ex = in_lane(served, cost, ("explore", beam), (sentence, sentence_b, beam, req.max_new), timeout)
+        except AttnlabError as e:  # too many tokens, no sentence_b for a pair model
+            raise HTTPException(422, str(e)) from None
+        return JSONResponse({"id": store.add(ex), "model": req.model, "kind": served.info.kind,
+                             "sentence": sentence, "sentence_b": sentence_b, "beam": beam, **explore.summary(ex),
+                             "seconds": time.perf_counter() - t0})
+
+    @app.get("/api/explore/{eid}/weights", responses={404: {"description": "unknown or expired exploration id"},
+                                                      422: {"description": "unknown map, layer out of range"}})
+    def api_weights(eid: str, map_key: str = Query(alias="map", max_length=40), layer: int = 0,
+                    words: bool = False) -> JSONResponse:
+        """One layer of one map: weights [head][row][column] rounded to 4 decimals; words=true merges pieces."""
+        try:
+            return JSONResponse(explore.weights_payload(store.get(eid), map_key, layer, words))
+        except AttnlabError as e:
+            raise HTTPException(422, str(e)) from None
+
+    @app.get("/api/explore/{eid}/neuron", responses={404: {"description": "unknown or expired exploration id"},
+                                                     422: {"description": "unknown map, layer or head out of range"}})
+    def api_neuron(eid: str, map_key: str = Query(alias="map", max_length=40), layer: int = 0,
+                   head: int = 0) -> JSONResponse:
+        """One head's query and key vectors (W^Q x, W^K x), pre-softmax scores and weights (the neuron view)."""
+        try:
+            return JSONResponse(explore.neuron_payload(store.get(eid), map_key, layer, head))
+        except AttnlabError as e:
             raise HTTPException(422, str(e)) from None
 
     @app.get("/", include_in_schema=False)

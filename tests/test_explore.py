@@ -1,0 +1,220 @@
+"""attnlab.explore: the explorer's maps against independent references. Self-attention weights equal those of
+torch.nn.MultiheadAttention run on each layer's own input with attnlab's W^Q, W^K, W^V; the neuron view's
+q . k * scale are the pre-softmax scores whose softmax is the model's weights; the rollout equals a loop written
+from the paper; word merging conserves each row's mass. Tiny untrained models built in memory: fast."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.decomposable import DecomposableAttention, DecomposableConfig
+from attnlab.errors import AttnlabError
+from attnlab.experiment import DecodeConfig
+from attnlab.explore import (attention_rollout, explore_generation, explore_pair, explore_translation,
+                             merge_words, neuron_payload, summary, weights_payload, word_groups, word_labels)
+from attnlab.lm import LMModelConfig, TransformerLM
+from attnlab.pairs import ParaphraseConfig
+from attnlab.tokenizers import CharTokenizer, TokenizerPair
+from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
+from attnlab.translate import Translator
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+CHARS = sorted(set("abcdefghijklmnopqrstuvwxyz "))
+SENTENCE = "the old cat sees a door"
+
+
+def char_pair() -> TokenizerPair:
+    tok = CharTokenizer(CHARS)
+    return TokenizerPair(tok, tok, joint=True)
+
+
+def tiny_translator(norm: str = "post", seed: int = 0) -> Translator:
+    torch.manual_seed(seed)
+    tok = char_pair()
+    cfg = TransformerConfig(d_model=16, h=4, d_ff=32, enc_layers=2, dec_layers=2, dropout=0.0, norm=norm)
+    model = TransformerSeq2Seq(tok.src.vocab_size, tok.tgt.vocab_size, cfg).eval()
+    return Translator(model, tok, DecodeConfig(beam_size=3, max_len_ratio=0.5, max_len_offset=4))
+
+
+def torch_mha(attn) -> torch.nn.MultiheadAttention:
+    """torch's own multi-head attention with attnlab's W^Q, W^K, W^V, W^O: an independent reference."""
+    mha = torch.nn.MultiheadAttention(attn.d_model, attn.h, batch_first=True)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([attn.W_Q.weight, attn.W_K.weight, attn.W_V.weight]))
+        mha.in_proj_bias.copy_(torch.cat([attn.W_Q.bias, attn.W_K.bias, attn.W_V.bias]))
+        mha.out_proj.weight.copy_(attn.W_O.weight)
+        mha.out_proj.bias.copy_(attn.W_O.bias)
+    return mha.eval()
+
+
+def layer_inputs(layers) -> tuple[list, list]:
+    """Forward pre-hooks keeping each layer's input x (post-norm: the self-attention's input too)."""
+    seen = []
+    return seen, [layer.register_forward_pre_hook(lambda m, args: seen.append(args[0])) for layer in layers]
+
+
+# ---------------------------------------------------------------------------------------------- translation
+def test_self_attention_equals_torch_multihead_attention_on_each_layers_input():
+    tr = tiny_translator("post")
+    model = tr.model
+    enc_in, h1 = layer_inputs(model.encoder)
+    dec_in, h2 = layer_inputs(model.decoder)
+    try:
+        ex = explore_translation(tr, SENTENCE, beam=3)
+    finally:
+        for h in h1 + h2:
+            h.remove()
+    enc_in, dec_in = enc_in[-len(model.encoder):], dec_in[-len(model.decoder):]  # the teacher-forced pass
+    S, T = len(ex.maps["enc_self"].cols), len(ex.maps["dec_self"].cols)
+    for layer, x in zip(range(2), enc_in):
+        _, want = torch_mha(model.encoder[layer].self_attn)(x, x, x, average_attn_weights=False)  # (1, H, S, S)
+        np.testing.assert_allclose(ex.maps["enc_self"].weights[layer].numpy(), want[0].detach().numpy(), atol=1e-6)
+    causal = ~torch.ones(T, T, dtype=torch.bool).tril()  # True = not allowed (torch's convention)
+    for layer, y in zip(range(2), dec_in):
+        _, want = torch_mha(model.decoder[layer].self_attn)(y, y, y, attn_mask=causal, average_attn_weights=False)
+        np.testing.assert_allclose(ex.maps["dec_self"].weights[layer].numpy(), want[0].detach().numpy(), atol=1e-6)
+    assert ex.maps["enc_self"].weights.shape == (2, 4, S, S) and S == len(SENTENCE) + 1  # chars + </s>
+
+
+def test_cross_attention_is_the_searchs_and_nbest_and_token_probabilities():
+    tr = tiny_translator("pre")
+    ex = explore_translation(tr, SENTENCE, beam=3)
+    search = tr.translate([SENTENCE], beam_size=3, n_best=3, need_weights=True)[0]
+    assert [t for t, _ in ex.nbest] == [t.text for t in search] and ex.output == search[0].text
+    assert [s for _, s in ex.nbest] == pytest.approx([t.score for t in search])
+    cross = ex.maps["cross"]
+    np.testing.assert_allclose(cross.weights.numpy(), search[0].attention.permute(1, 2, 0, 3).numpy(), atol=1e-5)
+    assert cross.rows == search[0].tgt_tokens and cross.cols == search[0].src_tokens
+    # token probabilities: the best hypothesis' raw log-prob is the sum of its tokens' log-probs
+    assert [c.piece for c in ex.choices] == search[0].tgt_tokens
+    assert sum(np.log([c.prob for c in ex.choices])) == pytest.approx(_raw_logprob(tr), abs=1e-4)
+    for c in ex.choices:
+        probs = [p for _, p in c.top]
+        assert len(c.top) == 5 and probs == sorted(probs, reverse=True) and c.prob <= probs[0] + 1e-7
+        assert "<pad>" not in [p for p, _ in c.top] and "<s>" not in [p for p, _ in c.top]
+
+
+def _raw_logprob(tr: Translator) -> float:
+    from attnlab.search import beam_search, max_output_length
+
+    ids = tr.encode_source([SENTENCE])[0]
+    src, lengths = torch.tensor([ids]), torch.tensor([len(ids)])
+    limit = max_output_length(lengths, tr.decode.max_len_ratio, tr.decode.max_len_offset)
+    return beam_search(tr.model, src, lengths, 3, limit, tr.decode.length_penalty, 1)[0][0].log_prob
+
+
+@pytest.mark.parametrize("key", ["enc_self", "dec_self", "cross"])
+def test_neuron_view_products_sum_to_the_pre_softmax_scores_of_the_models_weights(key):
+    ex = explore_translation(tiny_translator("pre", seed=1), SENTENCE, beam=1)
+    m = ex.maps[key]
+    for layer in range(m.layers):
+        for head in range(m.heads):
+            q, k = m.q[layer, head].double().numpy(), m.k[layer, head].double().numpy()  # (R, Dh), (C, Dh)
+            products = q[:, None, :] * k[None, :, :]  # (R, C, Dh): what the neuron view shows
+            scores = products.sum(-1) * m.scale
+            assert m.scale == pytest.approx(1 / np.sqrt(16 / 4))
+            if m.causal:
+                scores = np.where(np.tril(np.ones_like(scores)) > 0, scores, -np.inf)
+            softmax = np.exp(scores - scores.max(-1, keepdims=True))
+            softmax /= softmax.sum(-1, keepdims=True)
+            np.testing.assert_allclose(softmax, m.weights[layer, head].numpy(), atol=1e-5)  # the model's weights
+            np.testing.assert_allclose(scores, m.scores(layer, head).double().numpy(), rtol=1e-5, atol=1e-5)
+    payload = neuron_payload(ex, key, m.layers - 1, m.heads - 1)
+    assert np.array(payload["q"]).shape == (len(m.rows), 4) and np.array(payload["k"]).shape == (len(m.cols), 4)
+    if m.causal:
+        assert payload["scores"][0][1] is None  # a future key: masked, not a number
+
+
+# ---------------------------------------------------------------------------------------------- rollout
+def test_rollout_equals_a_direct_loop_from_the_paper():
+    ex = explore_translation(tiny_translator("post", seed=2), SENTENCE, beam=1)
+    att = ex.maps["enc_self"].weights.double().numpy()  # (L, H, S, S)
+    L, H, S, _ = att.shape
+    want = np.eye(S)
+    for layer in range(L):
+        a = np.zeros((S, S))
+        for i in range(S):
+            for j in range(S):
+                a[i, j] = 0.5 * sum(att[layer, h, i, j] for h in range(H)) / H + 0.5 * (i == j)
+            a[i] /= a[i].sum()
+        want = a @ want
+        np.testing.assert_allclose(ex.maps["enc_self_rollout"].weights[layer, 0].numpy(), want, atol=1e-5)
+    assert ex.maps["enc_self_rollout"].weights.shape == (L, 1, S, S)
+    rng = np.random.default_rng(0)
+    w = torch.tensor(rng.dirichlet(np.ones(3), size=(1, 1, 3)))  # one layer: 0.5 A + 0.5 I
+    np.testing.assert_allclose(attention_rollout(w)[0].numpy(), 0.5 * w[0, 0].numpy() + 0.5 * np.eye(3), atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- words
+def test_word_groups_of_each_tokenizer_scheme():
+    sp = ["\u2581the", "\u2581ol", "d", "\u2581cat", ".", "</s>"]
+    assert word_groups(sp, "sentencepiece") == [0, 1, 1, 2, 2, 3]
+    assert word_labels(sp, word_groups(sp, "sentencepiece")) == ["the", "old", "cat.", "</s>"]
+    chars = list("my cat") + ["</s>"]
+    assert word_groups(chars, "char") == [0, 0, 1, 2, 2, 2, 3]
+    assert word_labels(chars, word_groups(chars, "char")) == ["my", "\u2423", "cat", "</s>"]
+    wp = ["[CLS]", "jesus", "we", "##pt", "[SEP]"]
+    assert word_groups(wp, "wordpiece") == [0, 1, 2, 2, 3]
+
+
+def test_merge_words_sums_columns_and_averages_rows():
+    w = torch.tensor([[0.1, 0.2, 0.7], [0.5, 0.25, 0.25], [0.0, 0.0, 1.0]])
+    got = merge_words(w, [0, 0, 1], [0, 1, 1])
+    np.testing.assert_allclose(got.numpy(), [[0.3, 0.7], [0.0, 1.0]], atol=1e-6)
+    np.testing.assert_allclose(got.sum(-1).numpy(), 1.0, atol=1e-6)
+
+
+def test_payloads_are_rounded_merged_and_refuse_bad_maps_and_layers():
+    ex = explore_translation(tiny_translator("post"), SENTENCE, beam=2)
+    s = summary(ex)
+    assert [m["key"] for m in s["maps"]] == ["cross", "enc_self", "enc_self_rollout", "dec_self"]
+    enc = next(m for m in s["maps"] if m["key"] == "enc_self")
+    assert enc["col_words"] == ["the", "\u2423", "old", "\u2423", "cat", "\u2423", "sees", "\u2423", "a", "\u2423",
+                                "door", "</s>"]
+    p = weights_payload(ex, "enc_self", 1, words=True)
+    w = np.array(p["weights"])
+    assert w.shape == (4, 12, 12) and np.allclose(w.sum(-1), 1.0, atol=1e-3)
+    assert all(round(x, 4) == x for x in w.flatten())
+    with pytest.raises(AttnlabError, match="'nope' is not one of this input's maps: cross, enc_self"):
+        weights_payload(ex, "nope", 0)
+    with pytest.raises(AttnlabError, match="layer 2 is out of range"):
+        weights_payload(ex, "cross", 2)
+    with pytest.raises(AttnlabError, match="no query/key vectors"):
+        neuron_payload(ex, "enc_self_rollout", 0, 0)
+
+
+# ---------------------------------------------------------------------------------------------- lm, pairs
+def test_language_model_causal_self_attention_and_probabilities():
+    torch.manual_seed(0)
+    tok = char_pair()
+    model = TransformerLM(tok.tgt.vocab_size, LMModelConfig(d_model=16, h=2, d_ff=32, layers=2, dropout=0.0)).eval()
+    run = SimpleNamespace(model=model, tokenizers=tok, device=torch.device("cpu"))
+    ex = explore_generation(run, "the cat", max_new=5)
+    m = ex.maps["lm_self"]
+    ids = [1] + tok.tgt.encode(ex.output)[:len(m.rows) - 1]
+    np.testing.assert_allclose(m.weights.numpy(), model.attention_maps(torch.tensor([ids]))[0].numpy(), atol=1e-6)
+    assert np.allclose(np.triu(m.weights.numpy(), 1), 0)  # causal
+    softmax = torch.softmax(m.scores(1, 1), -1)
+    np.testing.assert_allclose(softmax.numpy(), m.weights[1, 1].numpy(), atol=1e-5)
+    assert [c.generated for c in ex.choices][:7] == [False] * 7 and ex.choices[7].generated
+    assert ex.choices[7].prob == pytest.approx(ex.choices[7].top[0][1])  # greedy: the most probable token
+    assert ex.maps["lm_self_rollout"].weights.shape == (2, 1, len(m.rows), len(m.rows))
+
+
+def test_decomposable_pair_alignment():
+    torch.manual_seed(0)
+    tok = char_pair()
+    cfg = ParaphraseConfig()
+    cfg.model.decomposable = DecomposableConfig(emb_dim=8, hidden_dim=8, intra_attention=True)
+    model = DecomposableAttention(tok.src.vocab_size, cfg.model.decomposable).eval()
+    run = SimpleNamespace(model=model, tokenizers=tok, device=torch.device("cpu"), cfg=cfg)
+    ex = explore_pair(run, "jesus wept", "jesus cried")
+    a, b = torch.tensor([tok.src.encode("jesus wept")]), torch.tensor([tok.src.encode("jesus cried")])
+    logits, w = model.forward_with_weights(a, a > 0, b, b > 0)
+    np.testing.assert_allclose(ex.maps["a_to_b"].weights[0, 0].numpy(), w.a_to_b[0].detach().numpy())
+    np.testing.assert_allclose(ex.maps["b_to_a"].weights[0, 0].numpy(), w.b_to_a[0].detach().numpy())
+    assert set(ex.maps) == {"a_to_b", "b_to_a", "intra_a", "intra_b"}
+    assert ex.score == pytest.approx(logits.softmax(-1)[0, 1].item())
