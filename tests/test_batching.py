@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from attnlab.batching import (Seq2SeqBatch, Seq2SeqDataset, TokenBudgetBatchSampler, collate_seq2seq, make_loader,
-                              pad_sequences)
+from attnlab.batching import (PackedBatchSampler, RowPacker, Seq2SeqBatch, Seq2SeqDataset, TokenBudgetBatchSampler,
+                              collate_packed_seq2seq, collate_seq2seq, make_loader, pad_sequences, padding_fraction)
 from attnlab.errors import AttnlabError
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
@@ -281,3 +281,73 @@ def test_bad_lengths(lengths, message):
 def test_dataset_size_mismatch():
     with pytest.raises(AttnlabError, match=r"src_ids has 2 examples but tgt_ids has 1"):
         Seq2SeqDataset([[1], [2]], [[3]])
+
+
+# ---------------------------------------------------------------------------------------------- packing
+def _pairs(n, seed=0, longest=9):
+    rng = random.Random(seed)
+    return [(i, [rng.randrange(4, 30) for _ in range(rng.randint(1, longest))],
+             [rng.randrange(4, 30) for _ in range(rng.randint(1, longest))]) for i in range(n)]
+
+
+def test_row_packer_first_fit_on_both_sides():
+    packer = RowPacker(10, max_rows=2)
+    assert packer.add((6, 2)) and packer.add((5, 5)) and packer.add((4, 8))  # 2nd: source side full; 3rd fits row 0
+    assert packer.rows == [[0, 2], [1]] and packer.used == [[10, 10], [5, 5]]
+    assert packer.add((5, 5)) and packer.rows[1] == [1, 3]
+    assert not packer.add((1, 1))  # both rows full, no third row allowed
+    assert RowPacker(4).add((9,))  # longer than a row: a row of its own when one may be opened
+
+
+@pytest.mark.parametrize("num_replicas", [1, 3])
+def test_packed_sampler_covers_every_example_once_and_fits_its_rows(num_replicas):
+    data = Seq2SeqDataset([s for _, s, _ in _pairs(200)], [t for _, _, t in _pairs(200)])
+    lengths = data.lengths()
+    row_len, max_tokens = 12, 60
+    seen = Counter()
+    for rank in range(num_replicas):
+        sampler = PackedBatchSampler(lengths, max_tokens, row_len, seed=3, num_replicas=num_replicas, rank=rank)
+        for batch in batches_of(sampler, epoch=1):
+            seen.update(batch)
+            packed = collate_packed_seq2seq([data[i] for i in batch], row_len)
+            assert packed.src.size(0) <= max_tokens // row_len
+            assert packed.src.size(1) <= row_len and packed.tgt_in.size(1) <= row_len
+            assert sorted(packed.indices.tolist()) == sorted(batch)
+    assert set(seen) == set(range(200))
+    assert sum(seen.values()) - 200 < num_replicas * max_tokens  # only the distributed padding batches repeat
+    if num_replicas == 1:
+        assert all(v == 1 for v in seen.values())
+    again = PackedBatchSampler(lengths, max_tokens, row_len, seed=3)
+    other = PackedBatchSampler(lengths, max_tokens, row_len, seed=3)
+    assert batches_of(again, 2) == batches_of(other, 2) != batches_of(other, 3)
+
+
+def test_packed_sampler_refuses_rows_shorter_than_an_example():
+    with pytest.raises(AttnlabError, match=r"row length \(5\).*longest example \(8"):
+        PackedBatchSampler([(3, 8), (2, 2)], 100, 5)
+    assert PackedBatchSampler([(3, 8), (2, 2)], 100, 0).row_len == 8
+
+
+def test_collate_packed_rows_segments_and_positions():
+    examples = [(7, [10, 11], [20]), (3, [12], [21, 22, 23]), (5, [13, 14, 15], [24])]
+    b = collate_packed_seq2seq(examples, row_len=6)  # rows: [7, 3] (src 3+2, tgt 2+4), [5]
+    assert b.src.tolist() == [[10, 11, EOS_ID, 12, EOS_ID], [13, 14, 15, EOS_ID, PAD_ID]]
+    assert b.tgt_in.tolist() == [[BOS_ID, 20, BOS_ID, 21, 22, 23], [BOS_ID, 24, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]
+    assert b.tgt_out.tolist() == [[20, EOS_ID, 21, 22, 23, EOS_ID], [24, EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]
+    assert b.src_lengths.tolist() == [5, 4] and b.indices.tolist() == [7, 3, 5]
+    assert b.src_segments.ids.tolist() == [[1, 1, 1, 2, 2], [1, 1, 1, 1, 0]]
+    assert b.src_segments.pos.tolist() == [[0, 1, 2, 0, 1], [0, 1, 2, 3, 0]]
+    assert b.tgt_segments.ids.tolist() == [[1, 1, 2, 2, 2, 2], [1, 1, 0, 0, 0, 0]]
+    assert b.tgt_segments.pos.tolist() == [[0, 1, 0, 1, 2, 3], [0, 1, 0, 0, 0, 0]]
+    assert b.num_tgt_tokens == 8
+    moved = b.to("cpu")
+    assert torch.equal(moved.tgt_segments.ids, b.tgt_segments.ids)
+
+
+def test_packing_cuts_padding_of_random_batches():
+    rng = random.Random(4)
+    lengths = [rng.randint(1, 30) for _ in range(300)]  # translation pairs: target length near source length
+    examples = [(i, [5] * n, [6] * max(1, n + rng.randint(-2, 2))) for i, n in enumerate(lengths)]
+    padded = collate_seq2seq(examples)
+    packed = collate_packed_seq2seq(examples, row_len=64)
+    assert padding_fraction([packed]) < 0.1 < 0.4 < padding_fraction([padded])

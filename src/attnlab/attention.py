@@ -61,6 +61,18 @@ def causal_mask(T: int, S: int | None = None, device: torch.device | None = None
     return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
 
 
+def segment_mask(query_ids: Tensor, key_ids: Tensor) -> Tensor:
+    """Block-diagonal mask of packed rows (`attnlab.batching.Segments`): a query may attend a key of its own
+    sentence only; padding keys (id 0) never.
+
+    Args:
+        query_ids: (B, T) sentence ids of the queries; key_ids: (B, S) of the keys (0 = padding).
+    Returns:
+        (B, 1, T, S) bool, True where attending is allowed.
+    """
+    return ((query_ids[:, :, None] == key_ids[:, None, :]) & (key_ids[:, None, :] > 0))[:, None]  # (B, 1, T, S)
+
+
 def _as_4d(mask: Tensor | None) -> Tensor | None:
     """Brings a mask to a shape broadcastable to (B, H, T, S): (B, S) -> (B, 1, 1, S); (B, T, S) -> (B, 1, T, S)."""
     if mask is None:

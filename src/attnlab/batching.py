@@ -1,7 +1,13 @@
 """Token-budget batching for seq2seq training (fairseq's `max_tokens`): length buckets cut under a padded-token
 budget, a seq2seq dataset of pre-tokenized pairs, and its collate function.
 
-Shapes: B batch, S source length (incl. EOS), T target length (incl. BOS or EOS).
+Packing (`train.pack`): instead of one sentence per row, several sentences share a row, first-fit, so that a
+batch is nearly free of padding without sorting by length. `Segments` says which sentence of its row each token
+belongs to and its position inside that sentence; the model turns them into block-diagonal attention masks
+(`attnlab.attention.segment_mask`) and per-sentence positions, so a packed sentence computes exactly what it
+computes alone.
+
+Shapes: B batch (rows), S source length (incl. EOS), T target length (incl. BOS or EOS), L a row's length.
 """
 
 from __future__ import annotations
@@ -121,6 +127,123 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         return len(self._batches())
 
 
+class RowPacker:
+    """First-fit packing of examples into rows of at most `row_len` tokens on every side (for a pair, its source
+    must fit the row's source side and its target the target side).
+
+    The rows depend only on the order in which examples are added, so the batch sampler and the collate function
+    can both pack a batch and get the same rows.
+
+    Args:
+        row_len: L, the most tokens a row holds (per side).
+        max_rows: the most rows; `add` refuses an example that would need one more (None: unlimited).
+    """
+
+    def __init__(self, row_len: int, max_rows: int | None = None) -> None:
+        self.row_len, self.max_rows = row_len, max_rows
+        self.rows: list[list[int]] = []  # positions (in the order added) of the examples of each row
+        self.used: list[list[int]] = []  # tokens used per row and side
+        self.added = 0
+
+    def add(self, cost: tuple[int, ...]) -> bool:
+        """Puts the next example (its token count per side) in the first row with room; False if none has room
+        and no row may be opened (an example longer than row_len opens a row of its own when one may)."""
+        for row, used in zip(self.rows, self.used):
+            if all(u + c <= self.row_len for u, c in zip(used, cost)):
+                row.append(self.added)
+                used[:] = [u + c for u, c in zip(used, cost)]
+                self.added += 1
+                return True
+        if self.max_rows is not None and len(self.rows) >= self.max_rows:
+            return False
+        self.rows.append([self.added])
+        self.used.append(list(cost))
+        self.added += 1
+        return True
+
+
+def pack_rows(costs: Sequence[tuple[int, ...]], row_len: int) -> list[list[int]]:
+    """The rows (lists of positions in `costs`) that `RowPacker` makes of examples added in this order."""
+    packer = RowPacker(row_len)
+    for cost in costs:
+        packer.add(cost)
+    return packer.rows
+
+
+class PackedBatchSampler(TokenBudgetBatchSampler):
+    """Batches for packed training: each epoch the examples are shuffled (by (seed, epoch)) and added in that
+    order to rows of `row_len` tokens (`RowPacker`); a batch holds max(1, max_tokens // row_len) rows and ends
+    at the first example that fits none of them. A batch lists its examples in the order they were added, so
+    `collate_packed_seq2seq` / `LMTask.collate_packed` rebuild the same rows. Every example appears exactly once
+    per epoch; data-parallel striding is that of `TokenBudgetBatchSampler`.
+
+    Args:
+        lengths: (src_len, tgt_len) pairs or lengths, as for `TokenBudgetBatchSampler`.
+        max_tokens: the token budget of one batch (rows x row_len).
+        row_len: L; at least the longest example; 0: the longest example.
+    """
+
+    def __init__(self, lengths: Sequence[int] | Sequence[tuple[int, int]], max_tokens: int, row_len: int, *,
+                 shuffle: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0):
+        super().__init__(lengths, max_tokens, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+        longest = max(self.costs, default=0)
+        row_len = row_len or max(longest, 1)
+        if row_len < longest:
+            raise AttnlabError(f"the packed row length ({row_len}) is shorter than the longest example ({longest} "
+                               "tokens): raise train.pack_length or leave it 0 (= the longest example)")
+        self.row_len = row_len
+        self.sides = [tuple(x) if isinstance(x, (tuple, list)) else (x,) for x in lengths]
+
+    def _all_batches(self) -> list[list[int]]:
+        order = list(range(len(self.sides)))
+        if self.shuffle:
+            self._rng().shuffle(order)
+        else:  # first-fit decreasing: the fewest rows, the same every epoch
+            order.sort(key=lambda i: -self.costs[i])
+        max_rows = max(1, self.max_tokens // self.row_len)
+        batches: list[list[int]] = []
+        current: list[int] = []
+        packer = RowPacker(self.row_len, max_rows)
+        for i in order:
+            if not packer.add(self.sides[i]):
+                batches.append(current)
+                current, packer = [], RowPacker(self.row_len, max_rows)
+                packer.add(self.sides[i])
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
+
+@dataclass
+class Segments:
+    """Which sentence of its row each token of a packed batch belongs to.
+
+    Shape: ids (B, L): 1, 2, ... for the sentences of the row, 0 at padding; pos (B, L): each token's position
+    inside its own sentence (0 at its first token; 0 at padding).
+    """
+
+    ids: torch.Tensor
+    pos: torch.Tensor
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[Sequence[int]]) -> Segments:
+        """From the lengths of the sentences of each row: rows[r] = [len_1, len_2, ...]."""
+        width = max((sum(r) for r in rows), default=0)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)  # (B, L)
+        pos = torch.zeros(len(rows), width, dtype=torch.long)  # (B, L)
+        for r, lengths in enumerate(rows):
+            start = 0
+            for k, n in enumerate(lengths, start=1):
+                ids[r, start:start + n] = k
+                pos[r, start:start + n] = torch.arange(n)
+                start += n
+        return cls(ids, pos)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Segments:
+        return Segments(self.ids.to(device, non_blocking=non_blocking), self.pos.to(device, non_blocking=non_blocking))
+
+
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.LongTensor:
     """Right-pads token id lists into one (B, L) LongTensor, L the longest length (0 for no or empty seqs)."""
     out = torch.full((len(seqs), max((len(s) for s in seqs), default=0)), pad_id, dtype=torch.long)  # (B, L)
@@ -153,6 +276,8 @@ class Seq2SeqBatch:
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
     indices: torch.Tensor
+    src_segments: Segments | None = None  # packed batches only (`collate_packed_seq2seq`)
+    tgt_segments: Segments | None = None
 
     @property
     def num_src_tokens(self) -> int:
@@ -166,8 +291,9 @@ class Seq2SeqBatch:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Seq2SeqBatch:
         """A copy with every tensor on `device`."""
-        return Seq2SeqBatch(*(t.to(device, non_blocking=non_blocking) for t in
-                              (self.src, self.src_lengths, self.tgt_in, self.tgt_out, self.indices)))
+        return Seq2SeqBatch(*(None if t is None else t.to(device, non_blocking=non_blocking) for t in
+                              (self.src, self.src_lengths, self.tgt_in, self.tgt_out, self.indices,
+                               self.src_segments, self.tgt_segments)))
 
 
 class Seq2SeqDataset(Dataset):
@@ -199,6 +325,36 @@ def collate_seq2seq(examples: Sequence[tuple[int, Sequence[int], Sequence[int]]]
         tgt_out=pad_sequences([list(t) + [EOS_ID] for _, _, t in examples]),  # (B, T)
         indices=torch.tensor([i for i, _, _ in examples], dtype=torch.long),  # (B,)
     )
+
+
+def collate_packed_seq2seq(examples: Sequence[tuple[int, Sequence[int], Sequence[int]]], row_len: int
+                           ) -> Seq2SeqBatch:
+    """Collates (index, src, tgt) items into packed rows of at most `row_len` tokens per side (`RowPacker`, in
+    the order given: a `PackedBatchSampler` batch gives back its rows). Each sentence gets its EOS / BOS as in
+    `collate_seq2seq`; src_lengths are the tokens used per row; indices list the examples in row order.
+
+    Shape: src (B, S), tgt_in / tgt_out (B, T) with B rows, plus src_segments (B, S) and tgt_segments (B, T).
+    """
+    rows = pack_rows([(len(s) + 1, len(t) + 1) for _, s, t in examples], row_len)
+    src = [[tok for k in row for tok in [*examples[k][1], EOS_ID]] for row in rows]
+    tgt_in = [[tok for k in row for tok in [BOS_ID, *examples[k][2]]] for row in rows]
+    tgt_out = [[tok for k in row for tok in [*examples[k][2], EOS_ID]] for row in rows]
+    return Seq2SeqBatch(
+        src=pad_sequences(src),  # (B, S)
+        src_lengths=torch.tensor([len(s) for s in src], dtype=torch.long),  # (B,)
+        tgt_in=pad_sequences(tgt_in),  # (B, T)
+        tgt_out=pad_sequences(tgt_out),  # (B, T)
+        indices=torch.tensor([examples[k][0] for row in rows for k in row], dtype=torch.long),  # (N,)
+        src_segments=Segments.of_rows([[len(examples[k][1]) + 1 for k in row] for row in rows]),
+        tgt_segments=Segments.of_rows([[len(examples[k][2]) + 1 for k in row] for row in rows]),
+    )
+
+
+def padding_fraction(batches: Sequence[Seq2SeqBatch]) -> float:
+    """The share of padding among the source and target positions of seq2seq batches."""
+    real = sum(int(b.src_lengths.sum()) + b.num_tgt_tokens for b in batches)
+    total = sum(b.src.numel() + b.tgt_out.numel() for b in batches)
+    return 1.0 - real / max(total, 1)
 
 
 def make_loader(dataset: Seq2SeqDataset, max_tokens: int, shuffle: bool = True, seed: int = 0,

@@ -216,6 +216,9 @@ def seq2seq_training(cfg: ExperimentConfig, corpus: Corpus, tokenizers: Tokenize
         s = corpus_scores(hyps, [p.tgt for p in dev_pairs])
         return {"bleu": s.bleu, "chrf": s.chrf}
 
+    if cfg.train.pack and cfg.model.family != "transformer":
+        raise AttnlabError("train.pack needs model.family = 'transformer': an RNN reads a row left to right and "
+                           "cannot keep packed sentences apart")
     d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else cfg.model.rnn.hidden_dim
     return Training(Seq2SeqTask(), Seq2SeqDataset(*encode_pairs(corpus.train, tokenizers)),
                     Seq2SeqDataset(*encode_pairs(corpus.dev, tokenizers)), dev_eval=dev_bleu, d_model=d_model,

@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.batching import pad_sequences
+from attnlab.attention import segment_mask
+from attnlab.batching import Segments, pack_rows, pad_sequences
 from attnlab.checkpoint import load_weights, resolve_checkpoint
 from attnlab.config import from_dict, load_config
 from attnlab.corpus import bible_corpus, holdout, normalize, subsample
@@ -183,22 +184,25 @@ class TransformerLM(nn.Module):
         if cfg.tie_embeddings:
             self.generator.weight = self.embed.weight
 
-    def _embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
+    def _embed(self, tokens: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
         """tokens (B, L) -> Dropout(sqrt(D) * E[tokens] + PE) (B, L, D)."""
-        return self.dropout(self.pos(self.embed(tokens) * math.sqrt(self.cfg.d_model), offset))
+        return self.dropout(self.pos(self.embed(tokens) * math.sqrt(self.cfg.d_model), offset, positions))
 
-    def hidden(self, tokens: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor | None]]:
+    def hidden(self, tokens: Tensor, need_weights: bool = False, segments: Segments | None = None
+               ) -> tuple[Tensor, list[Tensor | None]]:
         """tokens (B, T) -> top hidden states (B, T, D), self-attention weights (B, H, T, T) per layer.
-        Right padding needs no mask: under the causal mask a real token never sees the pads after it."""
-        x = self._embed(tokens)
+        Right padding needs no mask: under the causal mask a real token never sees the pads after it. Packed
+        rows (segments (B, T)) attend within their own sentence and count positions from its start."""
+        x = self._embed(tokens, positions=None if segments is None else segments.pos)  # (B, T, D)
+        mask = None if segments is None else segment_mask(segments.ids, segments.ids)  # (B, 1, T, T)
         weights = []
         for layer in self.layers:
-            x, w, _ = layer(x, need_weights=need_weights)  # (B, T, D), causal
+            x, w, _ = layer(x, None, mask, None, need_weights)  # (B, T, D), causal
             weights.append(w)
         return self.norm(x), weights
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        return self.generator(self.hidden(tokens)[0])  # (B, T, V)
+    def forward(self, tokens: Tensor, segments: Segments | None = None) -> Tensor:
+        return self.generator(self.hidden(tokens, segments=segments)[0])  # (B, T, V)
 
     def init_state(self, batch: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
                    ) -> TransformerState:
@@ -239,14 +243,17 @@ class LMDataset(torch.utils.data.Dataset):
 
 @dataclass
 class LMBatch:
-    """inputs = [BOS] + ids, targets = ids + [EOS], right-padded with PAD_ID. Shape: (B, T) each."""
+    """inputs = [BOS] + ids, targets = ids + [EOS], right-padded with PAD_ID. Shape: (B, T) each; segments
+    (B, T) for packed rows (several sentences per row, `LMTask.collate_packed`)."""
 
     inputs: Tensor
     targets: Tensor
+    segments: Segments | None = None
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> LMBatch:
         return LMBatch(self.inputs.to(device, non_blocking=non_blocking),
-                       self.targets.to(device, non_blocking=non_blocking))
+                       self.targets.to(device, non_blocking=non_blocking),
+                       None if self.segments is None else self.segments.to(device, non_blocking=non_blocking))
 
 
 class LMTask:
@@ -260,8 +267,18 @@ class LMTask:
                        pad_sequences([list(s) + [EOS_ID] for _, s in examples]))
 
     @staticmethod
+    def collate_packed(examples: list[tuple[int, list[int]]], row_len: int) -> LMBatch:
+        """Sentences packed first-fit into rows of at most row_len tokens (`attnlab.batching.RowPacker`)."""
+        rows = pack_rows([(len(s) + 1,) for _, s in examples], row_len)
+        return LMBatch(pad_sequences([[t for k in row for t in [BOS_ID, *examples[k][1]]] for row in rows]),
+                       pad_sequences([[t for k in row for t in [*examples[k][1], EOS_ID]] for row in rows]),
+                       Segments.of_rows([[len(examples[k][1]) + 1 for k in row] for row in rows]))
+
+    @staticmethod
     def loss(model: nn.Module, batch: LMBatch, label_smoothing: float) -> tuple[Tensor, int]:
-        return sequence_loss(model(batch.inputs), batch.targets, label_smoothing), int((batch.targets != PAD_ID).sum())
+        packed = {} if batch.segments is None else {"segments": batch.segments}
+        logits = model(batch.inputs, **packed)  # (B, T, V)
+        return sequence_loss(logits, batch.targets, label_smoothing), int((batch.targets != PAD_ID).sum())
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -25,7 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
-from attnlab.batching import Seq2SeqBatch, TokenBudgetBatchSampler, collate_seq2seq
+from attnlab.batching import (PackedBatchSampler, Seq2SeqBatch, TokenBudgetBatchSampler, collate_packed_seq2seq,
+                               collate_seq2seq)
 from attnlab.checkpoint import load_checkpoint, read_pointer, recover, save_checkpoint, step_name, write_best
 from attnlab.errors import AttnlabError
 from attnlab.fileio import append_line, atomic_write_text
@@ -42,6 +44,8 @@ class TrainConfig:
     max_epochs: int = 0  # 0: no limit
     max_minutes: float = 0.0  # wall-clock budget of this invocation; 0: no limit
     max_tokens: int = 4096  # token budget of one batch (padding included)
+    pack: bool = False  # several sentences per row with per-sentence attention masks (Transformer, LM)
+    pack_length: int = 0  # tokens per packed row; 0: the longest training example
     accum_steps: int = 1  # batches per optimizer update
     optimizer: str = "adam"
     lr: float = 1e-3
@@ -76,7 +80,8 @@ class TrainConfig:
         for name in ("max_tokens", "accum_steps", "eval_every", "log_every", "keep_last"):
             if getattr(self, name) < 1:
                 raise AttnlabError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_steps", "max_epochs", "warmup_steps", "patience", "eval_max_sentences", "num_threads"):
+        for name in ("max_steps", "max_epochs", "warmup_steps", "patience", "eval_max_sentences", "num_threads",
+                     "pack_length"):
             if getattr(self, name) < 0:
                 raise AttnlabError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.plateau_patience < 1:
@@ -129,6 +134,7 @@ class Task(Protocol):
 
     `collate(examples) -> batch` (the batch has `.to(device)`); `loss(model, batch, label_smoothing) ->
     (summed loss over the batch's items, number of items)`; `perplexity`: whether exp(dev loss) means something.
+    A task whose examples can share a row (`train.pack`) also has `collate_packed(examples, row_len) -> batch`.
     Datasets give `__len__`, `__getitem__` and `lengths()` (each example's cost for the token budget).
     """
 
@@ -150,8 +156,14 @@ class Seq2SeqTask:
         return collate_seq2seq(examples)
 
     @staticmethod
+    def collate_packed(examples: list, row_len: int) -> Seq2SeqBatch:
+        return collate_packed_seq2seq(examples, row_len)
+
+    @staticmethod
     def loss(model: nn.Module, batch: Seq2SeqBatch, label_smoothing: float) -> tuple[torch.Tensor, int]:
-        logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+        packed = {} if batch.src_segments is None else {"src_segments": batch.src_segments,
+                                                         "tgt_segments": batch.tgt_segments}
+        logits = model(batch.src, batch.src_lengths, batch.tgt_in, **packed)  # (B, T, V)
         return sequence_loss(logits, batch.tgt_out, label_smoothing), batch.num_tgt_tokens
 
 
@@ -279,8 +291,7 @@ class Trainer:
         if cfg.compile:  # the compiled module shares its parameters with raw_model, which checkpoints use
             self.model = torch.compile(self.model, dynamic=True)
         self.train_data, self.dev_data = train_data, dev_data
-        self.sampler = TokenBudgetBatchSampler(train_data.lengths(), cfg.max_tokens, shuffle=True, seed=cfg.seed,
-                                               num_replicas=self.world, rank=self.rank)
+        self.sampler, self.collate = self._batching(train_data)
         if len(self.sampler) < cfg.accum_steps:  # an update would never complete: the loop would not end
             raise AttnlabError(f"train.accum_steps ({cfg.accum_steps}) exceeds the {len(self.sampler)} batches of "
                                f"an epoch (train.max_tokens {cfg.max_tokens}); lower it or the batch size")
@@ -293,6 +304,22 @@ class Trainer:
         self.state = TrainerState()
         self.tb = self._tensorboard_writer()
         self._t_start = time.perf_counter()
+
+    def _batching(self, data) -> tuple[TokenBudgetBatchSampler, Callable[[list], Any]]:
+        """The training batch sampler and collate function: length-bucketed token-budget batches, or packed rows
+        (train.pack) for tasks that can pack."""
+        cfg = self.cfg
+        if not cfg.pack:
+            return TokenBudgetBatchSampler(data.lengths(), cfg.max_tokens, shuffle=True, seed=cfg.seed,
+                                           num_replicas=self.world, rank=self.rank), self.task.collate
+        if not hasattr(self.task, "collate_packed"):
+            raise AttnlabError(f"train.pack: the examples of {type(self.task).__name__} cannot be packed; "
+                               "set train.pack = false")
+        sampler = PackedBatchSampler(data.lengths(), cfg.max_tokens, cfg.pack_length, shuffle=True, seed=cfg.seed,
+                                     num_replicas=self.world, rank=self.rank)
+        log.info("packed batches: rows of %d tokens, %d rows per batch", sampler.row_len,
+                 max(1, cfg.max_tokens // sampler.row_len))
+        return sampler, functools.partial(self.task.collate_packed, row_len=sampler.row_len)
 
     def _tensorboard_writer(self):
         if not (self.cfg.tensorboard and self.is_main):
@@ -358,7 +385,7 @@ class Trainer:
         # A DataLoader iterator draws a seed from the global RNG unless given a generator of its own; that
         # draw would make dropout after a resume differ from an uninterrupted run.
         pin = self.device.type == "cuda"
-        return DataLoader(data, batch_sampler=batches, collate_fn=self.task.collate, generator=torch.Generator(),
+        return DataLoader(data, batch_sampler=batches, collate_fn=self.collate, generator=torch.Generator(),
                           pin_memory=pin)
 
     @torch.no_grad()

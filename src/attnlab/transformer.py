@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.attention import MultiHeadAttention, padding_mask
+from attnlab.attention import MultiHeadAttention, padding_mask, segment_mask
+from attnlab.batching import Segments
 from attnlab.errors import AttnlabError
 
 
@@ -94,7 +95,7 @@ class PositionalEncoding(nn.Module):
     embeddings", Table 3 row E).
 
     Shape: x (B, L, D) -> (B, L, D) with the positions offset .. offset + L - 1 added (offset: incremental
-    decoding).
+    decoding), or with `positions` (B, L) (packed rows: each sentence counts from 0).
     """
 
     def __init__(self, d_model: int, max_len: int = 1024, learned: bool = False) -> None:
@@ -109,11 +110,13 @@ class PositionalEncoding(nn.Module):
         # not persistent: a function of the config, so checkpoints need not carry it
         self.register_buffer("pe", None if learned else pe.float(), persistent=False)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
         L = x.size(1)
         if offset + L > self.max_len:
             raise AttnlabError(f"sequence positions up to {offset + L} exceed the model's max_len ({self.max_len})")
         table = self.learned.weight if self.learned is not None else self.pe
+        if positions is not None:
+            return x + table[positions].to(x.dtype)  # (B, L, D)
         return x + table[offset:offset + L].to(x.dtype)  # (B, L, D)
 
 
@@ -292,7 +295,9 @@ class TransformerSeq2Seq(nn.Module):
         cfg: the `TransformerConfig`.
 
     Shape:
-        forward: src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V).
+        forward: src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V); for packed rows (several
+        sentences per row, `attnlab.batching.collate_packed_seq2seq`) also src_segments (B, S) and
+        tgt_segments (B, T), which restrict every attention to the sentence's own tokens.
         step: prev (B,) -> log-probs (B, V) float32, state, cross-attention weights (B, N_dec, H, S) of every
         decoder layer and head for this step (None without need_weights).
 
@@ -337,39 +342,53 @@ class TransformerSeq2Seq(nn.Module):
                 {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
     # ------------------------------------------------------------------------------------------ stacks
-    def _embed(self, tokens: Tensor, embed: nn.Embedding, pos: PositionalEncoding, offset: int = 0) -> Tensor:
+    def _embed(self, tokens: Tensor, embed: nn.Embedding, pos: PositionalEncoding, offset: int = 0,
+               positions: Tensor | None = None) -> Tensor:
         """3.4 and 3.5: tokens (B, L) -> Dropout(sqrt(D) * E[tokens] + PE) (B, L, D)."""
-        return self.dropout(pos(embed(tokens) * math.sqrt(self.cfg.d_model), offset))
+        return self.dropout(pos(embed(tokens) * math.sqrt(self.cfg.d_model), offset, positions))
 
-    def _encode(self, src: Tensor, src_lengths: Tensor, need_weights: bool = False
-                ) -> tuple[Tensor, Tensor, list[Tensor | None]]:
+    def _encode(self, src: Tensor, src_lengths: Tensor, need_weights: bool = False,
+                segments: Segments | None = None) -> tuple[Tensor, Tensor, list[Tensor | None]]:
         """src (B, S) -> memory (B, S, D), mask (B, S), self-attention weights per layer (B, H, S, S)."""
         mask = padding_mask(src_lengths, src.size(1))  # (B, S)
-        x = self._embed(src, self.src_embed, self.src_pos)  # (B, S, D)
+        self_mask = mask[:, None, None, :] if segments is None else segment_mask(segments.ids, segments.ids)
+        x = self._embed(src, self.src_embed, self.src_pos,
+                        positions=None if segments is None else segments.pos)  # (B, S, D)
         weights = []
         for layer in self.encoder:
-            x, w = layer(x, mask[:, None, None, :], need_weights)  # (B, S, D)
+            x, w = layer(x, self_mask, need_weights)  # (B, S, D)
             weights.append(w)
         return self.enc_norm(x), mask, weights
 
-    def _decode(self, tgt_in: Tensor, memory: Tensor, mask: Tensor, need_weights: bool = False
+    def _decode(self, tgt_in: Tensor, memory: Tensor, mask: Tensor, need_weights: bool = False,
+                segments: tuple[Segments, Segments] | None = None
                 ) -> tuple[Tensor, list[Tensor | None], list[Tensor | None]]:
         """tgt_in (B, T) -> top decoder output (B, T, D), self weights (B, H, T, T) and cross weights
-        (B, H, T, S) per layer."""
-        memory_mask = mask[:, None, None, :]  # (B, 1, 1, S)
-        y = self._embed(tgt_in, self.tgt_embed, self.tgt_pos)  # (B, T, D)
+        (B, H, T, S) per layer. segments: (source, target) segments of packed rows."""
+        if segments is None:
+            self_mask, memory_mask, positions = None, mask[:, None, None, :], None  # memory mask (B, 1, 1, S)
+        else:
+            src_seg, tgt_seg = segments
+            self_mask = segment_mask(tgt_seg.ids, tgt_seg.ids)  # (B, 1, T, T), and causal below
+            memory_mask, positions = segment_mask(tgt_seg.ids, src_seg.ids), tgt_seg.pos  # (B, 1, T, S)
+        y = self._embed(tgt_in, self.tgt_embed, self.tgt_pos, positions=positions)  # (B, T, D)
         self_ws, cross_ws = [], []
         for layer in self.decoder:
-            y, self_w, cross_w = layer(y, memory, None, memory_mask, need_weights)  # (B, T, D), causal
+            y, self_w, cross_w = layer(y, memory, self_mask, memory_mask, need_weights)  # (B, T, D), causal
             self_ws.append(self_w)
             cross_ws.append(cross_w)
         return self.dec_norm(y), self_ws, cross_ws
 
     # ------------------------------------------------------------------------------------------ interface
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher forcing: logits (B, T, V) for target inputs tgt_in (B, T) (BOS-prefixed)."""
-        memory, mask, _ = self._encode(src, src_lengths)
-        y, _, _ = self._decode(tgt_in, memory, mask)
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, src_segments: Segments | None = None,
+                tgt_segments: Segments | None = None) -> Tensor:
+        """Teacher forcing: logits (B, T, V) for target inputs tgt_in (B, T) (BOS-prefixed); packed rows pass
+        both segments."""
+        if (src_segments is None) != (tgt_segments is None):
+            raise AttnlabError("packed rows need both src_segments and tgt_segments")
+        memory, mask, _ = self._encode(src, src_lengths, segments=src_segments)
+        y, _, _ = self._decode(tgt_in, memory, mask,
+                               segments=None if src_segments is None else (src_segments, tgt_segments))
         return self.generator(y)  # (B, T, V)
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> TransformerEncoderOutput:
