@@ -7,10 +7,12 @@ The batches are the trainer's own: the config's corpus and tokenizer, `TokenBudg
 train.max_tokens (length-bucketed), collated by `collate_seq2seq`. The variants run the same batches in turn, step
 by step, so machine noise hits all alike. Reported per variant: real target tokens/s (padding excluded), the
 padding fraction of the batches, FLOPs counted with `torch.utils.flop_counter` on the real shapes and the achieved
-TFLOP/s (MFU when --peak-tflops is given), peak memory (CUDA only).
+TFLOP/s (MFU when --peak-tflops is given), peak memory (CUDA only). With --pack, attnlab also runs on packed
+batches (`train.pack`: several sentences per row with per-sentence masks, `PackedBatchSampler` under the same
+token budget): other batches than the bucketed ones, so each variant reports its own real tokens and padding.
 
     python benchmarks/train_bench.py [--config configs/bible-transformer-small.toml] [--steps 30] [--compile]
-        [--device cuda --amp bf16 --peak-tflops 989] [--json docs/results/issue11_train_bench_cpu.json]
+        [--pack] [--device cuda --amp bf16 --peak-tflops 989] [--json docs/results/issue11_train_bench_cpu.json]
 """
 
 from __future__ import annotations
@@ -28,18 +30,24 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from transformer_bench import TorchTransformerMT  # noqa: E402  (the same reference model as the synthetic bench)
 
-from attnlab.batching import Seq2SeqDataset, TokenBudgetBatchSampler, collate_seq2seq  # noqa: E402
+from attnlab.batching import (PackedBatchSampler, Seq2SeqDataset, TokenBudgetBatchSampler,  # noqa: E402
+                               collate_packed_seq2seq, collate_seq2seq, padding_fraction)
 from attnlab.experiment import encode_pairs, load_experiment, load_seq2seq_data, make_seq2seq_tokenizers  # noqa: E402
 from attnlab.tokenizers import PAD_ID  # noqa: E402
 from attnlab.trainer import sequence_loss  # noqa: E402
 from attnlab.transformer import TransformerSeq2Seq  # noqa: E402
 
 
-def real_batches(cfg, n: int, max_tokens: int, seed: int = 0):
-    """The first n training batches of the config's corpus as the trainer makes them, and the tokenizer's vocab."""
+def real_batches(cfg, n: int, max_tokens: int, seed: int = 0, pack_length: int = -1):
+    """The first n training batches of the config's corpus as the trainer makes them (packed into rows of
+    pack_length tokens when pack_length >= 0, 0 meaning the longest example), and the tokenizer's vocab."""
     corpus = load_seq2seq_data(cfg)
     toks = make_seq2seq_tokenizers(cfg, corpus)
     data = Seq2SeqDataset(*encode_pairs(corpus.train, toks))
+    if pack_length >= 0:
+        sampler = PackedBatchSampler(data.lengths(), max_tokens, pack_length, shuffle=True, seed=seed)
+        return [collate_packed_seq2seq([data[i] for i in idx], sampler.row_len)
+                for idx in list(sampler)[:n]], toks.tgt.vocab_size
     sampler = TokenBudgetBatchSampler(data.lengths(), max_tokens, shuffle=True, seed=seed)
     batches = [collate_seq2seq([data[i] for i in idx]) for idx in list(sampler)[:n]]
     return batches, toks.tgt.vocab_size
@@ -54,6 +62,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=0, help="token budget of a batch (default: the config's)")
     ap.add_argument("--amp", choices=("none", "bf16", "fp16"), default="none")
     ap.add_argument("--compile", action="store_true", help="also torch.compile both models (dynamic shapes)")
+    ap.add_argument("--pack", action="store_true", help="also attnlab on packed batches (train.pack)")
+    ap.add_argument("--pack-length", type=int, default=0, help="tokens per packed row (0: the longest example)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="the device's peak dense TFLOP/s: prints MFU")
     ap.add_argument("--json", type=Path)
@@ -64,11 +74,10 @@ def main() -> int:
     cfg = load_experiment(args.config)
     tcfg = cfg.model.transformer
     max_tokens = args.max_tokens or cfg.train.max_tokens
-    batches, vocab = real_batches(cfg, args.warmup + args.steps, max_tokens)
-    real = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches[args.warmup:])
-    padded = sum(b.tgt_out.numel() + b.src.numel() for b in batches[args.warmup:])
-    real_all = real + sum(int(b.src_lengths.sum()) for b in batches[args.warmup:])
-    batches = [b.to(device) for b in batches]
+    n = args.warmup + args.steps
+    bucketed, vocab = real_batches(cfg, n, max_tokens)
+    packed = real_batches(cfg, n, max_tokens, pack_length=args.pack_length)[0] if args.pack else []
+    bucketed, packed = [b.to(device) for b in bucketed], [b.to(device) for b in packed]
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
 
     torch.manual_seed(0)
@@ -76,16 +85,22 @@ def main() -> int:
     torch.manual_seed(0)
     theirs = TorchTransformerMT(vocab, tcfg).to(device)
     variants = {"attnlab eager": ours, "torch.nn.Transformer eager": theirs}
+    if args.pack:
+        variants["attnlab eager packed"] = ours
     if args.compile:
         variants["attnlab compiled"] = torch.compile(ours, dynamic=True)
         variants["torch.nn.Transformer compiled"] = torch.compile(theirs, dynamic=True)
+        if args.pack:
+            variants["attnlab compiled packed"] = torch.compile(ours, dynamic=True)
+    batches = {name: packed if name.endswith("packed") else bucketed for name in variants}
     fused = {"fused": True} if device.type == "cuda" else {}
     optims = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, **fused) for name, m in variants.items()}
 
     def step(name, b):
         model = variants[name]
+        segments = () if b.src_segments is None else (b.src_segments, b.tgt_segments)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            logits = model(b.src, b.src_lengths, b.tgt_in)  # (B, T, V)
+            logits = model(b.src, b.src_lengths, b.tgt_in, *segments)  # (B, T, V)
         loss = sequence_loss(logits, b.tgt_out, cfg.train.label_smoothing) / b.num_tgt_tokens
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -93,26 +108,28 @@ def main() -> int:
         optims[name].zero_grad(set_to_none=True)
 
     flops = {}
-    for name in ("attnlab eager", "torch.nn.Transformer eager"):  # FLOPs of the measured batches, counted once
-        counter = FlopCounterMode(display=False)
-        with counter:
-            for b in batches[args.warmup:]:
-                step(name, b)
-        flops[name] = counter.get_total_flops()
+    for name in variants:  # FLOPs of the measured batches, counted once per model and batching
+        if "compiled" not in name:
+            counter = FlopCounterMode(display=False)
+            with counter:
+                for b in batches[name][args.warmup:]:
+                    step(name, b)
+            flops[name] = counter.get_total_flops()
     for name in list(variants):
         flops.setdefault(name, flops[name.replace("compiled", "eager")])
     seconds = {name: 0.0 for name in variants}
     t_compile = {}
     for name in variants:  # warm-up (and compilation) on the first batches
         t0 = time.perf_counter()
-        for b in batches[:args.warmup]:
+        for b in batches[name][:args.warmup]:
             step(name, b)
         t_compile[name] = time.perf_counter() - t0
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     peak = {}
-    for b in batches[args.warmup:]:
+    for i in range(args.warmup, n):
         for name in variants:
+            b = batches[name][i]
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -127,10 +144,13 @@ def main() -> int:
               "threads": torch.get_num_threads(), "torch": torch.__version__, "amp": args.amp,
               "dims": {k: getattr(tcfg, k) for k in ("d_model", "h", "d_ff", "enc_layers", "dec_layers", "norm")},
               "vocab": vocab, "max_tokens": max_tokens, "steps": args.steps,
-              "real_target_tokens": real, "padding_fraction": round(1 - real_all / padded, 4),
               "peak_memory_gib": {k: round(v, 2) for k, v in peak.items()}, "variants": {}}
     for name, s in seconds.items():
-        row = {"seconds": round(s, 3), "target_tokens_per_s": round(real / s, 1),
+        measured = batches[name][args.warmup:]
+        real = sum(int((b.tgt_out != PAD_ID).sum()) for b in measured)
+        row = {"batching": "packed" if name.endswith("packed") else "bucketed", "real_target_tokens": real,
+               "padding_fraction": round(padding_fraction(measured), 4),
+               "seconds": round(s, 3), "target_tokens_per_s": round(real / s, 1),
                "tflops_per_s": round(flops[name] / s / 1e12, 4), "speed_vs_torch_eager": round(base / s, 3),
                "warmup_s": round(t_compile[name], 1)}
         if args.peak_tflops:

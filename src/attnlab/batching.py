@@ -137,27 +137,36 @@ class RowPacker:
     Args:
         row_len: L, the most tokens a row holds (per side).
         max_rows: the most rows; `add` refuses an example that would need one more (None: unlimited).
+        floor: no example to come is shorter than this on any side: a row with less room is closed (not scanned
+            again), which changes no result and keeps first-fit fast.
     """
 
-    def __init__(self, row_len: int, max_rows: int | None = None) -> None:
-        self.row_len, self.max_rows = row_len, max_rows
+    def __init__(self, row_len: int, max_rows: int | None = None, floor: int = 1) -> None:
+        self.row_len, self.max_rows, self.floor = row_len, max_rows, floor
         self.rows: list[list[int]] = []  # positions (in the order added) of the examples of each row
         self.used: list[list[int]] = []  # tokens used per row and side
+        self.open: list[int] = []  # rows that may still take an example, in row order
         self.added = 0
 
     def add(self, cost: tuple[int, ...]) -> bool:
         """Puts the next example (its token count per side) in the first row with room; False if none has room
         and no row may be opened (an example longer than row_len opens a row of its own when one may)."""
-        for row, used in zip(self.rows, self.used):
-            if all(u + c <= self.row_len for u, c in zip(used, cost)):
-                row.append(self.added)
+        L = self.row_len
+        for j, r in enumerate(self.open):
+            used = self.used[r]
+            if all(u + c <= L for u, c in zip(used, cost)):
+                self.rows[r].append(self.added)
                 used[:] = [u + c for u, c in zip(used, cost)]
+                if any(L - u < self.floor for u in used):
+                    del self.open[j]
                 self.added += 1
                 return True
         if self.max_rows is not None and len(self.rows) >= self.max_rows:
             return False
         self.rows.append([self.added])
         self.used.append(list(cost))
+        if all(L - u >= self.floor for u in cost):
+            self.open.append(len(self.rows) - 1)
         self.added += 1
         return True
 
@@ -171,48 +180,47 @@ def pack_rows(costs: Sequence[tuple[int, ...]], row_len: int) -> list[list[int]]
 
 
 class PackedBatchSampler(TokenBudgetBatchSampler):
-    """Batches for packed training: each epoch the examples are shuffled (by (seed, epoch)) and added in that
-    order to rows of `row_len` tokens (`RowPacker`); a batch holds max(1, max_tokens // row_len) rows and ends
-    at the first example that fits none of them. A batch lists its examples in the order they were added, so
-    `collate_packed_seq2seq` / `LMTask.collate_packed` rebuild the same rows. Every example appears exactly once
-    per epoch; data-parallel striding is that of `TokenBudgetBatchSampler`.
+    """Batches for packed training. Each epoch the examples are shuffled (by (seed, epoch)), cut into chunks of
+    `chunk` examples, and each chunk is packed first-fit decreasing (longest first) into rows of `row_len` tokens
+    (`RowPacker`); the rows of the epoch are shuffled and grouped, max(1, max_tokens // row_len) per batch. A batch
+    lists its examples row by row, so the first-fit replay of `collate_packed_seq2seq` / `LMTask.collate_packed`
+    puts every example in its own row or an earlier one: never more rows than the batch was cut for. Every
+    example appears exactly once per epoch; data-parallel striding is that of `TokenBudgetBatchSampler`.
 
     Args:
         lengths: (src_len, tgt_len) pairs or lengths, as for `TokenBudgetBatchSampler`.
         max_tokens: the token budget of one batch (rows x row_len).
         row_len: L; at least the longest example; 0: the longest example.
+        chunk: examples packed together (larger: fuller rows, slower packing).
     """
 
     def __init__(self, lengths: Sequence[int] | Sequence[tuple[int, int]], max_tokens: int, row_len: int, *,
-                 shuffle: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0):
+                 shuffle: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0, chunk: int = 512):
         super().__init__(lengths, max_tokens, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
         longest = max(self.costs, default=0)
         row_len = row_len or max(longest, 1)
         if row_len < longest:
             raise AttnlabError(f"the packed row length ({row_len}) is shorter than the longest example ({longest} "
                                "tokens): raise train.pack_length or leave it 0 (= the longest example)")
-        self.row_len = row_len
+        self.row_len, self.chunk = row_len, chunk
         self.sides = [tuple(x) if isinstance(x, (tuple, list)) else (x,) for x in lengths]
 
     def _all_batches(self) -> list[list[int]]:
+        rng = self._rng() if self.shuffle else None
         order = list(range(len(self.sides)))
-        if self.shuffle:
-            self._rng().shuffle(order)
-        else:  # first-fit decreasing: the fewest rows, the same every epoch
-            order.sort(key=lambda i: -self.costs[i])
-        max_rows = max(1, self.max_tokens // self.row_len)
-        batches: list[list[int]] = []
-        current: list[int] = []
-        packer = RowPacker(self.row_len, max_rows)
-        for i in order:
-            if not packer.add(self.sides[i]):
-                batches.append(current)
-                current, packer = [], RowPacker(self.row_len, max_rows)
+        if rng is not None:
+            rng.shuffle(order)
+        rows: list[list[int]] = []
+        for start in range(0, len(order), self.chunk):
+            part = sorted(order[start:start + self.chunk], key=lambda i: -self.costs[i])  # stable: ties keep order
+            packer = RowPacker(self.row_len, floor=min(min(self.sides[i]) for i in part))
+            for i in part:
                 packer.add(self.sides[i])
-            current.append(i)
-        if current:
-            batches.append(current)
-        return batches
+            rows += [[part[k] for k in row] for row in packer.rows]
+        if rng is not None:
+            rng.shuffle(rows)
+        per_batch = max(1, self.max_tokens // self.row_len)
+        return [[i for row in rows[b:b + per_batch] for i in row] for b in range(0, len(rows), per_batch)]
 
 
 @dataclass
