@@ -218,3 +218,23 @@ def test_decomposable_pair_alignment():
     np.testing.assert_allclose(ex.maps["b_to_a"].weights[0, 0].numpy(), w.b_to_a[0].detach().numpy())
     assert set(ex.maps) == {"a_to_b", "b_to_a", "intra_a", "intra_b"}
     assert ex.score == pytest.approx(logits.softmax(-1)[0, 1].item())
+
+
+# ---------------------------------------------------------------------------------------------- command line
+def test_cli_plot_explore_writes_every_view(tiny_runs, tmp_path, capsys):
+    from attnlab.cli import main
+
+    out = tmp_path / "views"
+    argv = ["plot", "explore", str(tiny_runs["transformer"]), "--sentence", "the cat", "--out", str(out),
+            "--formats", "png,svg", "--words", "--beam", "2"]
+    assert main(argv + ["--map", "dec_self,enc_self_rollout"]) == 0
+    printed = capsys.readouterr()
+    paths = printed.out.split()
+    assert len(paths) == 2 * (4 + 3)  # 4 views of dec_self, 3 of the rollout (no neuron view); png and svg
+    assert all((out / name).stat().st_size > 500 for name in ("dec_self_heatmap.png", "dec_self_model.svg",
+                                                             "dec_self_head.png", "dec_self_neuron.svg",
+                                                             "enc_self_rollout_heatmap.svg"))
+    assert "1. " in printed.err and "top: " in printed.err  # the n-best list and the top 5 per token
+    assert main(argv + ["--map", "cross,nope", "--view", "heatmap"]) == 2
+    assert "is not one of this input's maps" in capsys.readouterr().err
+    assert main(argv + ["--layer", "0"]) == 2 and main(argv + ["--head", "x"]) == 2

@@ -306,6 +306,32 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
     print(f"translation: {t.text}", file=sys.stderr)
 
 
+def cmd_plot_explore(args: argparse.Namespace) -> None:
+    """Every attention of a run for one input, as the explorer's views in files (`attnlab.explore`)."""
+    from attnlab.corpus import normalize
+    from attnlab.explore import explore_run, format_decoding, write_views
+    from attnlab.workflow import load_run
+
+    sentence, sentence_b = normalize(args.sentence), normalize(args.sentence_b or "") or None
+    if not sentence:
+        raise AttnlabError("--sentence is empty")
+    if args.layer == 0 or args.query < 1:
+        raise AttnlabError("--layer and --query count from 1 (--layer -1: the last layer)")
+    head = args.head
+    if head != "mean":
+        if not head.isdigit() or int(head) < 1:
+            raise AttnlabError(f"--head {head!r}: give a head number from 1, or mean")
+        head = str(int(head) - 1)
+    run = load_run(args.run_dir, args.checkpoint, args.device)
+    ex = explore_run(run, sentence, sentence_b, args.beam, args.max_new)
+    out = args.out or args.run_dir / "plots" / "explore"
+    paths = write_views(ex, out, [k for k in (args.map or "").split(",") if k], args.view.split(","),
+                        args.layer - 1 if args.layer > 0 else args.layer, head, args.words,
+                        args.formats.split(","), args.query - 1)
+    print("\n".join(str(p) for p in paths))
+    print(format_decoding(ex), file=sys.stderr)
+
+
 def cmd_plot_runs(args: argparse.Namespace) -> None:
     from attnlab.fileio import read_json
     from attnlab.plotting import plot_bleu_by_length, plot_curves
@@ -529,6 +555,31 @@ def build_parser() -> argparse.ArgumentParser:
     patt.add_argument("--layer", default="-1", help="Transformer: decoder layer 1..N, -1 = last (default), or all")
     patt.add_argument("--head", default="all", help="Transformer: head 1..H, or all (default: a grid of heads)")
     patt.set_defaults(func=cmd_plot_attention)
+
+    pexp = psub.add_parser("explore", parents=[opts["run"]],
+                           help="every attention of one input, as the explorer's views (heatmap, model, head, "
+                                "neuron view) in files",
+                           description="The views of `attnlab serve`'s explorer for one input, as PNG/SVG files "
+                                       "OUT/<map>_<view>.<format>: translation runs (maps cross, enc_self, "
+                                       "enc_self_rollout, dec_self; RNN: align), language models (lm_self, "
+                                       "lm_self_rollout: --sentence is the prompt), sentence pairs (a_to_b, "
+                                       "b_to_a, ...; MiniLM: a_self, b_self). Prints the paths; the n-best list "
+                                       "and each token's probability with its top 5 go to stderr.")
+    pexp.add_argument("--sentence", required=True, help="the source sentence, the prompt, or sentence a of a pair")
+    pexp.add_argument("--sentence-b", help="sentence b (sentence-pair runs)")
+    pexp.add_argument("--beam", type=int, default=None, help="translation: beam size (default: the run's)")
+    pexp.add_argument("--max-new", type=int, default=40, help="language model: new tokens at most (default 40)")
+    pexp.add_argument("--map", help="comma-separated maps (default: all of the run)")
+    pexp.add_argument("--view", default="heatmap,model,head,neuron",
+                      help="comma-separated views: heatmap, model, head, neuron (default: all)")
+    pexp.add_argument("--layer", type=int, default=-1, help="layer of the heatmap, head and neuron views (1..N, "
+                                                            "-1 = last, default)")
+    pexp.add_argument("--head", default="mean", help="head number from 1, or mean (default; the neuron view: 1)")
+    pexp.add_argument("--query", type=int, default=1, help="neuron view: the query token, from 1 (default 1)")
+    pexp.add_argument("--words", action="store_true", help="merge subword pieces into words")
+    pexp.add_argument("--out", type=Path, help="output directory (default RUN_DIR/plots/explore)")
+    pexp.add_argument("--formats", default="png", help="comma-separated formats (default png)")
+    pexp.set_defaults(func=cmd_plot_explore)
 
     pcur = psub.add_parser("curves", help="training curves (train loss, dev loss, dev BLEU) of runs on one figure")
     pbl = psub.add_parser("bleu-by-length", help="BLEU by source length of evaluated runs on one figure "

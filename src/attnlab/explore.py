@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch
@@ -443,3 +444,87 @@ def neuron_payload(ex: Exploration, key: str, layer: int, head: int) -> dict:
     return {"map": key, "layer": layer, "head": head, "scale": m.scale, "q": rounded(m.q[layer, head]),
             "k": rounded(m.k[layer, head]), "scores": rounded(scores),
             "weights": rounded(m.weights[layer, head])}
+
+
+# ---------------------------------------------------------------------------------------------- runs, files
+def explore_run(run: LoadedRun, sentence: str, sentence_b: str | None = None, beam: int | None = None,
+                max_new: int = 40, translator=None) -> Exploration:
+    """The exploration of one input of a loaded run of any family with attention: a translation run (beam: the
+    run's by default; `translator`: a ready `attnlab.translate.Translator` of it), a language model (sentence is
+    the prompt) or a sentence-pair run (sentence and sentence_b)."""
+    family = run.family.name
+    if family in ("rnn", "transformer"):
+        if translator is None:
+            from attnlab.translate import Translator
+
+            translator = Translator(run.model, run.tokenizers, run.cfg.decode, run.device)
+        return explore_translation(translator, sentence, run.cfg.decode.beam_size if beam is None else beam)
+    if family == "lm":
+        return explore_generation(run, sentence, max_new)
+    if family == "pair":
+        if not sentence_b:
+            raise AttnlabError("a sentence-pair run needs the second sentence of the pair (sentence b)")
+        return explore_pair(run, sentence, sentence_b)
+    raise AttnlabError(f"{run.run_dir}: a {run.family.title} run has no attention to explore")
+
+
+VIEWS = ("heatmap", "model", "head", "neuron")
+
+
+def write_views(ex: Exploration, out: Path, keys: Sequence[str] = (), views: Sequence[str] = VIEWS,
+                layer: int = -1, head: str = "mean", words: bool = False, formats: Sequence[str] = ("png",),
+                query: int = 0) -> list[Path]:
+    """The explorer's views as files (`attnlab plot explore`), OUT/<map>_<view>.<format> for each map in `keys`
+    (default: all): heatmap of one layer (one head or the mean), model view (every layer and head), head view
+    (the layer's heads as lines), neuron view (one head, the query token `query`). Returns the paths written."""
+    from attnlab.plotting import plot_attention, plot_attention_grid, plot_head_view, plot_neuron_view
+
+    bad = [v for v in views if v not in VIEWS]
+    if bad:
+        raise AttnlabError(f"view {bad[0]!r} is not one of {', '.join(VIEWS)}")
+    paths: list[Path] = []
+    for key in keys or list(ex.maps):
+        m = find_map(ex, key)
+        li = check_index(layer if layer >= 0 else m.layers + layer, m.layers, "layer")
+        hi = None if head == "mean" else check_index(int(head), m.heads, "head")
+        rows, cols = m.rows, m.cols
+        if words:
+            rg, cg = word_groups(rows, ex.scheme), word_groups(cols, ex.scheme)
+            rows, cols = word_labels(rows, rg), word_labels(cols, cg)
+        w = layer_weights(ex, key, li, words).numpy()  # (H, R, C)
+        what = f"layer {li + 1}, " + ("mean of heads" if hi is None else f"head {hi + 1}")
+        for fmt in formats:
+            def path(view: str) -> Path:
+                return out / f"{key}_{view}.{fmt.strip()}"
+
+            if "heatmap" in views:
+                paths.append(plot_attention(w.mean(0) if hi is None else w[hi], cols, rows, path("heatmap"),
+                                            title=f"{m.title}, {what}", xlabel="keys", ylabel="queries"))
+            if "model" in views:
+                grid = [layer_weights(ex, key, lay, words).numpy()[h] for lay in range(m.layers)
+                        for h in range(m.heads)]
+                names = [f"layer {lay + 1} head {h + 1}" for lay in range(m.layers) for h in range(m.heads)]
+                paths.append(plot_attention_grid(grid, cols, rows, path("model"), names, ncols=m.heads,
+                                                 suptitle=f"{m.title}: every layer and head"))
+            if "head" in views:
+                heads = range(m.heads) if hi is None else [hi]
+                paths.append(plot_head_view(w[list(heads)], rows, cols, path("head"),
+                                            [f"head {h + 1}" for h in heads], title=f"{m.title}, layer {li + 1}"))
+            if "neuron" in views and m.q is not None:
+                h = 0 if hi is None else hi
+                i = check_index(query, len(m.rows), "query token")
+                s = m.scores(li, h)[i].double().numpy()
+                s[s == float("-inf")] = float("nan")
+                paths.append(plot_neuron_view(m.q[li, h, i].numpy(), m.k[li, h].numpy(), s, m.cols, path("neuron"),
+                                              m.rows[i], m.scale, f"{m.title}, layer {li + 1}, head {h + 1}"))
+    return paths
+
+
+def format_decoding(ex: Exploration) -> str:
+    """The n-best list and each output token's probability with its top alternatives, as text."""
+    lines = [f"{ex.output}"]
+    lines += [f"  {rank}. {score:.4f}  {text}" for rank, (text, score) in enumerate(ex.nbest, 1)]
+    for c in ex.choices:
+        alts = ", ".join(f"{clean_piece(p)} {x:.3f}" for p, x in c.top)
+        lines.append(f"  {clean_piece(c.piece):>12} p={c.prob:.3f}{'' if c.generated else ' (prompt)'}   top: {alts}")
+    return "\n".join(lines)

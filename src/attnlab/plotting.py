@@ -139,3 +139,85 @@ def save_figure(fig, path: Path | str, dpi: int = 120) -> Path:
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
     return path
+
+
+def plot_head_view(weights, row_labels: Sequence[str], col_labels: Sequence[str], path: Path | str,
+                   head_names: Sequence[str], title: str = "") -> Path:
+    """The head view (bertviz's): row tokens on the left, column tokens on the right, a line per pair and head
+    with the weight as its opacity, one colour per head.
+
+    Args:
+        weights: (K, R, C) array-like, K heads (or layers) to draw, each (rows, columns).
+        head_names: K legend entries.
+    """
+    import numpy as np
+
+    w = np.asarray(weights, dtype=float)
+    if w.ndim != 3 or w.shape[1:] != (len(row_labels), len(col_labels)) or w.shape[0] != len(head_names):
+        raise ValueError(f"weights {w.shape} do not match {len(head_names)} heads x {len(row_labels)} rows x "
+                         f"{len(col_labels)} columns")
+    n = max(len(row_labels), len(col_labels))
+    fig, ax = plt.subplots(figsize=(5.5, max(3.0, 0.22 * n + 1.2)))
+    colors = plt.get_cmap("tab10")
+    for h in range(w.shape[0]):
+        for i in range(w.shape[1]):
+            for j in range(w.shape[2]):
+                if w[h, i, j] >= 0.01:  # invisible anyway; keeps long inputs' files small
+                    ax.plot([0, 1], [i, j], color=colors(h % 10), alpha=float(min(w[h, i, j], 1.0)), lw=1.5)
+        ax.plot([], [], color=colors(h % 10), label=head_names[h])
+    for i, t in enumerate(row_labels):
+        ax.text(-0.03, i, clean_piece(t), ha="right", va="center", fontsize=8)
+    for j, t in enumerate(col_labels):
+        ax.text(1.03, j, clean_piece(t), ha="left", va="center", fontsize=8)
+    ax.set_xlim(-0.6, 1.6)
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.axis("off")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, w.shape[0]), frameon=False)
+    if title:
+        ax.set_title("\n".join(textwrap.wrap(title, width=60)), fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, path, dpi=120)
+
+
+def plot_neuron_view(q, k, scores, key_labels: Sequence[str], path: Path | str, query_label: str = "",
+                     scale: float = 1.0, title: str = "") -> Path:
+    """The neuron view of one query (bertviz's): the query vector q, each key k_j, their elementwise products
+    q * k_j and the score sum(q * k_j) * scale before the softmax.
+
+    Args:
+        q: (Dh,) the query. k: (C, Dh) the keys. scores: (C,) pre-softmax scores (nan where masked).
+    """
+    import numpy as np
+
+    q, k, s = np.asarray(q, dtype=float), np.asarray(k, dtype=float), np.asarray(scores, dtype=float)
+    if k.ndim != 2 or k.shape != (len(key_labels), q.shape[0]) or s.shape != (len(key_labels),):
+        raise ValueError(f"q {q.shape}, k {k.shape}, scores {s.shape} do not match {len(key_labels)} keys")
+    prod = q[None, :] * k  # (C, Dh)
+    C, Dh = k.shape
+    fig, axes = plt.subplots(2, 3, figsize=(max(6.0, 0.12 * Dh * 2 + 3), max(3.0, 0.25 * C + 1.6)),
+                             gridspec_kw={"height_ratios": [1, max(C, 1)], "width_ratios": [Dh, Dh, 6]},
+                             squeeze=False)
+    vmax = max(np.abs(np.concatenate([q, k.ravel()])).max(), 1e-9)
+    pmax = max(np.abs(prod).max(), 1e-9)
+    axes[0][0].imshow(q[None, :], cmap="RdBu", vmin=-vmax, vmax=vmax, aspect="auto")
+    axes[0][0].set_title(f"query q ({clean_piece(query_label)})", fontsize=8)
+    axes[1][0].imshow(k, cmap="RdBu", vmin=-vmax, vmax=vmax, aspect="auto")
+    axes[1][0].set_yticks(range(C), [clean_piece(t) for t in key_labels], fontsize=7)
+    axes[1][0].set_title("keys k", fontsize=8)
+    axes[1][1].imshow(prod, cmap="RdBu", vmin=-pmax, vmax=pmax, aspect="auto")
+    axes[1][1].set_title("q \u00d7 k (elementwise)", fontsize=8)
+    axes[1][2].set_ylim(C - 0.5, -0.5)
+    axes[1][2].set_xlim(0, 1)
+    for j, x in enumerate(s):
+        axes[1][2].text(0.05, j, "masked" if np.isnan(x) else f"{x:.3f}", va="center", fontsize=7)
+    axes[1][2].set_title(f"sum \u00d7 {scale:.3g}", fontsize=8)
+    for ax in (axes[0][0], axes[1][1]):
+        ax.set_yticks([])
+    for ax in (axes[0][1], axes[0][2], axes[1][2]):
+        ax.axis("off")
+    for ax in (axes[0][0], axes[1][0], axes[1][1]):
+        ax.set_xticks([])
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, path, dpi=120)

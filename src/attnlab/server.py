@@ -206,7 +206,7 @@ class ServedModel:
     translator: Translator | None  # translation runs (CTranslate2 or PyTorch)
     light: Lane
     heavy: Lane
-    run: LoadedRun | None = None  # language-model and sentence-pair runs
+    run: LoadedRun | None = None
     explorer: Translator | None = None  # translation runs: the PyTorch translator (its model's attention)
 
     def cost(self, sentence: str, sentence_b: str | None = None, beam: int = 1, max_new: int = 0) -> int:
@@ -231,15 +231,8 @@ class ServedModel:
 
     def explore(self, items: list[tuple[str, str | None, int, int]]) -> list[explore.Exploration]:
         """Explorations of (sentence, sentence_b, beam, max_new) items, one at a time."""
-        out = []
-        for sentence, sentence_b, beam, max_new in items:
-            if self.explorer is not None:
-                out.append(explore.explore_translation(self.explorer, sentence, beam))
-            elif self.info.kind == "generation":
-                out.append(explore.explore_generation(self.run, sentence, max_new))
-            else:
-                out.append(explore.explore_pair(self.run, sentence, sentence_b))
-        return out
+        return [explore.explore_run(self.run, sentence, sentence_b, beam, max_new, self.explorer)
+                for sentence, sentence_b, beam, max_new in items]
 
 
 def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:
@@ -299,7 +292,7 @@ def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "c
                 translator = CTranslate2Translator(ctranslate2_model(run, checkpoint), loaded.tokenizers,
                                                    loaded.cfg.decode)
                 info.attention, info.layers, info.heads = "last layer, mean of heads (CTranslate2)", 1, 1
-        served = ServedModel(info, translator, None, None, None if info.kind == "translation" else loaded, explorer)
+        served = ServedModel(info, translator, None, None, loaded, explorer)
 
         def run_batch(key, items: list, translator: Translator = translator, served: ServedModel = served) -> list:
             if isinstance(key, tuple):  # ("explore", beam): explorations, one input at a time
