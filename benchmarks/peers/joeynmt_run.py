@@ -1,0 +1,13 @@
+"""`python -m joeynmt ...` with torch's CPU threads set first: joeynmt_run.py THREADS MODE CONFIG [options].
+Run by joeynmt_vs_attnlab.py with JoeyNMT's own venv (JoeyNMT itself never calls torch.set_num_threads)."""
+
+import sys
+
+import torch
+
+if __name__ == "__main__":
+    torch.set_num_threads(int(sys.argv[1]))
+    sys.argv = ["joeynmt", *sys.argv[2:]]
+    from joeynmt.__main__ import main
+
+    main()
