@@ -50,6 +50,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
@@ -442,6 +443,7 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
     app = FastAPI(title="attnlab attention explorer", version=__import__("attnlab").__version__,
                   docs_url=None, redoc_url=None,
                   description="Translate with trained attnlab runs and get their cross-attention weights.")
+    app.add_middleware(GZipMiddleware, minimum_size=16 * 1024)  # a layer of weights: ~1 MB of JSON, ~4x smaller
     app.add_middleware(BodyLimit, max_bytes=max_body)
     app.add_exception_handler(RequestValidationError, _validation_error)
     store = Explorations()

@@ -10,6 +10,7 @@ const HEAD_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c
                      "#bcbd22", "#7f7f7f", "#393b79", "#637939"];
 const MAX_LINES = 20000;  // head view: above this many lines, weights under MIN_LINE are not drawn
 const MIN_LINE = 0.02;
+const MAX_TABLE_CELLS = 4000;  // larger heatmaps are drawn on a canvas: a 16,000-cell table freezes the page
 
 function el(tag, attrs = {}, text = "") {
   const e = document.createElement(tag);
@@ -72,6 +73,11 @@ async function renderHeatmap(panel, box) {
   const map = currentMap(panel);
   const [rows, cols] = labels(panel, map);
   const w = selectedMatrix(panel, await layerWeights(panel, map.key, Number(q(panel, ".layer").value)));
+  panel.exporter = () => heatmapSVG(w, rows, cols, `${map.title}, ${layerHeadText(panel)}`);
+  if (rows.length * cols.length > MAX_TABLE_CELLS) {
+    canvasHeatmap(panel, box, w, rows, cols);
+    return;
+  }
   const vmax = Math.max(1e-9, ...w.map(rowMax));
   const table = el("table", {class: "heatmap"});
   const thead = el("thead");
@@ -105,7 +111,64 @@ async function renderHeatmap(panel, box) {
   const wrap = el("div", {class: "heatmap-box"});
   wrap.append(table);
   box.append(wrap);
-  panel.exporter = () => heatmapSVG(w, rows, cols, `${map.title}, ${layerHeadText(panel)}`);
+}
+
+// a long input's heatmap on a canvas: labels and cells drawn once, the hovered row and its most-attended column
+// outlined on a second canvas above it
+function canvasHeatmap(panel, box, w, rows, cols) {
+  const cell = 12, font = "11px sans-serif";
+  const measure = el("canvas").getContext("2d");
+  measure.font = font;
+  const left = 6 + Math.max(...rows.map(t => measure.measureText(t).width));
+  const top = 6 + Math.max(...cols.map(t => measure.measureText(t).width));
+  const width = Math.ceil(left + cols.length * cell + 2), height = Math.ceil(top + rows.length * cell + 2);
+  const base = el("canvas", {class: "heatmap-canvas", width, height});
+  const over = el("canvas", {class: "heatmap-over", width, height});
+  const ctx = base.getContext("2d");
+  ctx.font = font;
+  ctx.fillStyle = "#fff";
+  ctx.fillRect(0, 0, width, height);
+  const vmax = Math.max(1e-9, ...w.map(rowMax));
+  for (let i = 0; i < rows.length; i++) {
+    for (let j = 0; j < cols.length; j++) {
+      ctx.fillStyle = `rgba(13, 71, 161, ${(w[i][j] / vmax).toFixed(3)})`;
+      ctx.fillRect(left + j * cell, top + i * cell, cell - 1, cell - 1);
+    }
+  }
+  ctx.fillStyle = "#222";
+  ctx.textAlign = "right";
+  rows.forEach((t, i) => ctx.fillText(t, left - 4, top + i * cell + 10));
+  cols.forEach((t, j) => {
+    ctx.save();
+    ctx.translate(left + j * cell + 9, top - 4);
+    ctx.rotate(-Math.PI / 2);
+    ctx.textAlign = "left";
+    ctx.fillText(t, 0, 0);
+    ctx.restore();
+  });
+  const wrap = el("div", {class: "heatmap-box canvas-box", "data-rows": rows.length, "data-cols": cols.length});
+  wrap.append(base, over);
+  box.append(wrap);
+  const strip = q(panel, ".source-strip");
+  cols.forEach((s, j) => strip.append(el("span", {"data-j": j}, s)));
+  const octx = over.getContext("2d");
+  over.addEventListener("mousemove", ev => {
+    const r = over.getBoundingClientRect();
+    const i = Math.floor((ev.clientY - r.top - top) / cell);
+    octx.clearRect(0, 0, width, height);
+    const spans = panel.querySelectorAll(".source-strip span");
+    if (i < 0 || i >= rows.length) { spans.forEach(s => { s.style.background = ""; }); return; }
+    const row = w[i], best = row.indexOf(Math.max(...row)), m = rowMax(row);
+    octx.strokeStyle = "#ff6f00";
+    octx.lineWidth = 2;
+    octx.strokeRect(left - 1, top + i * cell - 1, cols.length * cell + 1, cell + 1);
+    octx.strokeRect(left + best * cell - 1, top - 1, cell + 1, rows.length * cell + 1);
+    octx.fillStyle = "rgba(255, 213, 79, .6)";
+    octx.fillRect(0, top + i * cell, left - 2, cell);
+    spans.forEach((s, j) => { s.style.background = `rgba(255, 193, 7, ${(row[j] / m).toFixed(3)})`; });
+    over.title = `${rows[i]}: most attended ${cols[best]} (${row[best].toFixed(3)})`;
+  });
+  over.addEventListener("mouseleave", () => octx.clearRect(0, 0, width, height));
 }
 
 function esc(s) {
@@ -293,9 +356,12 @@ function neuronDetail(box, n, map, i) {
   const qi = n.q[i];
   const vmax = Math.max(1e-9, ...qi.map(Math.abs), ...n.k.flat().map(Math.abs));
   const pmax = Math.max(1e-9, ...n.k.flatMap(k => k.map((x, d) => Math.abs(x * qi[d]))));
-  const vec = (v, m, cls, extra = "") => `<span class="vec ${cls}"${extra}>` + v.map(x =>
-    `<span class="v" data-v="${x}" style="background:${colorOf(x, m)}" title="${x.toFixed(4)}"></span>`).join("") +
-    "</span>";
+  // a long input's vectors as one small canvas each (10,000s of spans would freeze the page), a short one's as
+  // spans carrying their values
+  const big = n.k.length * qi.length > 4000;
+  const vec = (v, m, cls) => big ? `<canvas class="vec ${cls}" width="${v.length * 5}" height="11"></canvas>` :
+    `<span class="vec ${cls}">` + v.map(x => `<span class="v" data-v="${x}" style="background:${colorOf(x, m)}" ` +
+                                         `title="${x.toFixed(4)}"></span>`).join("") + "</span>";
   const html = [`<table class="neuron-table" data-scale="${n.scale}" data-i="${i}"><thead><tr><th></th>` +
                 `<th>query q (${esc(map.rows[i])})</th><th></th><th></th><th></th></tr><tr><th></th><td>` +
                 vec(qi, vmax, "q") + "</td></tr>" +
@@ -310,6 +376,16 @@ function neuronDetail(box, n, map, i) {
   });
   html.push("</tbody></table>");
   box.innerHTML = html.join("");
+  if (!big) return;
+  const paint = (canvas, v, m) => {
+    const ctx = canvas.getContext("2d");
+    v.forEach((x, d) => { ctx.fillStyle = colorOf(x, m); ctx.fillRect(d * 5, 0, 4, 11); });
+  };
+  paint(box.querySelector("canvas.q"), qi, vmax);
+  box.querySelectorAll("tr.key-row").forEach((tr, j) => {
+    paint(tr.querySelector("canvas.k"), n.k[j], vmax);
+    paint(tr.querySelector("canvas.prod"), n.k[j].map((x, d) => x * qi[d]), pmax);
+  });
 }
 
 // ------------------------------------------------------------------------------------------ export
