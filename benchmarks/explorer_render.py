@@ -100,8 +100,8 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     for key, row in result["views"].items():
-        print(f"{key:32} first render {row['render_ms_median']:8.1f} ms   longest task {row['longest_task_ms_max']:7.1f}"
-              f" ms")
+        print(f"{key:32} first render {row['render_ms_median']:8.1f} ms   "
+              f"longest task {row['longest_task_ms_max']:7.1f} ms")
     print(f"explore request {result['explore_ms_median']:.0f} ms (server decoding), wrote {args.json}")
 
 
