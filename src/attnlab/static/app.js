@@ -501,6 +501,8 @@ function renderDecoding(panel, r) {
     c.top.forEach(a => list.append(el("li", {class: a.piece === c.piece ? "chosen" : "", "data-p": a.prob},
                                       `${a.label}  ${a.prob.toFixed(3)}`)));
     tip.append(list);
+    tip.style.left = `${span.offsetLeft}px`;  // under the hovered token
+    tip.style.top = `${span.offsetTop + span.offsetHeight + 2}px`;
     tip.hidden = false;
   };
   tokens.onmouseleave = () => { tip.hidden = true; };
