@@ -32,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -171,6 +172,31 @@ def loadavg() -> str:
     return Path("/proc/loadavg").read_text().strip() if Path("/proc/loadavg").exists() else "n/a"
 
 
+class LoadSampler:
+    """The 1-minute load average every `every` seconds while training runs (alone with T threads it stays
+    near T; more means other work shared the CPU)."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every, self.samples, self._stop = every, [], threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.samples.append(float(loadavg().split()[0]))
+
+    def __enter__(self) -> "LoadSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict:
+        return {"every_s": self.every, "mean": _mean(self.samples), "max": max(self.samples, default=float("nan")),
+                "samples": self.samples}
+
+
 def thread_env(threads: int) -> dict:
     return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
 
@@ -191,7 +217,11 @@ def train_joeynmt(python: Path, config: Path, log_path: Path, minutes: float, th
         if started is not None and time.time() - started >= 60 * minutes:
             proc.send_signal(signal.SIGINT)
             stopped = time.time()
-            proc.wait()
+            try:
+                proc.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise SystemExit(f"JoeyNMT did not stop within 300 s of SIGINT; see {log_path}") from None
             break
     else:
         raise SystemExit(f"JoeyNMT stopped by itself (exit {proc.returncode}) before the deadline; see {log_path}")
@@ -224,15 +254,15 @@ def decode_joeynmt(python: Path, config: dict, out: Path, threads: int) -> tuple
     return (out / "hyp.test").read_text(encoding="utf-8").splitlines(), time.time() - t0
 
 
-def run_attnlab(config: Path, run_dir: Path, minutes: float, threads: int, overrides: list[str], max_test: int
-                ) -> dict:
+def run_attnlab(config: Path, run_dir: Path, minutes: float, threads: int, overrides: list[str], max_test: int,
+                load: LoadSampler) -> dict:
     attnlab = Path(sys.executable).parent / "attnlab"
     if run_dir.exists():
         shutil.rmtree(run_dir)
     sets = [f"train.max_minutes={minutes}", f"train.num_threads={threads}", *overrides]
     cmd = [str(attnlab), "train", str(config), "--out", str(run_dir)] + [a for s in sets for a in ("--set", s)]
     t0 = time.time()
-    with open(run_dir.parent / f"{run_dir.name}.train.log", "w") as log:
+    with open(run_dir.parent / f"{run_dir.name}.train.log", "w") as log, load:
         subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=thread_env(threads), check=True)
     wall = time.time() - t0
     t1 = time.time()
@@ -300,7 +330,8 @@ def main() -> None:
 
     print(f"JoeyNMT: training {args.minutes:g} min ({sizes['train']:,} train pairs)", file=sys.stderr)
     load_before = loadavg()
-    times = train_joeynmt(args.joeynmt_python, config_path, jdir / "train.log", args.minutes, args.threads)
+    with LoadSampler() as joey_load:
+        times = train_joeynmt(args.joeynmt_python, config_path, jdir / "train.log", args.minutes, args.threads)
     log_text = (jdir / "train.log").read_text(errors="replace")
     stats = joeynmt_stats(args.joeynmt_python, jdir / "model", log_text)
     load_after_train = loadavg()
@@ -309,7 +340,7 @@ def main() -> None:
     scores = corpus_scores(hyps, refs)
     result["joeynmt"] = {
         "version": _joeynmt_versions(args.joeynmt_python), "loadavg_before": load_before,
-        "loadavg_after_training": load_after_train,
+        "loadavg_after_training": load_after_train, "loadavg_1min_during_training": joey_load.summary(),
         "command": f"{args.joeynmt_python} -m joeynmt train {config_path} --skip-test (SIGINT at the deadline)",
         "updates": stats["updates"], "target_tokens": stats["target_tokens"],
         "tokens_per_s": _mean(stats["window_rates"]), "window_rates": stats["window_rates"],
@@ -322,12 +353,15 @@ def main() -> None:
 
     print(f"attnlab: training {args.minutes:g} min", file=sys.stderr)
     load_before = loadavg()
-    a = run_attnlab(args.config, out / "attnlab", args.minutes, args.threads, args.overrides, args.max_test)
+    attnlab_load = LoadSampler()
+    a = run_attnlab(args.config, out / "attnlab", args.minutes, args.threads, args.overrides, args.max_test,
+                    attnlab_load)
     same_tokenizer = (out / "attnlab" / "tokenizer" / "src.model").read_bytes() == (jdir / "spm.model").read_bytes()
     train_recs = [r for r in a["records"] if "tokens_per_s" in r]
     dev_recs = [r for r in a["records"] if "bleu" in r]
     result["attnlab"] = {
-        "loadavg_before": load_before, "command": a["command"], "updates": find_key(a["state"], "step"),
+        "loadavg_before": load_before, "loadavg_1min_during_training": attnlab_load.summary(),
+        "command": a["command"], "updates": find_key(a["state"], "step"),
         "target_tokens": find_key(a["state"], "train_tokens"),
         "tokens_per_s": _mean([r["tokens_per_s"] for r in train_recs]),
         "window_rates": [round(r["tokens_per_s"], 1) for r in train_recs],
