@@ -206,7 +206,7 @@ def test_lone_surrogate_and_a_bug_are_json_errors(tiny_runs, monkeypatch):
 def test_heavy_requests_queue_apart_and_a_full_queue_is_a_503(tiny_runs):
     """With the heavy lane busy and its queue full, a heavy request gets 503 + Retry-After at once, a light one
     is still answered; a request past its time limit gets 503 too."""
-    from attnlab.server import Lane
+    from attnlab.serving import Lane
 
     models = load_models([tiny_runs["rnn"]], max_chars=MAX_CHARS)
     served = models["rnn"]
@@ -240,7 +240,7 @@ def test_heavy_requests_queue_apart_and_a_full_queue_is_a_503(tiny_runs):
 def test_idle_connections_are_closed_and_others_still_served(models):
     """A real uvicorn with the guarded protocol: a connection that sends nothing is closed after the header
     timeout, a half-sent request head too; meanwhile a normal request is answered."""
-    from attnlab.server import guarded_h11
+    from attnlab.serving import guarded_h11
 
     config = uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning",
                             http=guarded_h11(max_connections=100, header_timeout=0.5), timeout_keep_alive=1)

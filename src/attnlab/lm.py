@@ -32,13 +32,11 @@ from torch import Tensor, nn
 
 from attnlab.attention import segment_mask
 from attnlab.batching import Segments, pack_rows, pad_sequences
-from attnlab.checkpoint import load_weights, resolve_checkpoint
-from attnlab.config import from_dict, load_config
+from attnlab.config import load_config
 from attnlab.corpus import bible_corpus, holdout, normalize, subsample
 from attnlab.errors import AttnlabError
 from attnlab.fileio import read_lines, write_json
-from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair, build_tokenizers, \
-    load_tokenizers
+from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair, build_tokenizers
 from attnlab.trainer import TrainConfig, Training, sequence_loss, summed_loss
 from attnlab.transformer import (DecoderLayer, PositionalEncoding, TransformerConfig, TransformerState, decoder_step,
                                  empty_state, init_transformer_weights)

@@ -267,8 +267,8 @@ class RNNSeq2Seq(nn.Module):
         if self.cfg.attention == "none" or (self.luong and not self.feed_dim):
             outputs = self._forward_parallel(emb, state, enc)  # (B, T, H)
         elif self.cfg.attention == "bahdanau":
-            # only the recurrence is step by step; the deep output runs once over all steps (one large matmul:
-            # about 1.3x faster training on CPU than one small one per step)
+            # only the recurrence is step by step; the deep output runs once over all steps (one large matmul
+            # instead of T small ones, forward and backward)
             hs, contexts = [], []
             for e_t in emb.unbind(1):
                 h, state, _ = self._bahdanau_recur(e_t, state, enc)
