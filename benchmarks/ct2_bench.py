@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from attnlab.experiment import load_corpus
-from attnlab.export import export_ctranslate2
+from attnlab.workflow import export_run
 from attnlab.metrics import corpus_scores
 from attnlab.translate import CTranslate2Translator, Translator
 from attnlab.workflow import load_run
@@ -49,7 +49,7 @@ def main() -> int:
     src, refs = [p.src for p in pairs], [p.tgt for p in pairs]
     engines = {"attnlab eager (PyTorch)": ours}
     for q in ("float32", "int8"):
-        out = export_ctranslate2(args.run_dir, args.run_dir / f"ctranslate2-best-{q}", q)
+        out = export_run(args.run_dir, args.run_dir / f"ctranslate2-best-{q}", q)
         engines[f"CTranslate2 {q}"] = CTranslate2Translator(out, ours.tokenizers, ours.decode, threads=args.threads)
     result: dict = {"run": str(args.run_dir), "split": args.split, "sentences": len(src), "threads": args.threads,
                     "torch": torch.__version__, "engines": {}}

@@ -11,7 +11,7 @@ import torch
 
 from attnlab.decomposable import DecomposableAttention, DecomposableConfig
 from attnlab.errors import AttnlabError
-from attnlab.experiment import DecodeConfig
+from attnlab.translate import DecodeConfig
 from attnlab.explore import (attention_rollout, explore_generation, explore_pair, explore_translation,
                              merge_words, neuron_payload, summary, weights_payload, word_groups, word_labels)
 from attnlab.lm import LMModelConfig, TransformerLM

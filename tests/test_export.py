@@ -2,6 +2,8 @@
 sinusoidal/learned positions, tied/untied output layer), greedy translations of a trained run are identical, the
 CLI exports and translates, and RNN runs are refused."""
 
+import shutil
+
 import pytest
 import torch
 
@@ -9,11 +11,20 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 
 from attnlab.cli import main  # noqa: E402
 from attnlab.errors import AttnlabError  # noqa: E402
-from attnlab.export import export_ctranslate2, transformer_spec  # noqa: E402
+from attnlab.export import transformer_spec  # noqa: E402
 from attnlab.tokenizers import BOS_ID, EOS_ID, SPECIALS  # noqa: E402
 from attnlab.transformer import TransformerConfig, TransformerSeq2Seq  # noqa: E402
+from attnlab.workflow import export_run, load_translator  # noqa: E402
 
 V = 40
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tiny_runs, tmp_path_factory):
+    """This module's copies of the session's runs: an export to its default place writes into the run directory,
+    which the other modules share."""
+    root = tmp_path_factory.mktemp("export_runs")
+    return {name: shutil.copytree(run, root / name) for name, run in tiny_runs.items()}
 
 
 @pytest.mark.parametrize("norm, activation, positions, tie", [
@@ -47,11 +58,11 @@ def test_exported_log_probs_equal_attnlab(tmp_path, norm, activation, positions,
 
 
 def test_greedy_translations_of_a_trained_run_are_identical(tiny_runs, tmp_path):
-    from attnlab.translate import CTranslate2Translator, Translator
+    from attnlab.translate import CTranslate2Translator
 
     run = tiny_runs["transformer"]
-    out = export_ctranslate2(run, tmp_path / "ct2")
-    ours = Translator.from_run(run)
+    out = export_run(run, tmp_path / "ct2")
+    ours = load_translator(run)
     theirs = CTranslate2Translator(out, ours.tokenizers, ours.decode)
     sentences = ["the red house", "my old door opens", "a cat sees the big green window and the small red door",
                  "the", "and and and and and and and and and"]
@@ -77,7 +88,7 @@ def test_cli_export_translate_and_refusals(tiny_runs, tmp_path, capsys):
     assert main(["export", str(tiny_runs["rnn"]), "--to", "ctranslate2", "--out", str(tmp_path / "rnn")]) == 2
     assert "cannot be exported to CTranslate2" in capsys.readouterr().err
     with pytest.raises(AttnlabError, match="quantization"):
-        export_ctranslate2(run, tmp_path / "x", quantization="int3")
+        export_run(run, tmp_path / "x", quantization="int3")
 
 
 def test_attention_of_the_export_is_the_last_layers_mean_over_heads_and_served(tiny_runs):
@@ -86,11 +97,11 @@ def test_attention_of_the_export_is_the_last_layers_mean_over_heads_and_served(t
     from fastapi.testclient import TestClient
 
     from attnlab.server import create_app, load_models
-    from attnlab.translate import CTranslate2Translator, Translator
+    from attnlab.translate import CTranslate2Translator
 
     run = tiny_runs["transformer"]
-    ours = Translator.from_run(run)
-    theirs = CTranslate2Translator(export_ctranslate2(run), ours.tokenizers, ours.decode)
+    ours = load_translator(run)
+    theirs = CTranslate2Translator(export_run(run), ours.tokenizers, ours.decode)
     a = ours.translate(["the red house", "my cat"], beam_size=1, need_weights=True)
     b = theirs.translate(["the red house", "my cat"], beam_size=1, need_weights=True)
     for x, y in zip(a, b):

@@ -6,6 +6,7 @@ reproduces the LM when its cross-attention is silenced; the CLI trains, evaluate
 import json
 import math
 import random
+import shutil
 
 import pytest
 import torch
@@ -14,10 +15,16 @@ from attnlab.cli import main
 from attnlab.errors import AttnlabError
 from attnlab.batching import pack_rows
 from attnlab.lm import (LMModelConfig, LMTask, TransformerLM, filter_logits, generate, init_decoder_from_lm,
-                        load_lm, load_lm_config, sample_next)
+                        load_lm_config, sample_next)
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from attnlab.transformer import DecoderLayer, TransformerConfig, TransformerSeq2Seq
-from attnlab.workflow import evaluate, train
+from attnlab.workflow import evaluate, load_run, train
+
+
+def _loaded_lm(run_dir):
+    """(config, tokenizer, model) of a trained LM run."""
+    run = load_run(run_dir, ability="generate")
+    return run.cfg, run.tokenizers.tgt, run.model
 
 D, H, FF, V = 16, 4, 32, 27
 
@@ -240,7 +247,7 @@ def test_training_learns_and_perplexity_equals_direct_computation(lm_run):
     dev = [r["dev_ppl"] for r in records if "dev_ppl" in r]
     assert dev[-1] < dev[0] and dev[-1] < 2.5  # digits are mostly predictable from the previous one
     result = evaluate(run, "test", device="cpu")[1]
-    cfg, tok, model = load_lm(run)
+    cfg, tok, model = _loaded_lm(run)
     from attnlab.lm import load_text
 
     nll, n = 0.0, 0
@@ -254,7 +261,7 @@ def test_training_learns_and_perplexity_equals_direct_computation(lm_run):
     assert json.loads((run / "eval" / "test.json").read_text())["ppl_token"] == result["ppl_token"]
 
 
-def test_cli_generate_evaluate_summary_resume(lm_run, capsys):
+def test_cli_generate_evaluate_summary_resume(lm_run, tmp_path, capsys):
     run = str(lm_run / "run")
     assert main(["generate", run, "--prompt", "2 3", "-n", "2", "--max-len", "6"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -263,8 +270,9 @@ def test_cli_generate_evaluate_summary_resume(lm_run, capsys):
     assert json.loads(capsys.readouterr().out)["sentences"] == 40
     assert main(["summary", run]) == 0
     assert "Total params" in capsys.readouterr().out
-    assert main(["train", "--resume", run, "--set", "train.max_steps=160"]) == 0
-    assert json.loads((lm_run / "run" / "checkpoints" / "latest.json").read_text())["step"] == 160
+    resumed = shutil.copytree(lm_run / "run", tmp_path / "run")  # the module's other tests keep the 150-step run
+    assert main(["train", "--resume", str(resumed), "--set", "train.max_steps=160"]) == 0
+    assert json.loads((resumed / "checkpoints" / "latest.json").read_text())["step"] == 160
 
 
 def test_cli_user_mistakes_exit_2(lm_run, tmp_path, capsys):
@@ -285,12 +293,12 @@ def test_cli_user_mistakes_exit_2(lm_run, tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------- transfer
 def test_lm_initialised_decoder_reproduces_the_lm(lm_run, tmp_path):
     """With its cross-attention silenced (W_O = 0), a pre-norm decoder initialised from the LM computes the LM."""
-    cfg, tok, lm = load_lm(lm_run / "run")
+    cfg, tok, lm = _loaded_lm(lm_run / "run")
     c = cfg.model.lm
     model = TransformerSeq2Seq(11, tok.vocab_size, TransformerConfig(
         d_model=c.d_model, h=c.h, d_ff=c.d_ff, enc_layers=1, dec_layers=c.layers, dropout=0.0, norm=c.norm,
         tie_embeddings="decoder")).eval()
-    n = init_decoder_from_lm(model, lm_run / "run")
+    n = init_decoder_from_lm(model, load_run(lm_run / "run", ability="generate"))
     assert n == sum(p.numel() for p in lm.parameters())  # every LM parameter found a place
     with torch.no_grad():
         for layer in model.decoder:
@@ -302,7 +310,7 @@ def test_lm_initialised_decoder_reproduces_the_lm(lm_run, tmp_path):
     other = TransformerSeq2Seq(11, tok.vocab_size, TransformerConfig(d_model=c.d_model * 2, h=c.h,
                                                                        d_ff=c.d_ff, tie_embeddings="decoder"))
     with pytest.raises(AttnlabError, match="d_model"):
-        init_decoder_from_lm(other, lm_run / "run")
+        init_decoder_from_lm(other, load_run(lm_run / "run", ability="generate"))
 
 
 def test_translation_run_starts_from_the_lm(tiny_tsv, tmp_path):
@@ -326,7 +334,7 @@ def test_translation_run_starts_from_the_lm(tiny_tsv, tmp_path):
     lm_cfg.train.max_steps, lm_cfg.train.eval_every, lm_cfg.train.progress = 5, 5, False
     with one_thread():
         train(lm_cfg, tmp_path / "lm")
-    _, lm_tok, lm = load_lm(tmp_path / "lm")
+    _, lm_tok, lm = _loaded_lm(tmp_path / "lm")
 
     def run(name, **pretrained):
         data = to_dict(tiny_experiment(tiny_tsv, "transformer", max_steps=10))

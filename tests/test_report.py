@@ -3,6 +3,7 @@ loaded from elsewhere) whose scores, translations and parameter counts are those
 
 import base64
 import html
+import shutil
 from html.parser import HTMLParser
 
 import pytest
@@ -11,9 +12,8 @@ from attnlab.cli import main
 from attnlab.checkpoint import read_json
 from attnlab.experiment import experiment_from_dict
 from attnlab.report import build_report
-from attnlab.families import EvalOptions
-from attnlab.translate import Translator
-from attnlab.workflow import evaluate, load_run
+from attnlab.runs import EvalOptions
+from attnlab.workflow import evaluate, load_run, load_translator
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: see conftest.one_thread
 
@@ -35,6 +35,14 @@ def _parse(text: str) -> Assets:
     p = Assets()
     p.feed(text)
     return p
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tiny_runs, tmp_path_factory):
+    """This module's copies of the session's runs: the report evaluates the RNN run (writing its eval/), which the
+    other modules must not see, and expects the Transformer run unevaluated, whatever the other modules did."""
+    root = tmp_path_factory.mktemp("report_runs")
+    return {name: shutil.copytree(run, root / name) for name, run in tiny_runs.items()}
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +83,7 @@ def test_contents_are_the_runs(report, tiny_runs):
     for src, ref in shown:
         assert f"<b>reference:</b> {html.escape(ref)}</p>" in report
         for name, run in tiny_runs.items():
-            text = Translator.from_run(run).translate([src], beam_size=1)[0][0].text
+            text = load_translator(run).translate([src], beam_size=1)[0][0].text
             assert f"<b>{name}:</b> {html.escape(text)}</p>" in report
 
 

@@ -12,8 +12,9 @@ import torch
 
 from attnlab.cli import main
 from attnlab.errors import AttnlabError
-from attnlab.series import (RegressionTask, SeriesDataConfig, SeriesModelConfig, SeriesRNN, compare, fibonacci,
-                            load_series_config, make_splits, min_max_scale, train_series, windows)
+from attnlab.series import (RegressionTask, SeriesDataConfig, SeriesModelConfig, SeriesRNN, fibonacci,
+                            load_series_config, make_splits, min_max_scale, windows)
+from attnlab.study import compare, train_series
 
 # tiny, fast settings: a short noisy sine, windows of 8
 SMALL = ["series.task=sine", "series.length=240", "series.window=8", "series.noise=0.05", "train.max_epochs=25",
@@ -22,8 +23,7 @@ SMALL = ["series.task=sine", "series.length=240", "series.window=8", "series.noi
 
 @pytest.fixture(autouse=True)
 def _seed():
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
+    torch.manual_seed(0)  # (one torch thread for the whole suite: conftest; set here, it was never put back)
 
 
 # ---------------------------------------------------------------------------------------------- data

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from attnlab.cli import main
 from attnlab.server import create_app, load_models
-from attnlab.translate import Translator
+from attnlab.workflow import load_translator
 
 MAX_CHARS, MAX_BODY = 300, 4096
 
@@ -50,18 +50,24 @@ def test_models(client):
 @pytest.mark.parametrize("beam", [1, 2])
 def test_translate_equals_translator(client, tiny_runs, name, beam):
     sentence = "the red house is big"
-    r = client.post("/api/translate", json={"model": name, "sentence": "  the red  house is big ", "beam": beam})
+    r = client.post("/api/translate", json={"model": name, "sentence": "  the red  house is big ", "beam": beam,
+                                            "n_best": beam})
     assert r.status_code == 200, r.text
     got = r.json()
-    ref = Translator.from_run(tiny_runs[name]).translate([sentence], beam_size=beam, need_weights=True)[0][0]
+    nbest = load_translator(tiny_runs[name]).translate([sentence], beam_size=beam, n_best=beam, need_weights=True)[0]
+    ref = nbest[0]
     assert got["sentence"] == sentence and got["beam"] == beam
     assert (got["translation"], got["src_tokens"], got["tgt_tokens"]) == (ref.text, ref.src_tokens, ref.tgt_tokens)
+    # the server decodes a request alone, as the translator does here: the same numbers bit for bit
+    assert got["score"] == ref.score
+    assert [(h["translation"], h["score"]) for h in got["nbest"]] == [(h.text, h.score) for h in nbest]
     att = np.array(got["attention"])  # (L, H, T, S)
-    want = ref.attention.numpy()
-    want = want[None, None] if want.ndim == 2 else want.transpose(1, 2, 0, 3)  # RNN (T, S); Transformer (T, L, H, S)
-    assert att.shape == want.shape == (got["layers"], got["heads"], len(ref.tgt_tokens), len(ref.src_tokens))
-    np.testing.assert_allclose(att, want, atol=6e-5)  # the API rounds to 4 decimals
-    np.testing.assert_allclose(att.sum(-1), 1.0, atol=1e-3)  # each output token's weights are a distribution
+    want = ref.attention
+    want = want[None, None] if want.dim() == 2 else want.permute(1, 2, 0, 3)  # RNN (T, S); Transformer (T, L, H, S)
+    assert att.shape == tuple(want.shape) == (got["layers"], got["heads"], len(ref.tgt_tokens), len(ref.src_tokens))
+    assert got["attention"] == want.round(decimals=4).tolist()  # the API rounds to 4 decimals, the same way
+    # each output token's weights are a distribution: S weights, each rounded by up to 5e-5
+    np.testing.assert_allclose(att.sum(-1), 1.0, atol=att.shape[-1] * 5e-5 + 1e-6)
 
 
 @pytest.mark.parametrize("body, status, message", [
@@ -155,7 +161,8 @@ def test_twenty_concurrent_requests(models, client):
     """20 requests at once from threads against uvicorn on a free loopback port: valid ones get exactly the
     answer they get alone, bad ones their 4xx, none a 5xx; the server answers afterwards."""
     sentences = ["the cat", "my old door opens", "a green window", "the house is small", "red and big"]
-    good = [{"model": m, "sentence": s, "beam": 1 + i % 2} for i, s in enumerate(sentences) for m in models]  # 10
+    good = [{"model": m, "sentence": s, "beam": 1 + i % 2, "n_best": 1 + i % 2} for i, s in enumerate(sentences)
+            for m in models]  # 10
     bad = [({"model": "ghost", "sentence": "the cat"}, 404), ({"model": "rnn", "sentence": ""}, 422),
            ({"model": "transformer", "sentence": "x" * 400}, 422), ({"model": "rnn", "sentence": "a", "beam": 99}, 422)]
     jobs = [(json.dumps(g).encode(), 200) for g in good] + [(json.dumps(b).encode(), s) for b, s in bad] * 2
@@ -170,8 +177,9 @@ def test_twenty_concurrent_requests(models, client):
         for (body, want), (status, data) in zip(jobs, answers):
             assert status == want, (body, status, data)
             if status == 200:
-                expected = alone[body.decode()]
-                assert (data["translation"], data["attention"]) == (expected["translation"], expected["attention"])
+                expected = alone[body.decode()]  # batch invariance: everything but the time, bit for bit
+                assert {k: v for k, v in data.items() if k != "seconds"} == \
+                    {k: v for k, v in expected.items() if k != "seconds"}
             else:
                 assert data["error"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/models", timeout=30) as resp:
@@ -205,7 +213,8 @@ def test_lone_surrogate_and_a_bug_are_json_errors(tiny_runs, monkeypatch):
 
 def test_heavy_requests_queue_apart_and_a_full_queue_is_a_503(tiny_runs):
     """With the heavy lane busy and its queue full, a heavy request gets 503 + Retry-After at once, a light one
-    is still answered; a request past its time limit gets 503 too."""
+    is still answered; a request past its time limit gets 503 too. No wall-clock bound: the blocked worker waits
+    for an event, not for time, so each outcome is decided by the lane's state alone."""
     from attnlab.serving import Lane
 
     models = load_models([tiny_runs["rnn"]], max_chars=MAX_CHARS)
@@ -214,24 +223,26 @@ def test_heavy_requests_queue_apart_and_a_full_queue_is_a_503(tiny_runs):
 
     def blocking(beam, sentences):
         busy.set()
-        release.wait(30)
+        release.wait(300)  # released by the test's `finally`; the bound only frees the thread if the test dies
         return [None] * len(sentences)
 
     served.heavy = Lane("rnn heavy", 1, blocking)
-    client = TestClient(create_app(models, max_chars=MAX_CHARS, timeout=1.0), raise_server_exceptions=False)
+    # a time limit no request here comes near, however loaded the machine: a 503 from this app is never a timeout
+    client = TestClient(create_app(models, max_chars=MAX_CHARS, timeout=300.0), raise_server_exceptions=False)
     try:
         served.heavy.submit(1, "the")  # the worker is busy
-        assert busy.wait(10)
+        assert busy.wait(60)
         served.heavy.submit(2, "the cat")  # and the queue is full
         heavy = {"model": "rnn", "sentence": "the red house is big and old", "beam": 12}  # 12 x 29 > 5 x 64
-        t0 = time.perf_counter()
         r = client.post("/api/translate", json=heavy)
+        # refused at once: a request that waited could only end as "no answer within 300 s"
         assert r.status_code == 503 and int(r.headers["Retry-After"]) >= 1 and "queue is full" in r.json()["error"]
-        assert time.perf_counter() - t0 < 0.5  # refused at once, not after waiting
+        assert served.heavy.queued() == 1  # never queued
         r = client.post("/api/translate", json={"model": "rnn", "sentence": "the cat", "beam": 2})
         assert r.status_code == 200 and r.json()["translation"]
         served.heavy.max_queue = 2
-        r = client.post("/api/translate", json=heavy)  # queued behind the blocked job: times out
+        impatient = TestClient(create_app(models, max_chars=MAX_CHARS, timeout=1.0), raise_server_exceptions=False)
+        r = impatient.post("/api/translate", json=heavy)  # queued behind the job blocked until `release`: times out
         assert r.status_code == 503 and "no answer within 1 s" in r.json()["error"]
     finally:
         release.set()
@@ -245,16 +256,20 @@ def test_idle_connections_are_closed_and_others_still_served(models):
     config = uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning",
                             http=guarded_h11(max_connections=100, header_timeout=0.5), timeout_keep_alive=1)
     with _uvicorn(config) as (server, port):
+        t0 = time.monotonic()  # before connecting: the server's timer starts after this
         idle = socket.create_connection(("127.0.0.1", port))
         slow = socket.create_connection(("127.0.0.1", port))
         slow.sendall(b"POST /api/translate HTTP/1.1\r\nHost: x\r\n")  # never finishes its head
         status, data = _post(f"http://127.0.0.1:{port}/api/translate", b'{"model": "rnn", "sentence": "the cat"}')
         assert status == 200 and data["translation"]
         for conn in (idle, slow):
-            conn.settimeout(5)
-            t0 = time.monotonic()
+            # no upper bound on the time: plain uvicorn arms its keep-alive timer only after a response, so without
+            # the guard neither connection is ever closed and recv times out (an error) instead of returning b""
+            conn.settimeout(60)
             assert conn.recv(1024) == b""  # closed by the server
-            assert time.monotonic() - t0 < 3
+            # by the 0.5 s head timer, not refused at once (asyncio may run a timer up to its clock resolution,
+            # 1 ns, early: 0.01 s covers it)
+            assert time.monotonic() - t0 >= 0.5 - 0.01
             conn.close()
 
 
@@ -263,62 +278,75 @@ def test_shutdown_lets_the_request_in_flight_finish(tiny_runs):
     200, then the server stops."""
     models = load_models([tiny_runs["rnn"]], max_chars=MAX_CHARS)
     translator = models["rnn"].translator
-    decoding, real = threading.Event(), translator.translate
+    decoding, shutting_down, real = threading.Event(), threading.Event(), translator.translate
 
-    def slow(*args, **kwargs):
+    def held(*args, **kwargs):  # the decode goes on only once the server is shutting down, however slow either is
         decoding.set()
-        time.sleep(1.0)
+        shutting_down.wait(300)
         return real(*args, **kwargs)
 
-    translator.translate = slow
-    config = uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning", timeout_graceful_shutdown=30)
+    translator.translate = held
+    config = uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning",
+                            timeout_graceful_shutdown=300)
     with _uvicorn(config) as (server, port):
         with ThreadPoolExecutor(1) as pool:
             answer = pool.submit(_post, f"http://127.0.0.1:{port}/api/translate",
                                  b'{"model": "rnn", "sentence": "the cat"}')
-            assert decoding.wait(30)
+            assert decoding.wait(60)
             server.should_exit = True  # the signal handlers' doing
-            status, data = answer.result(timeout=60)
+            # uvicorn's shutdown stops listening, then (in the same step of its event loop) asks every connection to
+            # close after its response; the answer can only be sent after that
+            deadline = time.monotonic() + 60
+            while any(s.is_serving() for s in server.servers):
+                assert time.monotonic() < deadline, "uvicorn did not start shutting down"
+                time.sleep(0.01)
+            shutting_down.set()
+            status, data = answer.result(timeout=120)
         assert status == 200 and data["translation"]
 
 
-def test_concurrent_requests_are_decoded_in_one_batch_with_the_answers_they_get_alone(tiny_runs):
-    """12 requests arrive while the model's light lane is busy: they are decoded together (one batch), and each gets
-    the translation and tokens it gets alone, attention and score equal to float rounding."""
+def test_requests_waiting_together_get_the_answers_they_get_alone(tiny_runs):
+    """12 distinct requests (and 3 copies of one) arrive while the model's light lane is busy: each gets bit for bit
+    the answer it gets alone (translation, n-best, score, attention), each distinct one decoded once, alone, and
+    the copies of one request share its decode."""
     models = load_models([tiny_runs["transformer"]], max_chars=MAX_CHARS)
     lane = models["transformer"].light
     sentences = ["the cat", "my old door opens", "a green window", "the house is small", "red and big", "the",
                  "my cat sees the red door", "and the old house", "big big", "a small cat", "the window opens",
                  "the green door and the red window"]
+    requests = sentences + ["the cat"] * 3
     client = TestClient(create_app(models, max_chars=MAX_CHARS), raise_server_exceptions=False)
-    alone = {s: client.post("/api/translate", json={"model": "transformer", "sentence": s, "beam": 2}).json()
-             for s in sentences}
+    body = lambda s: {"model": "transformer", "sentence": s, "beam": 2, "n_best": 2}  # noqa: E731
+    alone = {s: client.post("/api/translate", json=body(s)).json() for s in sentences}
+    decoded = []
+    real_translate = models["transformer"].translator.translate
+    models["transformer"].translator.translate = lambda batch, **kw: (decoded.append(list(batch)),
+                                                                      real_translate(batch, **kw))[1]
     before = (lane.batches, lane.items)
-    real, gate = lane.run_batch, threading.Event()
-    lane.run_batch = lambda beam, items: (gate.wait(30), real(beam, items))[1]
+    real, gate, at_gate = lane.run_batch, threading.Event(), threading.Event()
+    lane.run_batch = lambda key, items: (at_gate.set(), gate.wait(300), real(key, items))[2]
     with _uvicorn(uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning")) as (server, port):
         url = f"http://127.0.0.1:{port}/api/translate"
-        with ThreadPoolExecutor(max_workers=len(sentences) + 1) as pool:
-            first = pool.submit(_post, url, json.dumps({"model": "transformer", "sentence": "a", "beam": 2}).encode())
-            time.sleep(0.3)  # the worker now waits at the gate with the first request
-            answers = [pool.submit(_post, url, json.dumps({"model": "transformer", "sentence": s, "beam": 2}).encode())
-                       for s in sentences]
+        with ThreadPoolExecutor(max_workers=len(requests) + 1) as pool:
+            first = pool.submit(_post, url, json.dumps(body("a")).encode())
+            assert at_gate.wait(60)  # the worker holds the first request (alone) at the gate
+            answers = [pool.submit(_post, url, json.dumps(body(s)).encode()) for s in requests]
             deadline = time.monotonic() + 30
-            while lane.queued() < len(sentences):
+            while lane.queued() < len(requests):  # a condition, not a sleep: every request is waiting
                 assert time.monotonic() < deadline, lane.queued()
                 time.sleep(0.02)
             gate.set()
             assert first.result(timeout=60)[0] == 200
-            for s, fut in zip(sentences, answers):
+            for s, fut in zip(requests, answers):
                 status, got = fut.result(timeout=60)
-                want = alone[s]
-                assert status == 200 and (got["translation"], got["src_tokens"], got["tgt_tokens"]) == \
-                    (want["translation"], want["src_tokens"], want["tgt_tokens"])
-                np.testing.assert_allclose(np.array(got["attention"]), np.array(want["attention"]), atol=2e-4)
-                assert abs(got["score"] - want["score"]) < 1e-4
+                assert status == 200
+                assert {k: v for k, v in got.items() if k != "seconds"} == \
+                    {k: v for k, v in alone[s].items() if k != "seconds"}
         r = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
         assert json.loads(r.read())["status"] == "ok"
-    assert (lane.batches - before[0], lane.items - before[1]) == (2, len(sentences) + 1)  # the first, then all 12
+    # one sentence per decode, "the cat" once (the requests reach the queue in the order the threads run)
+    assert decoded[0] == ["a"] and sorted(decoded[1:]) == sorted([s] for s in sentences)
+    assert (lane.batches - before[0], lane.items - before[1]) == (1 + len(sentences), 1 + len(requests))
 
 
 # ---------------------------------------------------------------------------------------------- explorer

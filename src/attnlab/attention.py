@@ -27,6 +27,8 @@ Dq / Dk / Dv query / key / value feature dims, A attention (hidden) dim.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -61,8 +63,37 @@ def causal_mask(T: int, S: int | None = None, device: torch.device | None = None
     return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
 
 
+@dataclass
+class Segments:
+    """Which sentence of its row each token of a packed batch belongs to.
+
+    Shape: ids (B, L): 1, 2, ... for the sentences of the row, 0 at padding; pos (B, L): each token's position
+    inside its own sentence (0 at its first token; 0 at padding).
+    """
+
+    ids: torch.Tensor
+    pos: torch.Tensor
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[Sequence[int]]) -> Segments:
+        """From the lengths of the sentences of each row: rows[r] = [len_1, len_2, ...]."""
+        width = max((sum(r) for r in rows), default=0)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)  # (B, L)
+        pos = torch.zeros(len(rows), width, dtype=torch.long)  # (B, L)
+        for r, lengths in enumerate(rows):
+            start = 0
+            for k, n in enumerate(lengths, start=1):
+                ids[r, start:start + n] = k
+                pos[r, start:start + n] = torch.arange(n)
+                start += n
+        return cls(ids, pos)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Segments:
+        return Segments(self.ids.to(device, non_blocking=non_blocking), self.pos.to(device, non_blocking=non_blocking))
+
+
 def segment_mask(query_ids: Tensor, key_ids: Tensor) -> Tensor:
-    """Block-diagonal mask of packed rows (`attnlab.batching.Segments`): a query may attend a key of its own
+    """Block-diagonal mask of packed rows (`Segments`): a query may attend a key of its own
     sentence only; padding keys (id 0) never.
 
     Args:

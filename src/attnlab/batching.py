@@ -21,6 +21,7 @@ from typing import Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from attnlab.attention import Segments
 from attnlab.errors import AttnlabError
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
@@ -221,35 +222,6 @@ class PackedBatchSampler(TokenBudgetBatchSampler):
             rng.shuffle(rows)
         per_batch = max(1, self.max_tokens // self.row_len)
         return [[i for row in rows[b:b + per_batch] for i in row] for b in range(0, len(rows), per_batch)]
-
-
-@dataclass
-class Segments:
-    """Which sentence of its row each token of a packed batch belongs to.
-
-    Shape: ids (B, L): 1, 2, ... for the sentences of the row, 0 at padding; pos (B, L): each token's position
-    inside its own sentence (0 at its first token; 0 at padding).
-    """
-
-    ids: torch.Tensor
-    pos: torch.Tensor
-
-    @classmethod
-    def of_rows(cls, rows: Sequence[Sequence[int]]) -> Segments:
-        """From the lengths of the sentences of each row: rows[r] = [len_1, len_2, ...]."""
-        width = max((sum(r) for r in rows), default=0)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)  # (B, L)
-        pos = torch.zeros(len(rows), width, dtype=torch.long)  # (B, L)
-        for r, lengths in enumerate(rows):
-            start = 0
-            for k, n in enumerate(lengths, start=1):
-                ids[r, start:start + n] = k
-                pos[r, start:start + n] = torch.arange(n)
-                start += n
-        return cls(ids, pos)
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> Segments:
-        return Segments(self.ids.to(device, non_blocking=non_blocking), self.pos.to(device, non_blocking=non_blocking))
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.LongTensor:

@@ -9,11 +9,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
 
+import torch
+
+from attnlab.corpus import bible_corpus, corpus_stats, file_corpus, format_stats, normalize
 from attnlab.errors import AttnlabError
+from attnlab.experiment import format_seq2seq_eval, load_experiment
+from attnlab.explore import explore_run, format_decoding, write_views
+from attnlab.families import load_family_config
+from attnlab.fileio import atomic_write_text, read_json, read_lines
+from attnlab.lm import generate
+from attnlab.logs import setup_logging
+from attnlab.pairs import plot_alignment
+from attnlab.paraphrase import format_paraphrase_stats, paraphrase_corpus, paraphrase_stats
+from attnlab.plotting import plot_attention, plot_attention_grid, plot_bleu_by_length, plot_curves
+from attnlab.report import build_report
+from attnlab.runs import EvalOptions
+from attnlab.series import load_series_config
+from attnlab.server import serve
+from attnlab.study import compare, format_comparison
+from attnlab.tokenizers import cached_tokenizers, save_tokenizers
+from attnlab.trainer import resolve_device
+from attnlab.workflow import evaluate, export_run, load_run, load_translator, summary, train
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 NESTED_COMMANDS = ("data", "paraphrase", "plot")  # commands with sub-commands of their own
@@ -31,9 +52,6 @@ def _add_tokenizer_args(p: argparse.ArgumentParser) -> None:
 
 
 def _report(corpus, args) -> None:
-    from attnlab.corpus import corpus_stats, format_stats
-    from attnlab.tokenizers import cached_tokenizers, save_tokenizers
-
     toks = None
     if args.tokenizer != "none":
         toks = cached_tokenizers(corpus, args.tokenizer, args.vocab_size, not args.separate_vocab)
@@ -44,16 +62,12 @@ def _report(corpus, args) -> None:
 
 
 def _export(rows_by_split: dict[str, list[str]], directory: Path, columns: str) -> None:
-    from attnlab.fileio import atomic_write_text
-
     for split, rows in rows_by_split.items():
         atomic_write_text(directory / f"{split}.tsv", "".join(r + "\n" for r in rows))
     print(f"wrote {directory}/{{train,dev,test}}.tsv ({columns})", file=sys.stderr)
 
 
 def cmd_data(args: argparse.Namespace) -> None:
-    from attnlab.corpus import bible_corpus, file_corpus
-
     if args.source == "bible":
         t0 = time.perf_counter()
         corpus = bible_corpus(args.english, refresh=args.refresh)
@@ -69,8 +83,6 @@ def cmd_data(args: argparse.Namespace) -> None:
 
 
 def cmd_data_paraphrase(args: argparse.Namespace) -> None:
-    from attnlab.paraphrase import format_paraphrase_stats, paraphrase_corpus, paraphrase_stats
-
     t0 = time.perf_counter()
     corpus = paraphrase_corpus(args.seed, refresh=args.refresh, hard_negatives=args.hard_negatives)
     print(f"built the paraphrase pairs in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
@@ -84,8 +96,6 @@ def cmd_data_paraphrase(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------------------------- runs
 def cmd_train(args: argparse.Namespace) -> None:
     """Any family: the config (or the resumed run) says which."""
-    from attnlab.families import load_family_config
-    from attnlab.workflow import train
 
     if args.resume:
         run_dir = args.out or args.config  # `attnlab train --resume RUN_DIR`
@@ -105,8 +115,6 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Any family: BLEU/chrF, perplexity, accuracy or MSE, as the run's family evaluates."""
-    from attnlab.families import EvalOptions
-    from attnlab.workflow import evaluate
 
     options = EvalOptions(beam=getattr(args, "beam", None), max_sentences=getattr(args, "max_sentences", 0),
                           hard_negatives=getattr(args, "hard_negatives", None))
@@ -115,15 +123,10 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_summary(args: argparse.Namespace) -> None:
-    from attnlab.workflow import summary
-
     print(summary(args.target, args.set, args.src_len, args.tgt_len))
 
 
 def cmd_paraphrase_plot(args: argparse.Namespace) -> None:
-    from attnlab.pairs import plot_alignment
-    from attnlab.workflow import load_run
-
     run = load_run(args.run_dir, args.checkpoint, args.device, ability="classify")
     out = args.out or args.run_dir / "plots" / "alignment"
     paths, p_same = plot_alignment(run, args.a, args.b, out, tuple(args.formats.split(",")))
@@ -133,13 +136,6 @@ def cmd_paraphrase_plot(args: argparse.Namespace) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> None:
     """The main job on the default data: corpus statistics, then train, translate and evaluate a model."""
-    import shutil
-
-    from attnlab.corpus import bible_corpus
-    from attnlab.experiment import format_seq2seq_eval, load_experiment
-    from attnlab.translate import Translator
-    from attnlab.workflow import EvalOptions, evaluate, train
-
     print("== attnlab demo: the English (KJV) -> Spanish (Reina-Valera 1909) Bible ==", flush=True)
     corpus = bible_corpus("kjv")
     ns = argparse.Namespace(tokenizer="unigram", vocab_size=8000, separate_vocab=False, save_tokenizer=None,
@@ -152,7 +148,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print(f"\n== training {args.config} into {out} ({cfg.model.rnn.attention} attention, "
           f"{cfg.train.max_minutes:g} minutes) ==", flush=True)
     train(cfg, out)
-    translator = Translator.from_run(out, "best")
+    translator = load_translator(out, "best")
     print("\n== sample test translations (beam 5) ==")
     samples = [p for p in corpus.test if len(p.src.split()) <= 16][:: 40][:6]
     for p, t in zip(samples, translator.translate([p.src for p in samples], beam_size=5)):
@@ -162,13 +158,9 @@ def cmd_demo(args: argparse.Namespace) -> None:
     p = samples[0]
     t = translator.translate([p.src], beam_size=5, need_weights=True)[0][0]
     if t.attention is not None:
-        from attnlab.plotting import plot_attention
-
         heatmap = plot_attention(t.attention.numpy(), t.src_tokens, t.tgt_tokens, out / "plots" / "demo_attention.png",
                                  title=f"{p.ref}: {p.src} -> {t.text}")
         print(f"\nattention heatmap of {p.ref}: {heatmap}")
-    from attnlab.report import build_report
-
     report = build_report([out], out / "report.html", split="test", beam=args.beam)
     print(f"HTML report of the run: {report}")
     print(f"run directory: {out}\ntranslate your own: echo 'And God said' | attnlab translate {out}\n"
@@ -185,19 +177,11 @@ def _read_inputs(args: argparse.Namespace) -> list[str]:
             line = data[: e.start].count(b"\n") + 1
             raise AttnlabError(f"<stdin>:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
         return [line.rstrip("\r") for line in text.splitlines()]
-    from attnlab.fileio import read_lines
-
     return read_lines(args.input)
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
-    from attnlab.corpus import normalize
-    from attnlab.translate import CTranslate2Translator, Translator
-
-    if args.engine == "ctranslate2":
-        translator = CTranslate2Translator.from_run(args.run_dir, args.checkpoint, args.ct2_model)
-    else:
-        translator = Translator.from_run(args.run_dir, args.checkpoint, device=args.device)
+    translator = load_translator(args.run_dir, args.checkpoint, args.device, args.engine, args.ct2_model)
     lines = _read_inputs(args)
     keep = [i for i, line in enumerate(lines) if normalize(line)]
     results = translator.translate([normalize(lines[i]) for i in keep], beam_size=args.beam, n_best=args.n_best)
@@ -211,23 +195,16 @@ def cmd_translate(args: argparse.Namespace) -> None:
             rows += [f"{i}\t{t.score:.4f}\t{t.text}" for t in nbest]
     text = "".join(row + "\n" for row in rows)
     if args.output:
-        from attnlab.fileio import atomic_write_text
-
         atomic_write_text(args.output, text)
     else:
         sys.stdout.write(text)
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from attnlab.export import export_ctranslate2
-
-    print(export_ctranslate2(args.run_dir, args.out, args.quantization, args.checkpoint))
+    print(export_run(args.run_dir, args.out, args.quantization, args.checkpoint))
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    from attnlab.lm import generate
-    from attnlab.workflow import load_run
-
     run = load_run(args.run_dir, args.checkpoint, args.device, ability="generate")
     g = run.cfg.generate
     pick = lambda value, default: default if value is None else value  # noqa: E731
@@ -240,8 +217,6 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_series(args: argparse.Namespace) -> None:
-    from attnlab.series import compare, format_comparison, load_series_config
-
     if args.target.endswith((".toml", ".yaml", ".yml", ".json")):
         cfg = load_series_config(args.target, args.set)
     else:
@@ -250,8 +225,6 @@ def cmd_series(args: argparse.Namespace) -> None:
     if args.seeds < 1:
         raise AttnlabError(f"--seeds ({args.seeds}) must be >= 1")
     if cfg.train.num_threads:
-        import torch
-
         torch.set_num_threads(cfg.train.num_threads)
     variants = {"both": (False, True), "rnn": (False,), "attention": (True,)}[args.only]
     out = args.out or Path("runs") / "series" / cfg.series.task
@@ -273,11 +246,7 @@ def _index(value: str, n: int, flag: str) -> int:
 
 
 def cmd_plot_attention(args: argparse.Namespace) -> None:
-    from attnlab.corpus import normalize
-    from attnlab.plotting import plot_attention, plot_attention_grid
-    from attnlab.translate import Translator
-
-    translator = Translator.from_run(args.run_dir, args.checkpoint, device=args.device)
+    translator = load_translator(args.run_dir, args.checkpoint, args.device)
     sentence = normalize(args.sentence)
     if not sentence:
         raise AttnlabError("--sentence is empty")
@@ -308,9 +277,6 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
 
 def cmd_plot_explore(args: argparse.Namespace) -> None:
     """Every attention of a run for one input, as the explorer's views in files (`attnlab.explore`)."""
-    from attnlab.corpus import normalize
-    from attnlab.explore import explore_run, format_decoding, write_views
-    from attnlab.workflow import load_run
 
     sentence, sentence_b = normalize(args.sentence), normalize(args.sentence_b or "") or None
     if not sentence:
@@ -333,9 +299,6 @@ def cmd_plot_explore(args: argparse.Namespace) -> None:
 
 
 def cmd_plot_runs(args: argparse.Namespace) -> None:
-    from attnlab.fileio import read_json
-    from attnlab.plotting import plot_bleu_by_length, plot_curves
-
     names = {}
     for run in args.run_dirs:
         name = run.name if run.name not in names else str(run)
@@ -356,9 +319,6 @@ def cmd_plot_runs(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    from attnlab.report import build_report
-    from attnlab.trainer import resolve_device
-
     out = args.out or Path("runs/report.html")
     path = build_report(args.run_dirs, out, split=args.split, n_samples=args.samples, sentences=args.sentence,
                         beam=args.beam, checkpoint=args.checkpoint, device=str(resolve_device(args.device)))
@@ -366,9 +326,6 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from attnlab.server import serve
-    from attnlab.trainer import resolve_device
-
     if not 0 <= args.port <= 65535:
         raise AttnlabError(f"--port {args.port} is not a TCP port (0..65535)")
     if args.max_chars < 1:
@@ -674,8 +631,6 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Nam
 
 
 def main(argv: list[str] | None = None) -> int:
-    from attnlab.logs import setup_logging
-
     parser = build_parser()
     args = parse_args(parser, sys.argv[1:] if argv is None else list(argv))
     setup_logging()

@@ -10,7 +10,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -20,15 +20,16 @@ from attnlab.config import from_dict, load_config
 from attnlab.corpus import Corpus, Pair, bible_corpus, file_corpus, subsample
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_text, write_json
+from attnlab.lm import init_decoder_from_lm
 from attnlab.metrics import bleu_by_length, corpus_scores, format_length_table
+from attnlab.plotting import plot_bleu_by_length
 from attnlab.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
+from attnlab.runs import EvalOptions, LoadedRun, RunLoader
+from attnlab.summary import dummy_batch
 from attnlab.tokenizers import TokenizerConfig, TokenizerPair, build_tokenizers, load_tokenizers, train_tokenizer
 from attnlab.trainer import Seq2SeqTask, TrainConfig, Training
 from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
-from attnlab.translate import Translator
-
-if TYPE_CHECKING:
-    from attnlab.families import EvalOptions, LoadedRun
+from attnlab.translate import DecodeConfig, Translator
 
 log = logging.getLogger("attnlab")
 
@@ -60,24 +61,6 @@ class ModelConfig:
     transformer: TransformerConfig = field(default_factory=TransformerConfig)
 
     CHOICES: ClassVar[dict] = {"family": ("rnn", "transformer")}
-
-
-@dataclass
-class DecodeConfig:
-    beam_size: int = 5
-    length_penalty: float = 0.6  # GNMT alpha; 0 = none
-    max_len_ratio: float = 1.5  # output length limit: ratio * source tokens + offset
-    max_len_offset: int = 10
-    batch_size: int = 64  # sentences per decoding batch
-    max_src_tokens: int = 400  # longer inputs are refused with a clear error
-
-    def __post_init__(self) -> None:
-        for name in ("beam_size", "batch_size", "max_src_tokens"):
-            if getattr(self, name) < 1:
-                raise AttnlabError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.length_penalty < 0 or self.max_len_ratio <= 0 or self.max_len_offset < 0:
-            raise AttnlabError(f"need length_penalty >= 0 (got {self.length_penalty}), max_len_ratio > 0 (got "
-                               f"{self.max_len_ratio}) and max_len_offset >= 0 (got {self.max_len_offset})")
 
 
 @dataclass
@@ -196,12 +179,12 @@ def build_seq2seq(cfg: ExperimentConfig, tokenizers: TokenizerPair | None) -> nn
     return build_model(cfg.model, *vocab_sizes(cfg, tokenizers))
 
 
-def init_seq2seq(cfg: ExperimentConfig, model: nn.Module) -> None:
-    """A new run's weights from elsewhere: the decoder from a pretrained LM run (transfer learning)."""
+def init_seq2seq(cfg: ExperimentConfig, model: nn.Module, load_run: RunLoader) -> None:
+    """A new run's weights from elsewhere: the decoder from a pretrained LM run (transfer learning), loaded
+    with the pipeline's `load_run`."""
     if cfg.pretrained.decoder and cfg.pretrained.init_weights:
-        from attnlab.lm import init_decoder_from_lm  # lm depends on this module's configs; import when used
-
-        n = init_decoder_from_lm(model, cfg.pretrained.decoder, cfg.pretrained.checkpoint)
+        lm_run = load_run(cfg.pretrained.decoder, cfg.pretrained.checkpoint, "cpu", ability="generate")
+        n = init_decoder_from_lm(model, lm_run)
         log.info("decoder initialised from the LM in %s (%s parameters copied)", cfg.pretrained.decoder, f"{n:,}")
 
 
@@ -228,8 +211,6 @@ def seq2seq_training(cfg: ExperimentConfig, corpus: Corpus, tokenizers: Tokenize
 def seq2seq_summary_inputs(cfg: ExperimentConfig, tokenizers: TokenizerPair | None, src_len: int, tgt_len: int
                            ) -> tuple[tuple[torch.Tensor, ...], str]:
     """A dummy batch of two sentence pairs for `attnlab summary`, and its description."""
-    from attnlab.summary import dummy_batch
-
     src_vocab, tgt_vocab = vocab_sizes(cfg, tokenizers)
     return dummy_batch(src_vocab, tgt_vocab, src_len, tgt_len), \
         f"vocab {src_vocab:,} -> {tgt_vocab:,}; dummy batch B=2, S={src_len}, T={tgt_len}"
@@ -238,8 +219,6 @@ def seq2seq_summary_inputs(cfg: ExperimentConfig, tokenizers: TokenizerPair | No
 def evaluate_seq2seq(run: LoadedRun, split: str, options: EvalOptions) -> dict:
     """BLEU/chrF (sacrebleu) of a run on a split and BLEU by source length; writes RUN_DIR/eval/<split>.json,
     the hypotheses (<split>.hyp.txt) and the BLEU-by-length plot."""
-    from attnlab.plotting import plot_bleu_by_length
-
     cfg = run.cfg
     translator = Translator(run.model, run.tokenizers, cfg.decode, run.device)
     pairs = load_corpus(cfg.data).split(split)[: options.max_sentences or None]

@@ -36,10 +36,16 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.attention import MultiHeadAttention
+from attnlab.batching import pad_sequences
+from attnlab.corpus import normalize
 from attnlab.errors import AttnlabError
-from attnlab.families import LoadedRun
-from attnlab.plotting import clean_piece
+from attnlab.lm import generate
+from attnlab.pairs import pair_ids
+from attnlab.plotting import clean_piece, plot_attention, plot_attention_grid, plot_head_view, plot_neuron_view
+from attnlab.runs import LoadedRun
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIALS
+from attnlab.transformer import TransformerSeq2Seq
+from attnlab.translate import Translator
 
 MAX_NBEST = 5
 TOP_K = 5
@@ -261,8 +267,6 @@ def scheme_of(tokenizer) -> str:
 def explore_translation(translator, sentence: str, beam: int) -> Exploration:
     """All attention of a translation run (`attnlab.translate.Translator`) for one sentence, beam search with
     up to MAX_NBEST hypotheses, the best one's token probabilities from a teacher-forced pass."""
-    from attnlab.batching import pad_sequences
-    from attnlab.transformer import TransformerSeq2Seq
 
     model, tgt = translator.model, translator.tokenizers.tgt
     nbest = translator.translate([sentence], beam_size=beam, n_best=min(beam, MAX_NBEST), need_weights=True)[0]
@@ -312,8 +316,6 @@ def explore_translation(translator, sentence: str, beam: int) -> Exploration:
 def explore_generation(run: LoadedRun, prompt: str, max_new: int) -> Exploration:
     """The causal self-attention of a language model over [BOS] + prompt + its greedy continuation (at most
     max_new tokens), its rollout, and every token's probability with the top 5 alternatives."""
-    from attnlab.corpus import normalize
-    from attnlab.lm import generate
 
     model, tok = run.model, run.tokenizers.tgt
     sample = generate(model, tok, prompt, num=1, max_len=max_new, temperature=0.0, device=run.device)[0]
@@ -338,8 +340,6 @@ def explore_generation(run: LoadedRun, prompt: str, max_new: int) -> Exploration
 def explore_pair(run: LoadedRun, a: str, b: str) -> Exploration:
     """A sentence pair: the decomposable model's soft alignments, or MiniLM's self-attention of each sentence
     (its encoder reads each sentence alone), with P(same verse)."""
-    from attnlab.pairs import pair_ids
-
     model, ids = run.model, pair_ids(run.cfg, run.tokenizers)
     ta, tb = (torch.tensor([x], device=run.device) for x in ids.ids([a, b]))
     logits = model(ta, ta > -1, tb, tb > -1)  # one pair, no padding
@@ -455,8 +455,6 @@ def explore_run(run: LoadedRun, sentence: str, sentence_b: str | None = None, be
     family = run.family.name
     if family in ("rnn", "transformer"):
         if translator is None:
-            from attnlab.translate import Translator
-
             translator = Translator(run.model, run.tokenizers, run.cfg.decode, run.device)
         return explore_translation(translator, sentence, run.cfg.decode.beam_size if beam is None else beam)
     if family == "lm":
@@ -477,8 +475,6 @@ def write_views(ex: Exploration, out: Path, keys: Sequence[str] = (), views: Seq
     """The explorer's views as files (`attnlab plot explore`), OUT/<map>_<view>.<format> for each map in `keys`
     (default: all): heatmap of one layer (one head or the mean), model view (every layer and head), head view
     (the layer's heads as lines), neuron view (one head, the query token `query`). Returns the paths written."""
-    from attnlab.plotting import plot_attention, plot_attention_grid, plot_head_view, plot_neuron_view
-
     bad = [v for v in views if v not in VIEWS]
     if bad:
         raise AttnlabError(f"view {bad[0]!r} is not one of {', '.join(VIEWS)}")

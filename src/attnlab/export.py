@@ -29,6 +29,7 @@ import torch
 
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_bytes, write_json
+from attnlab.runs import LoadedRun
 from attnlab.tokenizers import SPECIALS
 
 log = logging.getLogger("attnlab")
@@ -167,32 +168,24 @@ def vocabulary(tokenizer) -> list[str]:
     return pieces
 
 
-def ctranslate2_model(run_dir: Path | str, checkpoint: str = "best") -> Path:
-    """The run's float32 CTranslate2 model directory, RUN_DIR/ctranslate2-<checkpoint>-float32, exported on first
-    use (what `--engine ctranslate2` runs without an explicit model directory)."""
-    out = Path(run_dir) / f"ctranslate2-{checkpoint}-float32"
-    if not (out / "model.bin").is_file():
-        export_ctranslate2(run_dir, out, "float32", checkpoint)
-    return out
+def ctranslate2_dir(run_dir: Path | str, checkpoint: str = "best", quantization: str = "float32") -> Path:
+    """Where a run's CTranslate2 export goes by default: RUN_DIR/ctranslate2-<checkpoint>-<quantization>."""
+    return Path(run_dir) / f"ctranslate2-{checkpoint}-{quantization}"
 
 
-def export_ctranslate2(run_dir: Path | str, out: Path | str | None = None, quantization: str = "float32",
-                       checkpoint: str = "best") -> Path:
-    """Writes the CTranslate2 model of a Transformer translation run (for `ctranslate2.Translator`) or language
-    model run (for `ctranslate2.Generator`) to `out` (default
-    RUN_DIR/ctranslate2-<checkpoint>-<quantization>);
-    returns the directory. The weights are quantized as asked (int8: 8-bit weights, float32 compute)."""
-    from attnlab.workflow import load_run  # the run pipeline builds on the model modules, not on this one
-
+def export_ctranslate2(run: LoadedRun, out: Path | str | None = None, quantization: str = "float32") -> Path:
+    """Writes the CTranslate2 model of a loaded Transformer translation run (for `ctranslate2.Translator`) or
+    language-model run (for `ctranslate2.Generator`) to `out` (default `ctranslate2_dir`); returns the directory.
+    The weights are quantized as asked (int8: 8-bit weights, float32 compute). `attnlab.workflow.export_run`
+    loads the run and calls this."""
     ct2 = _ct2()
-    run_dir = Path(run_dir)
+    run_dir = run.run_dir
     if quantization not in QUANTIZATIONS:
         raise AttnlabError(f"--quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
-    run = load_run(run_dir, checkpoint, "cpu")
     if run.family.name not in ("transformer", "lm"):
         raise AttnlabError(f"{run_dir}: a {run.family.title} run cannot be exported to CTranslate2, which has no "
                            "RNN models; Transformer translation and language-model runs can")
-    out = Path(out) if out is not None else run_dir / f"ctranslate2-{checkpoint}-{quantization}"
+    out = Path(out) if out is not None else ctranslate2_dir(run_dir, run.checkpoint, quantization)
     if run.family.name == "lm":
         spec = language_model_spec(run.model, vocabulary(run.tokenizers.tgt))
     else:
@@ -204,7 +197,7 @@ def export_ctranslate2(run_dir: Path | str, out: Path | str | None = None, quant
     for f in sorted((run_dir / "tokenizer").iterdir()):  # the SentencePiece models, to tokenize without attnlab
         if f.is_file():
             atomic_write_bytes(out / "tokenizer" / f.name, f.read_bytes())
-    write_json(out / "attnlab.json", {"run": str(run_dir.resolve()), "checkpoint": checkpoint,
+    write_json(out / "attnlab.json", {"run": str(run_dir.resolve()), "checkpoint": run.checkpoint,
                                       "quantization": quantization, "ctranslate2": ct2.__version__,
                                       "family": run.family.name, "max_len": run.model.cfg.max_len})
     log.info("exported %s (%s) to %s", run_dir, quantization, out)

@@ -24,25 +24,23 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.attention import segment_mask
-from attnlab.batching import Segments, pack_rows, pad_sequences
+from attnlab.attention import Segments, segment_mask
+from attnlab.batching import pack_rows, pad_sequences
 from attnlab.config import load_config
 from attnlab.corpus import bible_corpus, holdout, normalize, subsample
 from attnlab.errors import AttnlabError
 from attnlab.fileio import read_lines, write_json
+from attnlab.runs import EvalOptions, LoadedRun
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair, build_tokenizers
 from attnlab.trainer import TrainConfig, Training, sequence_loss, summed_loss
-from attnlab.transformer import (DecoderLayer, PositionalEncoding, TransformerConfig, TransformerState, decoder_step,
-                                 empty_state, init_transformer_weights)
-
-if TYPE_CHECKING:
-    from attnlab.families import EvalOptions, LoadedRun
+from attnlab.transformer import (DecoderLayer, PositionalEncoding, TransformerConfig, TransformerSeq2Seq,
+                                 TransformerState, decoder_step, empty_state, init_transformer_weights)
 
 log = logging.getLogger("attnlab")
 
@@ -369,14 +367,6 @@ def lm_summary_inputs(cfg: LMExperimentConfig, tokenizers: TokenizerPair | None,
     return (torch.randint(4, vocab, (2, tgt_len)),), f"vocab {vocab:,}; dummy batch B=2, T={tgt_len}"
 
 
-def load_lm(run_dir: Path | str, checkpoint: str = "best", device: str = "cpu"):
-    """(config, tokenizer, model in eval mode on device) of a trained LM run."""
-    from attnlab.workflow import load_run  # the generic loader; lm is one of its families
-
-    run = load_run(run_dir, checkpoint, device, ability="generate")
-    return run.cfg, run.tokenizers.tgt, run.model
-
-
 @torch.no_grad()
 def sentence_nll(model: TransformerLM, ids: list[list[int]], max_tokens: int = 4096,
                  device: torch.device | str = "cpu") -> tuple[float, int]:
@@ -511,16 +501,15 @@ def lm_decoder_state(lm_state: dict[str, Tensor], dec_layers: int) -> dict[str, 
     return out
 
 
-def init_decoder_from_lm(model: nn.Module, lm_run: Path | str, checkpoint: str = "best") -> int:
-    """Copies a trained LM's weights into the decoder of a Transformer translation model (transfer learning);
-    returns the number of parameters copied. The LM must match the decoder: d_model, heads, d_ff, norm placement,
-    activation, positions and vocabulary (the translation run uses the LM's tokenizer as its target tokenizer);
-    the LM needs at least as many layers as the decoder."""
-    from attnlab.transformer import TransformerSeq2Seq
-
+def init_decoder_from_lm(model: nn.Module, lm_run: LoadedRun) -> int:
+    """Copies a trained LM run's weights (`attnlab.workflow.load_run(..., ability="generate")`) into the decoder
+    of a Transformer translation model (transfer learning); returns the number of parameters copied. The LM
+    must match the decoder: d_model, heads, d_ff, norm placement, activation, positions and vocabulary (the
+    translation run uses the LM's tokenizer as its target tokenizer); the LM needs at least as many layers as the
+    decoder."""
     if not isinstance(model, TransformerSeq2Seq):
         raise AttnlabError("pretrained.decoder needs model.family = 'transformer'")
-    cfg, tok, lm = load_lm(lm_run, checkpoint)
+    cfg, tok, lm = lm_run.cfg, lm_run.tokenizers.tgt, lm_run.model
     mine, theirs = model.cfg, cfg.model.lm
     for key in ("d_model", "h", "d_ff", "norm", "activation", "positions", "bias"):
         if getattr(mine, key) != getattr(theirs, key):

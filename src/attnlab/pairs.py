@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Sequence
+from typing import ClassVar, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -29,12 +29,11 @@ from attnlab.decomposable import DecomposableAttention, DecomposableConfig
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_text, write_json
 from attnlab.paraphrase import HARD_NEGATIVES, KINDS, ParaphraseCorpus, ParaphrasePair, paraphrase_corpus
-from attnlab.pretrained import MiniLMConfig
+from attnlab.plotting import plot_attention
+from attnlab.pretrained import MiniLMConfig, WordPieceTokenizer, build_minilm_classifier, minilm_dir
+from attnlab.runs import EvalOptions, LoadedRun
 from attnlab.tokenizers import PAD_ID, TokenizerConfig, TokenizerPair, build_tokenizers
 from attnlab.trainer import TrainConfig, Training
-
-if TYPE_CHECKING:
-    from attnlab.families import EvalOptions, LoadedRun
 
 
 # ---------------------------------------------------------------------------------------------- batches
@@ -207,8 +206,6 @@ def make_pair_tokenizers(cfg: ParaphraseConfig, corpus: ParaphraseCorpus) -> Tok
 def pair_ids(cfg: ParaphraseConfig, tokenizers: TokenizerPair | None):
     """The `ids` / `pad_id` object of the config's family (the run's subword tokenizer, or MiniLM's)."""
     if cfg.model.family == "minilm":
-        from attnlab.pretrained import WordPieceTokenizer, minilm_dir
-
         return WordPieceTokenizer(minilm_dir() / "tokenizer.json", cfg.model.minilm.max_len)
     if tokenizers is None:
         raise AttnlabError("the decomposable family needs the run's tokenizer")
@@ -219,8 +216,6 @@ def build_pair_model(cfg: ParaphraseConfig, tokenizers: TokenizerPair | None) ->
     """The classifier of the config's family; without tokenizers (`attnlab summary CONFIG`) the decomposable
     model gets tokenizer.vocab_size embeddings."""
     if cfg.model.family == "minilm":
-        from attnlab.pretrained import build_minilm_classifier
-
         return build_minilm_classifier(cfg.model.minilm, n_classes=2, seed=cfg.train.seed)[0]
     vocab = tokenizers.src.vocab_size if tokenizers is not None else cfg.tokenizer.vocab_size
     return DecomposableAttention(vocab, cfg.model.decomposable, pad_id=PAD_ID)
@@ -292,8 +287,6 @@ def plot_alignment(run: LoadedRun, a: str, b: str, out: Path | str, formats: tup
     """Heatmaps of the soft alignments of one pair (decomposable family): a_to_b (rows a tokens, each a softmax
     over b; the weights of beta) to OUT.<fmt>, and b_to_a transposed (columns sum to 1; the weights of alpha)
     to OUT_b.<fmt>. Returns (paths, P(same verse))."""
-    from attnlab.plotting import plot_attention
-
     a, b = normalize(a), normalize(b)
     if not a or not b:
         raise AttnlabError("both sentences of the pair (--a, --b) must be non-empty")

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Callable
 
 from attnlab.config import to_dict
+from attnlab.corpus import normalize
 from attnlab.errors import AttnlabError
-from attnlab.fileio import read_json
 from attnlab.experiment import ExperimentConfig, load_corpus
+from attnlab.fileio import atomic_write_text, read_json
 from attnlab.metrics import format_length_table
 from attnlab.plotting import plot_attention, plot_attention_grid, plot_bleu_by_length, plot_curves
 from attnlab.summary import format_table, layer_table
@@ -216,8 +217,6 @@ def build_report(run_dirs: list[Path], out: Path, split: str = "test", n_samples
 
     Samples: `sentences` when given, else n_samples sentences of the first run's `split` (with references).
     """
-    from attnlab.corpus import normalize
-    from attnlab.fileio import atomic_write_text
 
     if not run_dirs:
         raise AttnlabError("give at least one run directory")

@@ -3,7 +3,7 @@
 A FastAPI app with a JSON API and one static page (`attnlab/static/`, no CDN assets, works offline):
 
     GET  /api/models      the served models (by name: clients never send a path), their attention shape
-    POST /api/translate   {"model", "sentence", "beam"} -> tokens, translation, cross-attention weights
+    POST /api/translate   {"model", "sentence", "beam", "n_best"} -> tokens, translation, n-best, cross-attention
     POST /api/explore     {"model", "sentence", "sentence_b", "beam", "max_new"} -> every attention map of the
                           input (`attnlab.explore`): shapes and labels, n-best, token probabilities, and an id
     GET  /api/explore/{id}/weights?map=&layer=&words=   one layer of one map (heads x rows x columns, rounded)
@@ -18,10 +18,10 @@ long input never sends every layer and head at once.
 Decoding is `attnlab.translate.Translator` (the same search as `attnlab translate`). Fair service: each model
 has two decoding lanes, each one worker thread with a bounded FIFO queue (`Lane`): a request's cost is beam x
 source tokens, and requests up to `LIGHT_COST` go to the light lane, heavier ones to the heavy lane, so a crowd
-of heavy requests cannot make light ones wait behind them. Concurrent requests of one lane with the same beam
-are decoded together as one batch (a 5 ms collection window, at most 16 light or 4 heavy sentences); a
-request's translation and tokens are those it gets alone, its attention weights and score equal to float
-rounding (the batch's padded shapes change the summation order: differences of about 1e-7). A full queue, or a
+of heavy requests cannot make light ones wait behind them. Batch invariance: a request's answer (translation,
+n-best, score, attention) is bit for bit the one it gets alone, whatever else is served with it: every distinct
+sentence is decoded alone (`decode_alone`), and waiting requests for the same sentence and beam share one
+decode (up to 16 light or 4 heavy requests at a time). A full queue, or a
 request still unanswered after `timeout` seconds, gets 503 with Retry-After. GET /healthz reports the queues.
 
 Limits (all answered with a 4xx JSON body {"error": "...", ...}): request bodies over `max_body` bytes (413),
@@ -52,14 +52,15 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from attnlab import explore
 from attnlab.corpus import normalize
 from attnlab.errors import AttnlabError
-from attnlab import explore
-from attnlab.families import LoadedRun
+from attnlab.pairs import pair_ids
 from attnlab.plotting import clean_piece
+from attnlab.runs import LoadedRun
 from attnlab.serving import BodyLimit, Busy, Lane, RateLimit, guarded_h11, json_error, listen, raise_fd_limit
-from attnlab.translate import Translator
-from attnlab.workflow import load_run
+from attnlab.translate import CTranslate2Translator, Translator
+from attnlab.workflow import ctranslate2_model, load_run
 
 log = logging.getLogger("attnlab")
 
@@ -78,6 +79,12 @@ class TranslateRequest(BaseModel):
     model: str = Field(description="a model name from GET /api/models", max_length=200)
     sentence: str = Field(description="the source sentence (normalized like `attnlab translate` input)")
     beam: int | None = Field(None, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy (default: the run's)")
+    n_best: int = Field(1, ge=1, le=MAX_BEAM, description="hypotheses to return in nbest (at most the beam size)")
+
+
+class Hypothesis(BaseModel):
+    translation: str
+    score: float
 
 
 class TranslateResponse(BaseModel):
@@ -86,6 +93,7 @@ class TranslateResponse(BaseModel):
     translation: str
     beam: int
     score: float = Field(description="the search's length-penalised log-probability")
+    nbest: list[Hypothesis] = Field(description="the n_best hypotheses, best first (the first is `translation`)")
     src_tokens: list[str] = Field(description="source pieces incl. </s>: the attention's columns")
     tgt_tokens: list[str] = Field(description="output pieces, + </s> when finished: the attention's rows")
     src_labels: list[str] = Field(description="readable labels of src_tokens (word mark shown as _)")
@@ -144,8 +152,6 @@ class ServedModel:
             return tokens
         if not sentence_b:
             raise AttnlabError("a sentence-pair model needs sentence_b, the second sentence of the pair")
-        from attnlab.pairs import pair_ids
-
         lengths = [len(x) for x in pair_ids(self.run.cfg, self.run.tokenizers).ids([sentence, sentence_b])]
         if max(lengths) > self.info.max_src_tokens:
             raise AttnlabError(f"a sentence of the pair has {max(lengths)} tokens; the limit is "
@@ -209,8 +215,6 @@ def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "c
         if info.kind == "translation":
             translator = explorer = Translator(loaded.model, loaded.tokenizers, loaded.cfg.decode, device)
             if engine == "ctranslate2" and info.family == "transformer":
-                from attnlab.export import ctranslate2_model
-                from attnlab.translate import CTranslate2Translator
 
                 translator = CTranslate2Translator(ctranslate2_model(run, checkpoint), loaded.tokenizers,
                                                    loaded.cfg.decode)
@@ -218,16 +222,27 @@ def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "c
         served = ServedModel(info, translator, None, None, loaded, explorer)
 
         def run_batch(key, items: list, translator: Translator = translator, served: ServedModel = served) -> list:
-            if isinstance(key, tuple):  # ("explore", beam): explorations, one input at a time
+            if key[0] == "explore":  # ("explore", beam): explorations, one input at a time
                 return served.explore(items)
-            return [t[0] for t in translator.translate(items, beam_size=key, need_weights=True)]
+            return decode_alone(translator, items, key[1], key[2])  # ("translate", beam, n_best, sentence)
 
-        served.light = Lane(f"{name} light", 64, run_batch, max_batch=16)
-        served.heavy = Lane(f"{name} heavy", 8, run_batch, max_batch=4)
+        served.light = Lane(f"{name} light", 64, run_batch, window=0.0, max_batch=16)
+        served.heavy = Lane(f"{name} heavy", 8, run_batch, window=0.0, max_batch=4)
         models[name] = served
     if not models:
         raise AttnlabError("give at least one run directory to serve")
     return models
+
+
+def decode_alone(translator: Translator, sentences: list[str], beam: int, n_best: int = 1) -> list:
+    """The n_best translations of each sentence with their attention, every distinct sentence decoded alone (a batch
+    of one), identical ones once: batch invariance. A sentence padded into a batch with others goes through
+    matrix products and softmaxes of other shapes, whose summation order (and so the last bits of every score
+    and weight, and at a near-tie the chosen token) depends on the company; alone, its shapes are its own, and
+    its answer is bit for bit the one `attnlab translate` gives for it alone, whatever else is being served."""
+    done = {s: translator.translate([s], beam_size=beam, n_best=n_best, need_weights=True)[0]
+            for s in dict.fromkeys(sentences)}
+    return [done[s] for s in sentences]
 
 
 def in_lane(served: ServedModel, cost: int, key: object, item: object, timeout: float) -> object:
@@ -243,16 +258,20 @@ def in_lane(served: ServedModel, cost: int, key: object, item: object, timeout: 
         raise Busy(f"no answer within {timeout:g} s ({lane.name} lane)", lane.retry_after()) from None
 
 
-def translate_one(served: ServedModel, sentence: str, beam: int | None, timeout: float = 60.0) -> TranslateResponse:
+def translate_one(served: ServedModel, sentence: str, beam: int | None, timeout: float = 60.0, n_best: int = 1
+                  ) -> TranslateResponse:
     """Translate one (normalized, non-empty) sentence with its attention as [layer][head][T][S], in the model's
     light or heavy lane by its cost (beam x source tokens)."""
     if served.translator is None:
         raise AttnlabError(f"{served.info.name} is a {served.info.kind} model, not a translation one: use POST "
                            "/api/explore")
     beam = served.info.beam if beam is None else beam
+    if n_best > beam:
+        raise AttnlabError(f"n_best ({n_best}) must not exceed the beam size ({beam})")
     t0 = time.perf_counter()
     cost = served.cost(sentence, beam=beam)  # refuses too many tokens (AttnlabError)
-    t = in_lane(served, cost, beam, sentence, timeout)
+    nbest = in_lane(served, cost, ("translate", beam, n_best, sentence), sentence, timeout)  # a key per request
+    t = nbest[0]
     seconds = time.perf_counter() - t0
     attention = None
     if t.attention is not None:
@@ -263,7 +282,8 @@ def translate_one(served: ServedModel, sentence: str, beam: int | None, timeout:
             att = att.permute(1, 2, 0, 3)
         attention = att.round(decimals=4).tolist()
     return TranslateResponse(model=served.info.name, sentence=sentence, translation=t.text, beam=beam,
-                             score=t.score, src_tokens=t.src_tokens, tgt_tokens=t.tgt_tokens,
+                             score=t.score, nbest=[Hypothesis(translation=h.text, score=h.score) for h in nbest],
+                             src_tokens=t.src_tokens, tgt_tokens=t.tgt_tokens,
                              src_labels=[clean_piece(s) for s in t.src_tokens],
                              tgt_labels=[clean_piece(s) for s in t.tgt_tokens],
                              layers=served.info.layers if attention else 0,
@@ -374,7 +394,7 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
         served = lookup(req.model)
         sentence = clean(req.sentence)
         try:
-            return translate_one(served, sentence, req.beam, timeout)
+            return translate_one(served, sentence, req.beam, timeout, req.n_best)
         except AttnlabError as e:  # e.g. more tokens than decode.max_src_tokens
             raise HTTPException(422, str(e)) from None
 

@@ -29,12 +29,13 @@ class Busy(Exception):
 
 
 class Lane:
-    """One decoding worker thread with a bounded FIFO queue that decodes concurrent requests together.
+    """One decoding worker thread with a bounded FIFO queue.
 
     `submit(key, item)` returns a Future, or raises `Busy` when max_queue requests are already waiting. The worker
     takes the oldest request, waits up to `window` seconds for more, and hands up to `max_batch` waiting requests
-    with the same key (the beam size) to `run_batch(key, items) -> results` in one call; a request cancelled before
-    it starts (its client gave up) is skipped. `batches` and `items` count what it decoded.
+    with the same key (the beam size) to `run_batch(key, items) -> results` in one call (which decides how to
+    decode them: the server decodes each distinct item alone); a request cancelled before it starts (its client
+    gave up) is skipped. `batches` and `items` count the calls and the requests answered.
     """
 
     def __init__(self, name: str, max_queue: int, run_batch: Callable[[object, list], list],
@@ -69,7 +70,8 @@ class Lane:
         with self._cond:
             while not self._queue:
                 self._cond.wait()
-        time.sleep(self.window)  # let concurrent requests arrive
+        if self.window > 0:
+            time.sleep(self.window)  # let concurrent requests arrive
         with self._cond:
             key = self._queue[0][0]
             same = [job for job in self._queue if job[0] == key][: self.max_batch]

@@ -17,6 +17,7 @@ from typing import ClassVar, Iterable, Sequence
 
 import sentencepiece as spm
 
+from attnlab.corpus import cache_dir
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_bytes
 
@@ -271,8 +272,6 @@ def cached_tokenizers(corpus, kind: str, vocab_size: int, joint: bool) -> Tokeni
     """Tokenizers trained on a corpus's train split (`attnlab.corpus.Corpus`), cached by corpus name and settings
     (the Bible corpus is fixed, so its tokenizer can be reused; file corpora are retrained every time)."""
     import time
-
-    from attnlab.corpus import cache_dir
 
     cfg = TokenizerConfig(kind=kind, vocab_size=vocab_size, joint=joint)
     cacheable = corpus.name.startswith("bible-")

@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader
 from attnlab.batching import (PackedBatchSampler, Seq2SeqBatch, TokenBudgetBatchSampler, collate_packed_seq2seq,
                                collate_seq2seq)
 from attnlab.checkpoint import load_checkpoint, read_pointer, recover, save_checkpoint, step_name, write_best
+from attnlab.config import from_dict
 from attnlab.errors import AttnlabError
 from attnlab.fileio import append_line, atomic_write_text
 from attnlab.logs import Progress
@@ -216,8 +217,6 @@ class TrainerState:
     def from_dict(cls, data: dict, source: str) -> TrainerState:
         """The state saved in a checkpoint's JSON, every key type- and range-checked (`source` names the file in
         errors); keys of other parts of the checkpoint (optimizer) are ignored."""
-        from attnlab.config import from_dict
-
         names = {f.name for f in dataclasses.fields(cls)}
         try:
             return from_dict(cls, {k: v for k, v in data.items() if k in names})

@@ -29,8 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.attention import MultiHeadAttention, padding_mask, segment_mask
-from attnlab.batching import Segments
+from attnlab.attention import MultiHeadAttention, Segments, padding_mask, segment_mask
 from attnlab.errors import AttnlabError
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -15,8 +14,25 @@ from attnlab.errors import AttnlabError
 from attnlab.search import beam_search, greedy_search, max_output_length
 from attnlab.tokenizers import EOS_ID, TokenizerPair
 
-if TYPE_CHECKING:
-    from attnlab.experiment import DecodeConfig
+
+@dataclass
+class DecodeConfig:
+    """How a run decodes (the [decode] section of a translation config)."""
+
+    beam_size: int = 5
+    length_penalty: float = 0.6  # GNMT alpha; 0 = none
+    max_len_ratio: float = 1.5  # output length limit: ratio * source tokens + offset
+    max_len_offset: int = 10
+    batch_size: int = 64  # sentences per decoding batch
+    max_src_tokens: int = 400  # longer inputs are refused with a clear error
+
+    def __post_init__(self) -> None:
+        for name in ("beam_size", "batch_size", "max_src_tokens"):
+            if getattr(self, name) < 1:
+                raise AttnlabError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.length_penalty < 0 or self.max_len_ratio <= 0 or self.max_len_offset < 0:
+            raise AttnlabError(f"need length_penalty >= 0 (got {self.length_penalty}), max_len_ratio > 0 (got "
+                               f"{self.max_len_ratio}) and max_len_offset >= 0 (got {self.max_len_offset})")
 
 
 def encode_source(tokenizers: TokenizerPair, decode: DecodeConfig, sentences: list[str]) -> list[list[int]]:
@@ -44,16 +60,10 @@ class Translator:
 
     def __init__(self, model: nn.Module, tokenizers: TokenizerPair, decode: DecodeConfig,
                  device: torch.device | str = "cpu") -> None:
+        """A trained run's translator: `Translator(run.model, run.tokenizers, run.cfg.decode, run.device)` for a
+        `attnlab.runs.LoadedRun`, or `attnlab.workflow.load_translator(run_dir)`."""
         self.model = model.to(device).eval()
         self.tokenizers, self.decode, self.device = tokenizers, decode, torch.device(device)
-
-    @classmethod
-    def from_run(cls, run_dir: Path | str, checkpoint: str = "best", device: str = "cpu") -> Translator:
-        """The translator of a trained translation run (RNN or Transformer), best or last weights."""
-        from attnlab.workflow import load_run  # the run pipeline builds on this module
-
-        run = load_run(run_dir, checkpoint, device, ability="translate")
-        return cls(run.model, run.tokenizers, run.cfg.decode, run.device)
 
     def encode_source(self, sentences: list[str]) -> list[list[int]]:
         return encode_source(self.tokenizers, self.decode, sentences)
@@ -121,20 +131,6 @@ class CTranslate2Translator:
         self.tokenizers, self.decode = tokenizers, decode
         tgt = tokenizers.tgt
         self.tgt_ids = {tgt.id_to_piece(i): i for i in range(tgt.vocab_size)}
-
-    @classmethod
-    def from_run(cls, run_dir: Path | str, checkpoint: str = "best", model_dir: Path | str | None = None
-                 ) -> CTranslate2Translator:
-        """The CTranslate2 translator of a Transformer run: its config and tokenizers (no PyTorch weights loaded)
-        with `model_dir`, or the run's own export (`attnlab.export.ctranslate2_model`, made on first use)."""
-        from attnlab.export import ctranslate2_model
-        from attnlab.families import require
-        from attnlab.workflow import run_config, run_tokenizers
-
-        family, raw = run_config(run_dir)
-        require(family, "translate", run_dir)
-        model_dir = model_dir if model_dir is not None else ctranslate2_model(run_dir, checkpoint)
-        return cls(model_dir, run_tokenizers(Path(run_dir)), family.from_dict(raw).decode)
 
     def encode_source(self, sentences: list[str]) -> list[list[int]]:
         return encode_source(self.tokenizers, self.decode, sentences)

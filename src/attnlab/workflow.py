@@ -1,5 +1,6 @@
 """The one run pipeline, for every model family (`attnlab.families`): train a config into a run directory,
-resume it, load a trained run, evaluate it, summarise a config or a run.
+resume it, load a trained run (and a translator or a CTranslate2 export of it), evaluate it, summarise a config
+or a run.
 
 A run directory::
 
@@ -22,10 +23,14 @@ import torch
 from attnlab.checkpoint import load_weights, resolve_checkpoint
 from attnlab.config import apply_overrides, to_dict
 from attnlab.errors import AttnlabError
-from attnlab.families import EvalOptions, Family, LoadedRun, family_of, family_of_config, load_family_config, require
+from attnlab.export import ctranslate2_dir, export_ctranslate2
+from attnlab.families import family_of, family_of_config, load_family_config, require
 from attnlab.fileio import read_json, write_json
+from attnlab.runs import EvalOptions, Family, LoadedRun
+from attnlab.summary import format_table, layer_table
 from attnlab.tokenizers import TokenizerPair, load_tokenizers, save_tokenizers
 from attnlab.trainer import Trainer, TrainerState, Training, resolve_device
+from attnlab.translate import CTranslate2Translator, Translator
 
 log = logging.getLogger("attnlab")
 
@@ -97,7 +102,7 @@ def train(cfg: Any, run_dir: Path | str, resume: bool = False, overrides: list[s
     torch.manual_seed(cfg.train.seed)
     model = family.build_model(cfg, tokenizers)
     if not resume and family.initialise is not None:
-        family.initialise(cfg, model)
+        family.initialise(cfg, model, load_run)
     training = family.training(cfg, data, tokenizers, model)
     trainer = Trainer(model, cfg.train, training.train_data, training.dev_data, run_dir, dev_eval=training.dev_eval,
                       d_model=training.d_model, task=training.task)
@@ -141,6 +146,38 @@ def load_run(run_dir: Path | str, checkpoint: str = "best", device: str | torch.
     return LoadedRun(run_dir, family, cfg, tokenizers, model.to(device).eval(), checkpoint, device)
 
 
+def load_translator(run_dir: Path | str, checkpoint: str = "best", device: str = "cpu", engine: str = "torch",
+                    model_dir: Path | str | None = None) -> Translator | CTranslate2Translator:
+    """The translator of a trained translation run (RNN or Transformer), best or last weights. engine
+    "ctranslate2": a Transformer run decoded by CTranslate2 with the run's tokenizers and decode settings, from
+    `model_dir` or the run's own float32 export (`ctranslate2_model`, made on first use)."""
+    if engine == "ctranslate2":
+        family, raw = run_config(run_dir)
+        require(family, "translate", run_dir)
+        model_dir = model_dir if model_dir is not None else ctranslate2_model(run_dir, checkpoint)
+        return CTranslate2Translator(model_dir, run_tokenizers(Path(run_dir)), family.from_dict(raw).decode)
+    if engine != "torch":
+        raise AttnlabError(f"unknown engine {engine!r}; choose torch or ctranslate2")
+    run = load_run(run_dir, checkpoint, device, ability="translate")
+    return Translator(run.model, run.tokenizers, run.cfg.decode, run.device)
+
+
+def export_run(run_dir: Path | str, out: Path | str | None = None, quantization: str = "float32",
+               checkpoint: str = "best") -> Path:
+    """Exports a Transformer translation or language-model run to CTranslate2 (`attnlab.export`); returns the
+    model directory (default RUN_DIR/ctranslate2-<checkpoint>-<quantization>)."""
+    return export_ctranslate2(load_run(run_dir, checkpoint, "cpu"), out, quantization)
+
+
+def ctranslate2_model(run_dir: Path | str, checkpoint: str = "best") -> Path:
+    """The run's float32 CTranslate2 model directory, exported on first use (what `--engine ctranslate2` runs
+    without an explicit model directory)."""
+    out = ctranslate2_dir(run_dir, checkpoint)
+    if not (out / "model.bin").is_file():
+        export_run(run_dir, out, "float32", checkpoint)
+    return out
+
+
 def evaluate(run_dir: Path | str, split: str = "test", checkpoint: str = "best", device: str = "auto",
              options: EvalOptions = EvalOptions()) -> tuple[Family, dict]:
     """The family's evaluation of a run on a split (BLEU/chrF, perplexity, accuracy, MSE); it writes its result
@@ -154,8 +191,6 @@ def evaluate(run_dir: Path | str, split: str = "test", checkpoint: str = "best",
 def summary(target: Path, overrides: list[str] | None = None, src_len: int = 7, tgt_len: int = 6) -> str:
     """Per-layer output shapes and parameter counts of a config file or a run directory's model, from one
     forward pass on a dummy batch of the family's inputs."""
-    from attnlab.summary import format_table, layer_table
-
     if target.is_dir():
         family, raw = run_config(target)
         cfg, tokenizers = family.from_dict(raw), run_tokenizers(target)

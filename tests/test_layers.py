@@ -1,0 +1,70 @@
+"""The package's layers (docs/architecture.md, the import-linter contract in pyproject.toml): imports point down.
+
+`lint-imports` checks the contract on the package as it is; the same check on a copy with one upward import added
+must fail (so the contract is not vacuous); and no attnlab module imports another attnlab module inside a
+function, which would hide an import from a reader (import-linter counts those too, but a hidden downward import
+is still a sign of a misplaced function).
+"""
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "attnlab"
+
+
+def lint_imports(config: Path, python_path: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(python_path)}
+    return subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
+                           "sys.argv[0] = 'lint-imports'; lint_imports_command()",
+                           "--config", str(config), "--no-cache"],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_layers_contract_is_kept():
+    result = lint_imports(ROOT / "pyproject.toml", ROOT / "src", ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize("module,upward", [("fileio", "workflow"), ("trainer", "families"), ("lm", "experiment")])
+def test_an_upward_import_breaks_the_contract(tmp_path, module, upward):
+    copy = tmp_path / "src" / "attnlab"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "static"))
+    with open(copy / f"{module}.py", "a") as f:
+        f.write(f"\nfrom attnlab import {upward}  # noqa: E402, F401  (a deliberate upward import)\n")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    result = lint_imports(tmp_path / "pyproject.toml", tmp_path / "src", tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"attnlab.{module} is not allowed to import attnlab.{upward}" in result.stdout
+
+
+def test_no_attnlab_import_inside_a_function():
+    hidden = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else \
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if any(n == "attnlab" or n.startswith("attnlab.") for n in names):
+                    hidden.append(f"{path.name}:{node.lineno} in {fn.name}()")
+    assert not hidden, "imports of attnlab modules inside functions: " + ", ".join(hidden)
+
+
+def test_every_module_has_a_layer():
+    """`exhaustive = true` makes lint-imports name a module missing from the contract; this says so earlier."""
+    text = (ROOT / "pyproject.toml").read_text()
+    layers = text[text.index("layers = ["):]
+    layers = layers[: layers.index("]")]
+    named = {m.strip() for line in layers.splitlines()[1:] for m in line.strip().strip('",').split("|")}
+    modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    assert modules - named == set(), f"modules without a layer in pyproject.toml: {sorted(modules - named)}"
