@@ -40,7 +40,7 @@ QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat1
 
 def _ct2():
     try:
-        import ctranslate2
+        import ctranslate2  # the optional extra 'ctranslate2'
     except ImportError:
         raise AttnlabError("exporting to CTranslate2 needs attnlab's optional extra 'ctranslate2': pip install "
                            "'attnlab[ctranslate2]'") from None

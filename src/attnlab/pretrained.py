@@ -244,7 +244,7 @@ class WordPieceTokenizer:
     """The model's WordPiece tokenizer (`tokenizers` library), [CLS] ... [SEP], truncated to max_len tokens."""
 
     def __init__(self, path: Path | str, max_len: int = 256) -> None:
-        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import Tokenizer as HFTokenizer  # Hugging Face's: its name clashes with attnlab.tokenizers
 
         try:
             self.tok = HFTokenizer.from_file(str(path))

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
+import uvicorn
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
@@ -453,8 +454,6 @@ def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8000, devic
           checkpoint: str = "best", max_chars: int = 1000, max_connections: int = 4096,
           header_timeout: float = 10.0, timeout: float = 60.0, engine: str = "torch") -> None:
     """Load the runs and serve them with uvicorn until Ctrl-C or SIGTERM (in-flight requests finish first)."""
-    import uvicorn
-
     models = load_models(run_dirs, checkpoint, device, max_chars, engine)
     app = create_app(models, max_chars=max_chars, timeout=timeout)
     sock = listen(host, port)

@@ -151,7 +151,7 @@ def guarded_h11(max_connections: int, header_timeout: float) -> type:
     header_timeout seconds is closed (an idle or slowloris client holds no file descriptor for long), and a
     connection beyond max_connections is closed at once. Idle keep-alive connections are uvicorn's own
     (timeout_keep_alive)."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.h11_impl import H11Protocol  # uvicorn's internals: loaded only to serve
 
     class GuardedH11(H11Protocol):
         _head_timer = None
@@ -185,7 +185,7 @@ def guarded_h11(max_connections: int, header_timeout: float) -> type:
 def raise_fd_limit(wanted: int) -> None:
     """Raises the soft limit of open files towards `wanted` (within the hard limit), for many connections."""
     try:
-        import resource
+        import resource  # POSIX only
 
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)

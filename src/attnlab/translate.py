@@ -118,7 +118,7 @@ class CTranslate2Translator:
     def __init__(self, model_dir: Path | str, tokenizers: TokenizerPair, decode: DecodeConfig, threads: int = 0
                  ) -> None:
         try:
-            import ctranslate2
+            import ctranslate2  # the optional extra 'ctranslate2'
         except ImportError:
             raise AttnlabError("--engine ctranslate2 needs attnlab's optional extra 'ctranslate2': pip install "
                                "'attnlab[ctranslate2]'") from None
