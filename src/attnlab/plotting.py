@@ -7,12 +7,18 @@ import textwrap
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import matplotlib
+from attnlab.fileio import atomic_write_bytes
 
-matplotlib.use("Agg")  # files only; no display needed
-import matplotlib.pyplot as plt  # noqa: E402
 
-from attnlab.fileio import atomic_write_bytes  # noqa: E402
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no display). Imported when a plot is drawn: it costs
+    about half a second, which every `attnlab` command (even --help) would pay at start if imported above."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def plot_bleu_by_length(runs: Mapping[str, Sequence[dict]], path: Path | str, title: str = "") -> Path:
@@ -23,7 +29,7 @@ def plot_bleu_by_length(runs: Mapping[str, Sequence[dict]], path: Path | str, ti
         path: output file; the suffix (.png, .svg, .pdf) picks the format.
     """
     path = Path(path)
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = _pyplot().subplots(figsize=(7, 4))
     buckets: list[str] = []
     for rows in runs.values():
         buckets += [r["bucket"] for r in rows if r["bucket"] not in buckets]
@@ -70,7 +76,7 @@ def plot_attention(weights, src_labels: Sequence[str], tgt_labels: Sequence[str]
         raise ValueError(f"weights {w.shape} do not match {len(tgt_labels)} target x {len(src_labels)} source labels")
     own = ax is None
     if own:
-        fig, ax = plt.subplots(figsize=(max(4.0, 0.32 * w.shape[1] + 2), max(3.0, 0.3 * w.shape[0] + 1.5)))
+        fig, ax = _pyplot().subplots(figsize=(max(4.0, 0.32 * w.shape[1] + 2), max(3.0, 0.3 * w.shape[0] + 1.5)))
     im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=max(float(w.max()), 1e-9), aspect="auto")
     ax.set_xticks(range(w.shape[1]), [clean_piece(s) for s in src_labels], rotation=90, fontsize=8)
     ax.set_yticks(range(w.shape[0]), [clean_piece(t) for t in tgt_labels], fontsize=8)
@@ -93,7 +99,7 @@ def plot_curves(runs: Mapping[str, Sequence[dict]], path: Path | str, keys: Sequ
         runs: {run name: records with "step" and some of `keys`}.
     """
     path = Path(path)
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
+    fig, axes = _pyplot().subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
     for ax, key in zip(axes[0], keys):
         for name, records in runs.items():
             pts = [(r["step"], r[key]) for r in records if key in r]
@@ -118,7 +124,7 @@ def plot_attention_grid(weights, src_labels: Sequence[str], tgt_labels: Sequence
     ncols = min(ncols, k)
     nrows = (k + ncols - 1) // ncols
     cell_w, cell_h = max(3.0, 0.25 * w.shape[2] + 1.5), max(2.5, 0.22 * w.shape[1] + 1.2)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(cell_w * ncols, cell_h * nrows), squeeze=False)
+    fig, axes = _pyplot().subplots(nrows, ncols, figsize=(cell_w * ncols, cell_h * nrows), squeeze=False)
     for i, ax in enumerate(axes.flat):
         if i < k:
             plot_attention(w[i], src_labels, tgt_labels, path, title=titles[i], ax=ax)
@@ -136,7 +142,7 @@ def save_figure(fig, path: Path | str, dpi: int = 120) -> Path:
     path = Path(path)
     buf = io.BytesIO()
     fig.savefig(buf, dpi=dpi, format=path.suffix.lstrip(".").lower() or "png")
-    plt.close(fig)
+    _pyplot().close(fig)
     atomic_write_bytes(path, buf.getvalue())
     return path
 
@@ -157,6 +163,7 @@ def plot_head_view(weights, row_labels: Sequence[str], col_labels: Sequence[str]
         raise ValueError(f"weights {w.shape} do not match {len(head_names)} heads x {len(row_labels)} rows x "
                          f"{len(col_labels)} columns")
     n = max(len(row_labels), len(col_labels))
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, max(3.0, 0.22 * n + 1.2)))
     colors = plt.get_cmap("tab10")
     for h in range(w.shape[0]):
@@ -194,7 +201,7 @@ def plot_neuron_view(q, k, scores, key_labels: Sequence[str], path: Path | str, 
         raise ValueError(f"q {q.shape}, k {k.shape}, scores {s.shape} do not match {len(key_labels)} keys")
     prod = q[None, :] * k  # (C, Dh)
     C, Dh = k.shape
-    fig, axes = plt.subplots(2, 3, figsize=(max(6.0, 0.12 * Dh * 2 + 3), max(3.0, 0.25 * C + 1.6)),
+    fig, axes = _pyplot().subplots(2, 3, figsize=(max(6.0, 0.12 * Dh * 2 + 3), max(3.0, 0.25 * C + 1.6)),
                              gridspec_kw={"height_ratios": [1, max(C, 1)], "width_ratios": [Dh, Dh, 6]},
                              squeeze=False)
     vmax = max(np.abs(np.concatenate([q, k.ravel()])).max(), 1e-9)
