@@ -1,9 +1,88 @@
-"""Shared fixtures: a tiny synthetic parallel corpus that models can learn in seconds."""
+"""Shared fixtures: a tiny synthetic parallel corpus that models can learn in seconds; and what makes every test's
+result independent of the order the tests run in (pytest-randomly shuffles it) and of the machine's core count."""
 
 import contextlib
+import logging
+import os
 import random
 
-import pytest
+# One torch thread in this process and in every `attnlab` subprocess a test starts (they inherit the environment;
+# set before torch is imported, which reads it once). Floating-point sums are split across threads, so the thread
+# count changes the last bits of every reduction; a model trained for a few hundred steps (BLEU > 60, a loss
+# halved, a greedy translation compared word for word) would then depend on the machine's cores and on whether an
+# earlier test changed torch.set_num_threads. Tiny models gain nothing from threads anyway (conftest.one_thread).
+os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+TORCH_SEED = 0  # the global torch RNG at the start of every fixture set-up and every test body
+
+
+def _global_state() -> dict:
+    """What one test could leave behind for the next: process-wide settings that a test or the code under test may
+    change (the CLI sets the attnlab logger up and applies train.num_threads). Not the environment: no test changes
+    it (monkeypatch would put it back), and libraries set their own variables once (torch's inductor its cache
+    directory), which must stay."""
+    logger = logging.getLogger("attnlab")
+    return {"threads": torch.get_num_threads(), "dtype": torch.get_default_dtype(), "grad": torch.is_grad_enabled(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(), "cwd": os.getcwd(),
+            "logger": (logger.level, list(logger.handlers), logger.propagate)}
+
+
+def _restore(state: dict) -> None:
+    if torch.get_num_threads() != state["threads"]:
+        torch.set_num_threads(state["threads"])
+    torch.set_default_dtype(state["dtype"])
+    torch.set_grad_enabled(state["grad"])
+    torch.use_deterministic_algorithms(state["deterministic"])
+    os.chdir(state["cwd"])
+    logger = logging.getLogger("attnlab")
+    logger.level, logger.handlers[:], logger.propagate = state["logger"][0], state["logger"][1], state["logger"][2]
+
+
+BASELINE = _global_state()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A known torch RNG for the fixtures this test sets up (a module fixture is built by whichever of its tests
+    runs first)."""
+    torch.manual_seed(TORCH_SEED)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Each test body starts from the same torch RNG state whatever ran before it (pytest-randomly reseeds only
+    random and numpy), and what it changes of the process-wide state is put back after it."""
+    before = _global_state()
+    torch.manual_seed(TORCH_SEED)
+    try:
+        return (yield)
+    finally:
+        _restore(before)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of a module, once its module fixtures are torn down: back to the state the session
+    started with, whatever those fixtures left (a fixture that trains through the CLI sets the logger up)."""
+    try:
+        return (yield)
+    finally:
+        if nextitem is None or nextitem.module is not item.module:
+            _restore(BASELINE)
+
+
+def pytest_collection_finish(session):
+    """pytest-randomly prints its seed in the report header, which `-q` (our addopts) hides: print it anyway, so
+    that a failing order can be replayed with `pytest -p randomly --randomly-seed=N`."""
+    seed = session.config.getoption("randomly_seed", None)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if seed is not None and reporter is not None and session.config.pluginmanager.has_plugin("randomly"):
+        reporter.write_line(f"Using --randomly-seed={seed}")
 
 WORDS = {"the": "la", "house": "casa", "is": "es", "big": "grande", "small": "pequeña", "red": "roja",
          "a": "una", "cat": "gata", "sees": "ve", "and": "y", "old": "vieja", "my": "mi", "door": "puerta",

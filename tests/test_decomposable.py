@@ -177,4 +177,7 @@ def test_learns_a_synthetic_paraphrase_task_and_its_alignment(tmp_path):
             best = w.a_to_b[0].argmax(-1).tolist()
             hits += sum(b_ids[j] == synonym(x) for x, j in zip(a_ids, best))
             total += len(a_ids)
-    assert hits / total >= 0.75  # by chance: 1 / (4.5 words on average) = 0.22
+    # by chance: 1 / (4.5 words on average) = 0.22. Not a tight bound: over 5 initialisations (model and trainer
+    # seeds 0-4) it ranged from 0.65 to 1.0, this one 0.754 (343 of 455 words), which a bound of 0.75 left 2 words
+    # from failing on another CPU or torch build
+    assert hits / total >= 0.5

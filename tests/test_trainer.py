@@ -179,9 +179,11 @@ dropout = 0.0
 
 
 def _torchrun(cfg, out):
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
-                           "attnlab.cli", "train", str(cfg), "--out", str(out)], capture_output=True, text=True,
-                          timeout=300)
+    # --standalone: the rendezvous store on a free port; the default, 127.0.0.1:29500, collides with any other
+    # torchrun on the machine (another test run, a training)
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "attnlab.cli", "train", str(cfg), "--out", str(out)], capture_output=True,
+                          text=True, timeout=300)
 
 
 def test_torchrun_two_processes(tiny_tsv, tmp_path):
