@@ -12,8 +12,8 @@ Skipped (with the reason) only when chromium, chromedriver or selenium are missi
 
 import json
 import os
+import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -43,12 +43,6 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 SENTENCE = "my old cat sees the green door"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _api(url: str, payload: dict | None = None):
     data = None if payload is None else json.dumps(payload).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
@@ -58,25 +52,30 @@ def _api(url: str, payload: dict | None = None):
 
 @pytest.fixture(scope="module")
 def server(tiny_runs, tiny_lm_run, tmp_path_factory):
-    """`attnlab serve` (the real command) on a free loopback port; yields its base URL."""
-    port = _free_port()
+    """`attnlab serve` (the real command) on a free loopback port; yields its base URL. --port 0: the server binds
+    a port the system picks and logs it (a port found free here and handed over could be taken in between)."""
     log = open(tmp_path_factory.mktemp("serve") / "serve.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "serve", str(tiny_runs["rnn"]),
-                             str(tiny_runs["transformer"]), str(tiny_lm_run), "--port", str(port)], stdout=log,
+                             str(tiny_runs["transformer"]), str(tiny_lm_run), "--port", "0"], stdout=log,
                             stderr=log,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})  # tiny models: see conftest.one_thread
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline, url = time.monotonic() + 120, None
         while True:
             try:
-                _api(url + "/api/models")
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
+                if url is None:
                     log.seek(0)
-                    pytest.fail(f"attnlab serve did not start: {log.read()}")
-                time.sleep(0.2)
+                    found = re.search(r"at (http://127\.0\.0\.1:\d+)/", log.read())
+                    url = found and found.group(1)
+                if url is not None:
+                    _api(url + "/api/models")
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                pytest.fail(f"attnlab serve did not start: {log.read()}")
+            time.sleep(0.2)
         yield url
     finally:
         proc.terminate()
@@ -159,7 +158,9 @@ def test_translate_and_hover(server, browser, tmp_path):
             lit_src = panel.find_elements(By.CSS_SELECTOR, "table.heatmap th.src.hl")
             assert len(lit_src) == 1
             j = int(lit_src[0].get_attribute("data-j"))
-            assert shown[i, j] >= shown[i].max() - 1e-4, (i, j, shown[i])
+            # the page picks the largest of its own weights, each within 2e-4 of `shown` (above): a near tie can
+            # make it another column whose weight here is up to 2 x 2e-4 below the row's largest
+            assert shown[i, j] >= shown[i].max() - 4e-4, (i, j, shown[i])
             column = panel.find_elements(By.CSS_SELECTOR, "table.heatmap td.cell.hl-col")
             assert len(column) == T and {c.get_attribute("data-j") for c in column} == {str(j)}
 
