@@ -12,6 +12,10 @@ import random
 # halved, a greedy translation compared word for word) would then depend on the machine's cores and on whether an
 # earlier test changed torch.set_num_threads. Tiny models gain nothing from threads anyway (conftest.one_thread).
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+# An unexpected exception in `attnlab.cli.main` (and in an `attnlab` subprocess) propagates with its traceback
+# instead of becoming the one-line "internal error" of exit code 1, so every internal error fails the test that
+# caused it. setdefault: scripts/fuzz_counts.py sets it to 0 to count internal errors instead.
+os.environ.setdefault("ATTNLAB_RAISE_INTERNAL", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

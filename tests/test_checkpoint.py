@@ -4,6 +4,7 @@ RNN weights are) saved, mismatches refused with a clear error."""
 import pytest
 import torch
 from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import nn
 
 from attnlab.checkpoint import load_weights, save_weights
@@ -68,6 +69,50 @@ def test_mismatch_is_a_clear_error(tmp_path):
         load_weights(nn.Sequential(nn.Linear(3, 4)), tmp_path / "w.safetensors")
     with pytest.raises(AttnlabError, match="no such checkpoint"):
         load_weights(nn.Linear(3, 4), tmp_path / "nope.safetensors")
+
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_other_float_types_are_converted_to_the_models(tmp_path, dtype):
+    """Weights written in half, bfloat16 or double precision (by another tool) load as the model's float32."""
+    torch.manual_seed(0)
+    m = nn.Linear(3, 4)
+    save_file({k: v.to(dtype) for k, v in m.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    m2 = nn.Linear(3, 4)
+    load_weights(m2, tmp_path / "w.safetensors")
+    assert m2.weight.dtype == torch.float32
+    assert torch.equal(m2.weight, m.weight.to(dtype).float())
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.int8, torch.uint8, torch.int64,
+                                   torch.bool, torch.complex64])
+def test_unusual_dtypes_are_one_line_errors(tmp_path, dtype):
+    """float8 weights used to crash in torch.isfinite (not implemented for them); integers, booleans and complex
+    numbers are no weights of a float model either."""
+    m = nn.Linear(3, 4)
+    save_file({k: v.to(dtype) for k, v in m.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    with pytest.raises(AttnlabError, match=rf"w\.safetensors: tensor (weight|bias) is {dtype}"):
+        load_weights(nn.Linear(3, 4), tmp_path / "w.safetensors")
+
+
+def test_float64_beyond_float32_is_refused(tmp_path):
+    save_file({"weight": torch.full((4, 3), 1e300, dtype=torch.float64), "bias": torch.zeros(4, dtype=torch.float64)},
+              str(tmp_path / "w.safetensors"))
+    with pytest.raises(AttnlabError, match="tensor weight holds NaN or infinite values"):
+        load_weights(nn.Linear(3, 4), tmp_path / "w.safetensors")
+
+
+def test_unusual_dtypes_in_an_optimizer_state_are_refused():
+    from attnlab.checkpoint import optimizer_tensors, restore_optimizer
+
+    model = nn.Linear(3, 4)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    tensors, meta = optimizer_tensors(optimizer)
+    tensors = {k: v.to(torch.float8_e4m3fn) if k.endswith("exp_avg") else v for k, v in tensors.items()}
+    with pytest.raises(AttnlabError, match=r"state does not fit .*torch\.float8_e4m3fn"):
+        restore_optimizer(torch.optim.Adam(model.parameters()), tensors, meta)
 
 
 # ---------------------------------------------------------------------------------------------- crash safety

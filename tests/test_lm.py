@@ -162,6 +162,16 @@ def test_top_k_and_temperature():
     torch.testing.assert_close(freq, expected, atol=0.015, rtol=0)
 
 
+@pytest.mark.parametrize("temperature", [1e-94, 5e-324])
+def test_a_tiny_temperature_samples_the_argmax(temperature):
+    """logits / 1e-94 overflowed to inf, whose softmax is nan: torch.multinomial refused it (found by the fuzzing
+    of `attnlab generate --temperature`). Shifted by the largest logit first, it is the argmax."""
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.5, 2.5], [-1e4, -2.0, -3.0, -1e30, -2.5]])
+    g = torch.Generator().manual_seed(0)
+    assert sample_next(logits, temperature=temperature, generator=g).tolist() == [1, 1]
+    assert sample_next(logits, temperature=temperature, top_p=0.5, generator=g).tolist() == [1, 1]
+
+
 class _IdTokenizer:
     """Token ids as text: '5 6 7'."""
 
@@ -282,8 +292,9 @@ def test_cli_user_mistakes_exit_2(lm_run, tmp_path, capsys):
     bad.write_text('[model]\nfamily = "lm"\n[model.lm]\nlayerz = 2\n', encoding="utf-8")
     assert main(["train", str(bad), "--out", str(tmp_path / "r")]) == 2
     assert "model.lm.layerz" in capsys.readouterr().err
-    assert main(["generate", str(lm_run / "run"), "--top-p", "1.5"]) == 2
-    assert "top_p" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # the option's range, checked by argparse
+        main(["generate", str(lm_run / "run"), "--top-p", "1.5"])
+    assert e.value.code == 2 and "argument --top-p: 1.5 exceeds the limit 1.0" in capsys.readouterr().err
     assert main(["generate", str(tmp_path / "nowhere")]) == 2
     assert "not a run directory" in capsys.readouterr().err
     with pytest.raises(AttnlabError, match="data.train"):

@@ -201,6 +201,30 @@ def test_load_corrupt_files_name_path(tmp_path, sp_joint):
         load_tokenizers(tmp_path)
 
 
+@pytest.mark.parametrize("content", [b"", b"\x0a\x05hello" * 10], ids=["empty", "pieces-without-specials"])
+def test_an_empty_or_foreign_sentencepiece_model_names_the_file(tmp_path, sp_joint, content):
+    """An empty file parses as a SentencePiece model without pieces (it used to crash reading the special ids)."""
+    save_tokenizers(sp_joint["unigram"], tmp_path)
+    (tmp_path / "src.model").write_bytes(content)
+    with pytest.raises(AttnlabError, match=r"cannot load tokenizer .*src\.model: not a SentencePiece model"):
+        load_tokenizers(tmp_path)
+
+
+def test_a_tokenizer_config_out_of_range_is_refused(tmp_path, sp_joint):
+    save_tokenizers(sp_joint["bpe"], tmp_path)
+    meta = json.loads((tmp_path / "tokenizer.json").read_text())
+    meta["config"]["vocab_size"] = 10**30
+    (tmp_path / "tokenizer.json").write_text(json.dumps(meta))
+    with pytest.raises(AttnlabError, match=r"tokenizer\.json: vocab_size = 10+ exceeds the limit 1048576"):
+        load_tokenizers(tmp_path)
+
+
+def test_saving_where_a_file_stands_is_a_user_error(tmp_path, sp_joint):
+    (tmp_path / "tok").write_text("x")
+    with pytest.raises(AttnlabError, match=r"tok: a file of that name exists"):
+        save_tokenizers(sp_joint["bpe"], tmp_path / "tok")
+
+
 def test_corrupt_char_vocabulary_is_rejected():
     with pytest.raises(AttnlabError, match="bad: \\['ab', 'x'\\]"):
         CharTokenizer(["ab", "x", "x"])

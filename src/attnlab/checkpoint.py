@@ -39,6 +39,9 @@ from attnlab.fileio import atomic_write, read_json, write_json
 STEP_NAME = re.compile(r"step_(\d{8})")
 STEP_FILE = re.compile(r"step_(\d{8})(\.safetensors|\.train\.safetensors|\.json)")
 STEP_SUFFIXES = (".safetensors", ".train.safetensors", ".json")
+# the floating-point types a weights or optimizer file may hold: converted to the model's type when loaded. Others
+# (float8 variants, complex, integers for float parameters) are refused: torch cannot even check them for NaN.
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -80,7 +83,7 @@ def load_weights(model: nn.Module, path: Path) -> None:
     if "attnlab_aliases" in meta:
         try:
             aliases = json.loads(meta["attnlab_aliases"])
-        except json.JSONDecodeError:
+        except ValueError:  # JSON syntax, an integer of more than 4,300 digits
             aliases = None
         if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) and v in tensors
                                                     for k, v in aliases.items()):
@@ -96,10 +99,15 @@ def load_weights(model: nn.Module, path: Path) -> None:
         raise AttnlabError(f"{path}: does not fit the model (missing {sorted(missing)[:3]}, "
                            f"unexpected {sorted(unexpected)[:3]})")
     for name, t in tensors.items():
-        if own[name].is_floating_point() and not t.is_floating_point():
+        if own[name].is_floating_point():
+            if t.dtype not in FLOAT_DTYPES:
+                raise AttnlabError(f"{path}: tensor {name} is {t.dtype}; weights must be one of "
+                                   f"{', '.join(str(d) for d in FLOAT_DTYPES)} (the model needs {own[name].dtype})")
+            tensors[name] = t = t.to(own[name].dtype)
+            if not bool(torch.isfinite(t).all()):
+                raise AttnlabError(f"{path}: tensor {name} holds NaN or infinite values (in {own[name].dtype})")
+        elif t.dtype != own[name].dtype:
             raise AttnlabError(f"{path}: tensor {name} is {t.dtype}, the model needs {own[name].dtype}")
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise AttnlabError(f"{path}: tensor {name} holds NaN or infinite values")
     try:
         module.load_state_dict(tensors, strict=True)
     except RuntimeError as e:  # shape mismatches
@@ -148,7 +156,7 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch
             if key.startswith("optim."):
                 _, pid, name = key.split(".", 2)
                 param = params[int(pid)]
-                if not t.is_floating_point() or (t.dim() and t.shape != param.shape) or not bool(t.isfinite().all()):
+                if t.dtype not in FLOAT_DTYPES or (t.dim() and t.shape != param.shape) or not bool(t.isfinite().all()):
                     raise ValueError(f"tensor {key} ({t.dtype}, {tuple(t.shape)}) for a parameter of shape "
                                      f"{tuple(param.shape)}")
                 state.setdefault(int(pid), {})[name] = t

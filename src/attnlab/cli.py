@@ -9,42 +9,60 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import shutil
 import sys
+import tempfile
 import time
+import traceback
+from datetime import datetime
 from pathlib import Path
 
 import torch
 
-from attnlab.corpus import bible_corpus, corpus_stats, file_corpus, format_stats, normalize
+from attnlab.config import MAX_BEAM, MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SEED, MAX_VOCAB
+from attnlab.corpus import bible_corpus, cache_dir, corpus_stats, file_corpus, format_stats, normalize
 from attnlab.errors import AttnlabError
 from attnlab.experiment import format_seq2seq_eval, load_experiment
 from attnlab.explore import explore_run, format_decoding, write_views
 from attnlab.families import load_family_config
-from attnlab.fileio import atomic_write_text, read_json, read_lines
+from attnlab.fileio import atomic_write_text, make_dirs, read_json, read_lines
 from attnlab.lm import generate
 from attnlab.logs import setup_logging
 from attnlab.pairs import plot_alignment
 from attnlab.paraphrase import format_paraphrase_stats, paraphrase_corpus, paraphrase_stats
-from attnlab.plotting import plot_attention, plot_attention_grid, plot_bleu_by_length, plot_curves
+from attnlab.plotting import (plot_attention, plot_attention_grid, plot_bleu_by_length, plot_curves,
+                              supported_formats)
 from attnlab.report import build_report
 from attnlab.runs import EvalOptions
 from attnlab.series import load_series_config
 from attnlab.server import serve
 from attnlab.study import compare, format_comparison
 from attnlab.tokenizers import cached_tokenizers, save_tokenizers
-from attnlab.trainer import resolve_device
+from attnlab.trainer import read_metrics, resolve_device
 from attnlab.workflow import evaluate, export_run, load_run, load_translator, summary, train
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 NESTED_COMMANDS = ("data", "paraphrase", "plot")  # commands with sub-commands of their own
+# Limits of the numeric options without a config key of their own (the others share config.py's): each far beyond
+# a useful value and small enough that nothing they size (a batch of samples, a list of seeds) exhausts memory.
+MAX_SAMPLES = 1024  # generate --num (one batch), report --samples
+MAX_SUMMARY_LEN = 4096  # summary --src-len/--tgt-len: a dummy batch
+MAX_CHARS = 10**6  # serve --max-chars
+MAX_CONNECTIONS = 10**6  # serve --max-connections
+MAX_SEEDS = 1000  # series --seeds
+# Set (to anything but "" or "0") to let an unexpected exception propagate with its traceback instead of the
+# one-line internal error: the test suite sets it so that every internal error fails the test that caused it.
+RAISE_INTERNAL = "ATTNLAB_RAISE_INTERNAL"
 
 
 # ---------------------------------------------------------------------------------------------- data
 def _add_tokenizer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", choices=("unigram", "bpe", "char", "none"), default="unigram",
                    help="tokenizer to train on the train split for the token statistics (default: unigram)")
-    p.add_argument("--vocab-size", type=int, default=8000, help="subword vocabulary size (default: 8000)")
+    p.add_argument("--vocab-size", type=_int(1, MAX_VOCAB), default=8000,
+                   help="subword vocabulary size (default: 8000)")
     p.add_argument("--separate-vocab", action="store_true",
                    help="separate source and target vocabularies (default: one joint vocabulary)")
     p.add_argument("--save-tokenizer", type=Path, metavar="DIR", help="save the trained tokenizer to DIR")
@@ -129,7 +147,7 @@ def cmd_summary(args: argparse.Namespace) -> None:
 def cmd_paraphrase_plot(args: argparse.Namespace) -> None:
     run = load_run(args.run_dir, args.checkpoint, args.device, ability="classify")
     out = args.out or args.run_dir / "plots" / "alignment"
-    paths, p_same = plot_alignment(run, args.a, args.b, out, tuple(args.formats.split(",")))
+    paths, p_same = plot_alignment(run, args.a, args.b, _output_stem(out), tuple(args.formats))
     print("\n".join(str(p) for p in paths))
     print(f"P(same verse) = {p_same:.4f}", file=sys.stderr)
 
@@ -222,8 +240,6 @@ def cmd_series(args: argparse.Namespace) -> None:
     else:
         task = {"fib": "fibonacci"}.get(args.target, args.target)
         cfg = load_series_config(None, [f"series.task={task}", *args.set])
-    if args.seeds < 1:
-        raise AttnlabError(f"--seeds ({args.seeds}) must be >= 1")
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     variants = {"both": (False, True), "rnn": (False,), "attention": (True,)}[args.only]
@@ -253,11 +269,11 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
     t = translator.translate([sentence], beam_size=args.beam, need_weights=True)[0][0]
     if t.attention is None:
         raise AttnlabError(f"{args.run_dir}: this model has no attention to plot (attention = 'none')")
-    out = args.out or args.run_dir / "plots" / "attention.png"
+    out = _output_stem(args.out or args.run_dir / "plots" / "attention.png")
     title = f"{sentence} -> {t.text}"
     att = t.attention.numpy()  # RNN: (T, S); Transformer: (T, layers, heads, S)
-    for suffix in args.formats.split(","):
-        path = out.with_suffix("." + suffix.strip())
+    for suffix in args.formats:
+        path = out.with_suffix("." + suffix)
         if att.ndim == 2:
             plot_attention(att, t.src_tokens, t.tgt_tokens, path, title=title)
         else:
@@ -293,7 +309,7 @@ def cmd_plot_explore(args: argparse.Namespace) -> None:
     out = args.out or args.run_dir / "plots" / "explore"
     paths = write_views(ex, out, [k for k in (args.map or "").split(",") if k], args.view.split(","),
                         args.layer - 1 if args.layer > 0 else args.layer, head, args.words,
-                        args.formats.split(","), args.query - 1)
+                        args.formats, args.query - 1)
     print("\n".join(str(p) for p in paths))
     print(format_decoding(ex), file=sys.stderr)
 
@@ -306,16 +322,27 @@ def cmd_plot_runs(args: argparse.Namespace) -> None:
     if args.what == "curves":
         runs = {}
         for name, run in names.items():
-            log = run / "metrics.jsonl"
-            if not log.is_file():
+            if not (run / "metrics.jsonl").is_file():
                 raise AttnlabError(f"{run}: no metrics.jsonl (not a run directory?)")
-            runs[name] = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+            runs[name] = read_metrics(run)
         path = plot_curves(runs, args.out or Path("runs/plots/curves.png"))
     else:
-        runs = {name: read_json(run / "eval" / f"{args.split}.json")["by_length"] for name, run in names.items()}
+        runs = {name: _bleu_by_length(run / "eval" / f"{args.split}.json") for name, run in names.items()}
         path = plot_bleu_by_length(runs, args.out or Path(f"runs/plots/{args.split}_bleu_by_length.png"),
                                    title=f"{args.split} BLEU by source length")
     print(path)
+
+
+def _bleu_by_length(path: Path) -> list[dict]:
+    """The BLEU-by-length rows of an `attnlab evaluate` result file, checked: a damaged file is one line."""
+    rows = read_json(path)
+    rows = rows.get("by_length") if isinstance(rows, dict) else None
+    if not (isinstance(rows, list) and all(
+            isinstance(r, dict) and isinstance(r.get("bucket"), str) and type(r.get("sentences")) is int
+            and isinstance(r.get("bleu"), (int, float)) and not isinstance(r.get("bleu"), bool) for r in rows)):
+        raise AttnlabError(f"{path}: expected the result of attnlab evaluate (by_length: rows of bucket, sentences, "
+                           "bleu)")
+    return rows
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -326,19 +353,59 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    if not 0 <= args.port <= 65535:
-        raise AttnlabError(f"--port {args.port} is not a TCP port (0..65535)")
-    if args.max_chars < 1:
-        raise AttnlabError(f"--max-chars must be >= 1, got {args.max_chars}")
-    for flag, value in (("--timeout", args.timeout), ("--header-timeout", args.header_timeout),
-                        ("--max-connections", args.max_connections)):
-        if not value > 0 or value != value or value == float("inf"):
-            raise AttnlabError(f"{flag} must be a finite number > 0, got {value}")
     serve(args.run_dirs, args.host, args.port, str(resolve_device(args.device)), args.checkpoint, args.max_chars,
           args.max_connections, args.header_timeout, args.timeout, args.engine)
 
 
 # ---------------------------------------------------------------------------------------------- parser
+def _number(kind: type, lo: float, hi: float):
+    """An argparse type: a number of `kind` (int or float) in [lo, hi]. Anything else (a word, 1e400, nan, a
+    number past the limit) is argparse's usage error naming the option and the limit, exit code 2."""
+    noun = "an integer" if kind is int else "a number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not {noun}") from None
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"{value!r} exceeds the limit {hi!r}")
+        if not value >= lo:  # nan too
+            raise argparse.ArgumentTypeError(f"{value!r} is below the minimum {lo!r}" if value < lo else
+                                             f"{value!r} is not {noun} in [{lo!r}, {hi!r}]")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse's fallback message names the type by it
+    parse.limits = (lo, hi)  # for the tests, which fuzz every numeric option at and past its limits
+    return parse
+
+
+def _int(lo: int, hi: int):
+    return _number(int, lo, hi)
+
+
+def _float(lo: float, hi: float):
+    return _number(float, lo, hi)
+
+
+def _formats(text: str) -> list[str]:
+    """An argparse type: comma-separated image formats matplotlib writes (png,svg)."""
+    formats = [f.strip().lower() for f in text.split(",")]
+    supported = supported_formats()
+    for f in formats:
+        if f not in supported:
+            raise argparse.ArgumentTypeError(f"{f!r} is not a format matplotlib writes; choose from "
+                                             f"{', '.join(supported)}")
+    return formats
+
+
+def _output_stem(path: Path) -> Path:
+    """An output path the formats' suffixes are put on; it must name a file, not end in a folder's name."""
+    if path.name in ("", ".", ".."):
+        raise AttnlabError(f"--out {str(path)!r}: give a file path (the format's suffix is added to it)")
+    return path
+
+
 def _option_groups() -> dict[str, argparse.ArgumentParser]:
     """The options several commands share, defined once (argparse parent parsers)."""
     device = argparse.ArgumentParser(add_help=False)
@@ -387,13 +454,14 @@ def build_parser() -> argparse.ArgumentParser:
     tsv.add_argument("--dev", type=Path, help="dev split as TSV (default: held out of FILE)")
     tsv.add_argument("--test", type=Path, help="test split as TSV (default: held out of FILE)")
     for p in (tsv, files):
-        p.add_argument("--dev-size", type=int, default=500, help="pairs held out for dev (default: 500)")
-        p.add_argument("--test-size", type=int, default=500, help="pairs held out for test (default: 500)")
+        p.add_argument("--dev-size", type=_int(0, MAX_COUNT), default=500, help="pairs held out for dev (default: 500)")
+        p.add_argument("--test-size", type=_int(0, MAX_COUNT), default=500,
+                       help="pairs held out for test (default: 500)")
     para = dsub.add_parser("paraphrase", help="KJV vs WEB verse pairs for paraphrase identification",
                            description="Pairs of English renderings of Bible verses, KJV (a) vs World English "
                                        "Bible (b): label 1 = same verse, 0 = another verse of the same chapter "
                                        "(hard) or of another chapter (easy); balanced, split by book.")
-    para.add_argument("--seed", type=int, default=0, help="seed of the negative pairs (default 0)")
+    para.add_argument("--seed", type=_int(0, MAX_SEED), default=0, help="seed of the negative pairs (default 0)")
     para.add_argument("--refresh", action="store_true", help="re-read the SWORD modules (rebuild the cache)")
     para.add_argument("--hard-negatives", choices=("random", "overlap"), default="random",
                       help="hard negatives: a random verse of the chapter (default), or the one sharing the most "
@@ -441,7 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     pplot.add_argument("--a", required=True, help="sentence a (e.g. a KJV verse)")
     pplot.add_argument("--b", required=True, help="sentence b (e.g. a WEB verse)")
     pplot.add_argument("--out", type=Path, help="output path without suffix (default RUN_DIR/plots/alignment)")
-    pplot.add_argument("--formats", default="png,svg", help="comma-separated formats (default png,svg)")
+    pplot.add_argument("--formats", type=_formats, default="png,svg", help="comma-separated formats (default png,svg)")
     pplot.set_defaults(func=cmd_paraphrase_plot, device="cpu")
 
     tr = sub.add_parser("translate", parents=[opts["run"]],
@@ -450,9 +518,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "stand before or after the options.")
     tr.add_argument("input", nargs="?", type=Path, metavar="FILE",
                     help="input file, one sentence a line (default or -: stdin)")
-    tr.add_argument("--beam", type=int, default=None, help="beam size; 1 = greedy (default: the run's config)")
+    tr.add_argument("--beam", type=_int(1, MAX_BEAM), default=None,
+                    help="beam size; 1 = greedy (default: the run's config)")
     tr.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
-    tr.add_argument("--n-best", type=int, default=1, help="print the N best (line, score, text)")
+    tr.add_argument("--n-best", type=_int(1, MAX_BEAM), default=1, help="print the N best (line, score, text)")
     tr.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch",
                     help="decode with attnlab's PyTorch search (default) or a CTranslate2 export of the run")
     tr.add_argument("--ct2-model", type=Path, metavar="DIR",
@@ -480,8 +549,10 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Evaluate a trained run on a split, as its family measures it: translation "
                                     "BLEU/chrF and BLEU by sentence length; language model perplexity; pair "
                                     "classifier accuracy; series MSE. Writes RUN_DIR/eval/.")
-    ev.add_argument("--beam", type=int, default=None, help="translation: beam size; 1 = greedy (default: the run's)")
-    ev.add_argument("--max-sentences", type=int, default=0, help="translation: only the first N sentences (0: all)")
+    ev.add_argument("--beam", type=_int(1, MAX_BEAM), default=None,
+                    help="translation: beam size; 1 = greedy (default: the run's)")
+    ev.add_argument("--max-sentences", type=_int(0, MAX_COUNT), default=0,
+                    help="translation: only the first N sentences (0: all)")
     ev.set_defaults(func=cmd_evaluate)
 
     gen = sub.add_parser("generate", parents=[opts["run"]],
@@ -491,12 +562,14 @@ def build_parser() -> argparse.ArgumentParser:
                                      "Defaults come from the run's [generate] section.")
     gen.add_argument("--prompt", action="append", metavar="TEXT",
                      help="text to continue (repeatable; default: sample from the start of a sentence)")
-    gen.add_argument("-n", "--num", type=int, default=3, help="samples per prompt (default 3)")
-    gen.add_argument("--max-len", type=int, default=None, help="new tokens at most per sample")
-    gen.add_argument("--temperature", type=float, default=None, help="softmax temperature; 0 = greedy")
-    gen.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens (0: all)")
-    gen.add_argument("--top-p", type=float, default=None, help="nucleus sampling: smallest set with probability p")
-    gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gen.add_argument("-n", "--num", type=_int(1, MAX_SAMPLES), default=3, help="samples per prompt (default 3)")
+    gen.add_argument("--max-len", type=_int(1, MAX_LEN), default=None, help="new tokens at most per sample")
+    gen.add_argument("--temperature", type=_float(0.0, 100.0), default=None, help="softmax temperature; 0 = greedy")
+    gen.add_argument("--top-k", type=_int(0, MAX_VOCAB), default=None,
+                     help="sample among the k most likely tokens (0: all)")
+    gen.add_argument("--top-p", type=_float(0.0, 1.0), default=None,
+                     help="nucleus sampling: smallest set with probability p")
+    gen.add_argument("--seed", type=_int(0, MAX_SEED), default=0, help="random seed (default 0)")
     gen.add_argument("--scores", action="store_true", help="print each sample's log-probability before it")
     gen.set_defaults(func=cmd_generate)
 
@@ -506,9 +579,9 @@ def build_parser() -> argparse.ArgumentParser:
     patt = psub.add_parser("attention", parents=[opts["run"]],
                            help="cross-attention heatmap (source x output tokens) of one sentence")
     patt.add_argument("--sentence", required=True, help="the source sentence to translate and plot")
-    patt.add_argument("--beam", type=int, default=1, help="beam size for the translation (default 1)")
+    patt.add_argument("--beam", type=_int(1, MAX_BEAM), default=1, help="beam size for the translation (default 1)")
     patt.add_argument("--out", type=Path, help="output path without suffix (default RUN_DIR/plots/attention)")
-    patt.add_argument("--formats", default="png,svg", help="comma-separated formats (default png,svg)")
+    patt.add_argument("--formats", type=_formats, default="png,svg", help="comma-separated formats (default png,svg)")
     patt.add_argument("--layer", default="-1", help="Transformer: decoder layer 1..N, -1 = last (default), or all")
     patt.add_argument("--head", default="all", help="Transformer: head 1..H, or all (default: a grid of heads)")
     patt.set_defaults(func=cmd_plot_attention)
@@ -524,18 +597,21 @@ def build_parser() -> argparse.ArgumentParser:
                                        "and each token's probability with its top 5 go to stderr.")
     pexp.add_argument("--sentence", required=True, help="the source sentence, the prompt, or sentence a of a pair")
     pexp.add_argument("--sentence-b", help="sentence b (sentence-pair runs)")
-    pexp.add_argument("--beam", type=int, default=None, help="translation: beam size (default: the run's)")
-    pexp.add_argument("--max-new", type=int, default=40, help="language model: new tokens at most (default 40)")
+    pexp.add_argument("--beam", type=_int(1, MAX_BEAM), default=None,
+                      help="translation: beam size (default: the run's)")
+    pexp.add_argument("--max-new", type=_int(1, MAX_LEN), default=40,
+                      help="language model: new tokens at most (default 40)")
     pexp.add_argument("--map", help="comma-separated maps (default: all of the run)")
     pexp.add_argument("--view", default="heatmap,model,head,neuron",
                       help="comma-separated views: heatmap, model, head, neuron (default: all)")
-    pexp.add_argument("--layer", type=int, default=-1, help="layer of the heatmap, head and neuron views (1..N, "
-                                                            "-1 = last, default)")
+    pexp.add_argument("--layer", type=_int(-MAX_LAYERS, MAX_LAYERS), default=-1,
+                      help="layer of the heatmap, head and neuron views (1..N, -1 = last, default)")
     pexp.add_argument("--head", default="mean", help="head number from 1, or mean (default; the neuron view: 1)")
-    pexp.add_argument("--query", type=int, default=1, help="neuron view: the query token, from 1 (default 1)")
+    pexp.add_argument("--query", type=_int(1, MAX_LEN), default=1,
+                      help="neuron view: the query token, from 1 (default 1)")
     pexp.add_argument("--words", action="store_true", help="merge subword pieces into words")
     pexp.add_argument("--out", type=Path, help="output directory (default RUN_DIR/plots/explore)")
-    pexp.add_argument("--formats", default="png", help="comma-separated formats (default png)")
+    pexp.add_argument("--formats", type=_formats, default="png", help="comma-separated formats (default png)")
     pexp.set_defaults(func=cmd_plot_explore)
 
     pcur = psub.add_parser("curves", help="training curves (train loss, dev loss, dev BLEU) of runs on one figure")
@@ -552,8 +628,8 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Per-layer output shapes and parameter counts (like Keras' model.summary()), "
                                       "from one forward pass on a dummy batch.")
     summ.add_argument("target", type=Path, metavar="CONFIG_OR_RUN")
-    summ.add_argument("--src-len", type=int, default=7, help="dummy source length (default 7)")
-    summ.add_argument("--tgt-len", type=int, default=6, help="dummy target length (default 6)")
+    summ.add_argument("--src-len", type=_int(1, MAX_SUMMARY_LEN), default=7, help="dummy source length (default 7)")
+    summ.add_argument("--tgt-len", type=_int(1, MAX_SUMMARY_LEN), default=6, help="dummy target length (default 6)")
     summ.set_defaults(func=cmd_summary)
 
     rep = sub.add_parser("report", parents=[opts["checkpoint"], opts["device"]],
@@ -565,10 +641,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", type=Path, metavar="FILE.html", help="output file (default runs/report.html)")
     rep.add_argument("--split", choices=("train", "dev", "test"), default="test",
                      help="split of the scores table and of the sample sentences (default test)")
-    rep.add_argument("--samples", type=int, default=4, help="sample sentences from the split (default 4)")
+    rep.add_argument("--samples", type=_int(0, MAX_SAMPLES), default=4,
+                     help="sample sentences from the split (default 4)")
     rep.add_argument("--sentence", action="append", metavar="TEXT",
                      help="translate this sentence instead of split samples (repeatable)")
-    rep.add_argument("--beam", type=int, default=None, help="beam size of the samples (default: each run's)")
+    rep.add_argument("--beam", type=_int(1, MAX_BEAM), default=None,
+                     help="beam size of the samples (default: each run's)")
     rep.set_defaults(func=cmd_report, device="cpu")
 
     srv = sub.add_parser("serve", parents=[opts["checkpoint"], opts["device"]],
@@ -579,14 +657,15 @@ def build_parser() -> argparse.ArgumentParser:
                                      "/openapi.json. Models are named by their run directory's name.")
     srv.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    srv.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
-    srv.add_argument("--max-chars", type=int, default=1000,
+    srv.add_argument("--port", type=_int(0, 65535), default=8000, help="TCP port (default 8000)")
+    srv.add_argument("--max-chars", type=_int(1, MAX_CHARS), default=1000,
                      help="longest sentence accepted, in characters (default 1000; tokens: the run's "
                           "decode.max_src_tokens)")
-    srv.add_argument("--timeout", type=float, default=60.0,
+    srv.add_argument("--timeout", type=_float(0.001, 86400.0), default=60.0,
                      help="seconds a translation may take, queueing included, before a 503 (default 60)")
-    srv.add_argument("--max-connections", type=int, default=4096, help="open connections at most (default 4096)")
-    srv.add_argument("--header-timeout", type=float, default=10.0,
+    srv.add_argument("--max-connections", type=_int(1, MAX_CONNECTIONS), default=4096,
+                     help="open connections at most (default 4096)")
+    srv.add_argument("--header-timeout", type=_float(0.001, 3600.0), default=10.0,
                      help="close a connection that has not sent its request head within this many seconds "
                           "(default 10)")
     srv.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch",
@@ -602,7 +681,7 @@ def build_parser() -> argparse.ArgumentParser:
     ser.add_argument("target", metavar="TASK_OR_CONFIG",
                      help="fib (fibonacci: the seed's 1,200 Fibonacci numbers), sine (noisy two-period sine), "
                           "or a series config file such as configs/seed-fib-attention.toml")
-    ser.add_argument("--seeds", type=int, default=5, help="train with seeds 1..N (default 5)")
+    ser.add_argument("--seeds", type=_int(1, MAX_SEEDS), default=5, help="train with seeds 1..N (default 5)")
     ser.add_argument("--only", choices=("both", "rnn", "attention"), default="both",
                      help="which model(s) to train (default both)")
     ser.add_argument("--out", type=Path, help="output directory (default runs/series/<task>)")
@@ -615,7 +694,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "model, show test translations and test BLEU.")
     demo.add_argument("--config", type=Path, default=Path("configs/demo.toml"), help="default: configs/demo.toml")
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="run directory (replaced; default runs/demo)")
-    demo.add_argument("--beam", type=int, default=5, help="beam size for the test BLEU (default 5)")
+    demo.add_argument("--beam", type=_int(1, MAX_BEAM), default=5, help="beam size for the test BLEU (default 5)")
     demo.set_defaults(func=cmd_demo)
     parser.commands = sub.choices  # the subcommand parsers, for `parse_args` below
     return parser
@@ -630,11 +709,49 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Nam
     return parser.parse_args(argv)
 
 
+def _crash_file(exc: BaseException, argv: list[str]) -> Path | None:
+    """Writes the traceback of an unexpected exception (with the versions and the command line) to a new file
+    under the cache folder, or the temporary folder if that is not writable; returns its path (None if neither
+    is)."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    text = (f"attnlab {__import__('attnlab').__version__}, Python {platform.python_version()}, torch "
+            f"{torch.__version__}, {platform.platform()}\ncommand: attnlab {' '.join(argv)}\ntime: {stamp}\n\n"
+            + "".join(traceback.format_exception(exc)))
+    for folder in (cache_dir() / "crashes", Path(tempfile.gettempdir())):
+        path = folder / f"attnlab-crash-{stamp}-{os.getpid()}.txt"
+        try:
+            make_dirs(folder)
+            atomic_write_text(path, text)
+            return path
+        except (AttnlabError, OSError):
+            continue
+    return None
+
+
+def _internal_error(exc: Exception, argv: list[str]) -> int:
+    """The last resort for an exception that is not a user mistake: one line naming it and the file that holds
+    its traceback, exit code 1. Running out of memory is a user's size choice meeting the machine, not a bug:
+    one line, exit code 2."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in message:
+        print(f"attnlab: error: out of memory ({type(exc).__name__}: {message[:200]}); choose smaller sizes, "
+              "batches or beams", file=sys.stderr)
+        return 2
+    path = _crash_file(exc, argv)
+    where = f"the full traceback is in {path}" if path else "the traceback could not be saved"
+    print(f"attnlab: internal error: {type(exc).__name__}: {message[:300]}; {where}; please report it",
+          file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parse_args(parser, sys.argv[1:] if argv is None else list(argv))
-    setup_logging()
+    """Runs one command; returns the exit code: 0 done, 2 a user mistake (one line on stderr), 1 an internal error
+    (one line naming the file with its traceback; with $ATTNLAB_RAISE_INTERNAL set the exception propagates),
+    130 interrupted."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        args = parse_args(build_parser(), argv)
+        setup_logging()
         args.func(args)
     except AttnlabError as e:
         print(f"attnlab: error: {e}", file=sys.stderr)
@@ -642,6 +759,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attnlab: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # SystemExit (argparse, --help) is no Exception and passes through
+        if os.environ.get(RAISE_INTERNAL, "") not in ("", "0"):
+            raise
+        return _internal_error(e, argv)
     return 0
 
 

@@ -1,8 +1,12 @@
 """Typed configuration: dataclasses filled from TOML or YAML files and `--set key.path=value` overrides.
 
-Unknown keys, wrong types and invalid choices are rejected at load time with the full key path and the
-valid options. A dataclass declares its choice fields in a class variable
-`CHOICES: ClassVar[dict[str, tuple]]`.
+Unknown keys, wrong types, invalid choices and numbers out of range are rejected at load time with the full key
+path and the valid options or the limit. A dataclass declares its choice fields in a class variable
+`CHOICES: ClassVar[dict[str, tuple]]` and the closed range [lo, hi] of its numeric fields in
+`LIMITS: ClassVar[dict[str, tuple[lo, hi]]]`; a numeric field it does not list gets the range of its type
+(`DEFAULT_LIMITS`). The check runs before any value is used, so a size of 10**12 is one line naming the key and
+its limit, never an allocation. Cross-field rules (d_model divisible by h, open intervals such as dropout < 1)
+stay in the classes' `__post_init__`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,39 @@ import yaml
 from attnlab.errors import AttnlabError
 
 T = TypeVar("T")
+
+# Upper limits shared by the config classes and the command line's options. Each is far beyond any useful setting
+# and small enough that a value at the limit neither overflows a C integer (torch, SentencePiece, the OS) nor is
+# refused only after gigabytes are allocated; what several keys multiply to is bounded where the model is built
+# (`MAX_PARAMETERS`).
+MAX_COUNT = 2**31 - 1  # steps, epochs, sentences, examples: a signed 32-bit integer
+MAX_SEED = 2**32 - 1  # the largest seed numpy accepts (torch and random take it too)
+MAX_DIM = 65536  # the width of one layer: emb_dim, hidden_dim, d_model, attn_dim
+MAX_LAYERS = 1024  # layers of a stack
+MAX_VOCAB = 2**20  # tokens of a vocabulary (SentencePiece models are far smaller)
+MAX_LEN = 65536  # tokens of one sequence: positions, source limit, generated tokens, packed rows
+MAX_BEAM = 256  # hypotheses per sentence; the search holds beam x batch rows of vocabulary scores each step
+MAX_THREADS = 1024  # torch CPU threads
+MAX_PARAMETERS = 10**9  # a model's parameters: 4 GB of float32 weights, 16 GB with gradients and Adam's moments
+
+DEFAULT_LIMITS: dict[type, tuple[float, float]] = {int: (0, MAX_COUNT), float: (-1e9, 1e9)}
+
+
+def check_range(key: str, value: float, lo: float, hi: float) -> None:
+    """An AttnlabError naming `key` and the limit when value is outside [lo, hi]."""
+    if value > hi:
+        raise AttnlabError(f"{key} = {value!r} exceeds the limit {hi!r}")
+    if value < lo:
+        raise AttnlabError(f"{key} = {value!r} is below the minimum {lo!r}")
+
+
+def limits(cls: type, name: str, tp: Any) -> tuple[float, float] | None:
+    """The range [lo, hi] of numeric field `name` of config class `cls` (type `tp`), or None for a field that is
+    not a number."""
+    declared = getattr(cls, "LIMITS", {})
+    if name in declared:
+        return declared[name]
+    return DEFAULT_LIMITS.get(tp)
 
 
 def _type_name(tp: Any) -> str:
@@ -75,6 +112,11 @@ def from_dict(cls: type[T], data: dict, prefix: str = "") -> T:
         raise AttnlabError(f"unknown config key {prefix}{unknown[0]!s}; valid keys in "
                            f"{prefix.rstrip('.') or 'the top level'}: {', '.join(fields)}")
     kwargs = {name: _coerce(value, hints[name], prefix + name) for name, value in data.items()}
+    for name, value in kwargs.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            bounds = limits(cls, name, type(value))
+            if bounds is not None:
+                check_range(prefix + name, value, *bounds)
     choices = getattr(cls, "CHOICES", {})
     for name, value in kwargs.items():
         if name in choices and value not in choices[name]:
@@ -96,7 +138,16 @@ def read_config_file(path: Path | str) -> dict:
     path = Path(path)
     if not path.is_file():
         raise AttnlabError(f"{path}: no such config file")
-    text = path.read_text(encoding="utf-8")
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise AttnlabError(f"{path}: cannot read the config file ({e.strerror or e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise AttnlabError(f"{path}:{line}: not valid UTF-8 (byte 0x{raw[e.start]:02x}); a config file is UTF-8 "
+                           "text") from None
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(text)
@@ -106,7 +157,8 @@ def read_config_file(path: Path | str) -> dict:
             data = json.loads(text)
         else:
             raise AttnlabError(f"{path}: config files are .toml, .yaml, .yml or .json")
-    except (tomllib.TOMLDecodeError, yaml.YAMLError, json.JSONDecodeError) as e:
+    except (yaml.YAMLError, ValueError) as e:  # TOML and JSON syntax errors are ValueErrors, and so is an integer
+        # of more than 4,300 digits (Python's limit for converting one from text)
         raise AttnlabError(f"{path}: cannot parse: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise AttnlabError(f"{path}: expected a table of keys at the top level")
@@ -130,7 +182,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         key, raw = item.split("=", 1)
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+        except (yaml.YAMLError, ValueError):  # ValueError: an integer of more than 4,300 digits
             value = raw
         if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
             try:

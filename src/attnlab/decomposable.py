@@ -21,11 +21,13 @@ Shape legend: B batch, La / Lb lengths of a / b, E embedding dim, D hidden dim, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.attention import attend
+from attnlab.config import MAX_DIM, MAX_LEN
 from attnlab.errors import AttnlabError
 
 
@@ -40,6 +42,9 @@ class DecomposableConfig:
     intra_attention: bool = False
     max_distance: int = 10  # intra-attention: signed distances beyond this share one bias
     n_classes: int = 2
+
+    LIMITS: ClassVar[dict] = {"emb_dim": (1, MAX_DIM), "hidden_dim": (1, MAX_DIM), "dropout": (0.0, 1.0),
+                              "max_distance": (1, MAX_LEN), "n_classes": (2, 2**16)}
 
     def __post_init__(self) -> None:
         for name in ("emb_dim", "hidden_dim", "max_distance"):

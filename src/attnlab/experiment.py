@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from attnlab.batching import Seq2SeqDataset
-from attnlab.config import from_dict, load_config
+from attnlab.config import MAX_COUNT, MAX_SEED, MAX_VOCAB, from_dict, load_config
 from attnlab.corpus import Corpus, Pair, bible_corpus, file_corpus, subsample
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_text, write_json
@@ -50,6 +50,8 @@ class DataConfig:
     subset_seed: int = 0
 
     CHOICES: ClassVar[dict] = {"corpus": ("bible", "files"), "english": ("kjv", "web")}
+    LIMITS: ClassVar[dict] = {"dev_size": (0, MAX_COUNT), "test_size": (0, MAX_COUNT), "max_words": (0, MAX_COUNT),
+                              "max_train_pairs": (0, MAX_COUNT), "subset_seed": (0, MAX_SEED)}
 
 
 @dataclass
@@ -70,6 +72,8 @@ class SummaryConfig:
 
     src_vocab: int = 0
     tgt_vocab: int = 0
+
+    LIMITS: ClassVar[dict] = {"src_vocab": (0, MAX_VOCAB), "tgt_vocab": (0, MAX_VOCAB)}
 
 
 @dataclass
@@ -191,6 +195,8 @@ def init_seq2seq(cfg: ExperimentConfig, model: nn.Module, load_run: RunLoader) -
 def seq2seq_training(cfg: ExperimentConfig, corpus: Corpus, tokenizers: TokenizerPair, model: nn.Module
                      ) -> Training:
     """Teacher-forced pairs; model selection on dev BLEU (greedy, the first train.eval_max_sentences verses)."""
+    if tokenizers is None:  # a resumed run whose tokenizer folder is gone
+        raise AttnlabError("a translation run needs its tokenizers (RUN_DIR/tokenizer is missing)")
     dev_pairs = corpus.dev[: cfg.train.eval_max_sentences or None]
 
     def dev_bleu(m: nn.Module) -> dict:

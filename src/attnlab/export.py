@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from attnlab.errors import AttnlabError
-from attnlab.fileio import atomic_write_bytes, write_json
+from attnlab.fileio import atomic_write_bytes, make_dirs, write_json
 from attnlab.runs import LoadedRun
 from attnlab.tokenizers import SPECIALS
 
@@ -192,7 +192,7 @@ def export_ctranslate2(run: LoadedRun, out: Path | str | None = None, quantizati
         spec = transformer_spec(run.model, vocabulary(run.tokenizers.src), vocabulary(run.tokenizers.tgt))
     spec.validate()
     spec.optimize(quantization=None if quantization == "float32" else quantization)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     spec.save(str(out))
     for f in sorted((run_dir / "tokenizer").iterdir()):  # the SentencePiece models, to tokenize without attnlab
         if f.is_file():

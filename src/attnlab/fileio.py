@@ -45,6 +45,19 @@ def atomic_write(path: Path | str, write: Callable[[str], None]) -> None:
     _fsync(path.parent)
 
 
+def make_dirs(path: Path | str) -> Path:
+    """Creates the folder `path` and its parents (an existing folder is fine); a file standing where a folder must
+    be, or a folder that cannot be created, is an AttnlabError naming the path."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise AttnlabError(f"{path}: cannot create this folder: a file stands at it or above it") from None
+    except OSError as e:
+        raise AttnlabError(f"{path}: cannot create this folder ({e.strerror or e})") from None
+    return path
+
+
 def _fsync(path: Path | str) -> None:
     """Flushes a file's (or a directory's entries') data to the disk."""
     fd = os.open(path, os.O_RDONLY)
@@ -85,8 +98,8 @@ def read_json(path: Path | str) -> Any:
         raise AttnlabError(f"{path}: no such file")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise AttnlabError(f"{path}: not valid JSON ({e})") from None
+    except ValueError as e:  # JSON syntax, UTF-8, an integer of more than 4,300 digits
+        raise AttnlabError(f"{path}: not valid JSON ({str(e).splitlines()[0][:200]})") from None
 
 
 def read_lines(path: Path | str) -> list[str]:

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from attnlab.attention import Segments, segment_mask
 from attnlab.batching import pack_rows, pad_sequences
-from attnlab.config import load_config
+from attnlab.config import MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SEED, MAX_VOCAB, load_config
 from attnlab.corpus import bible_corpus, holdout, normalize, subsample
 from attnlab.errors import AttnlabError
 from attnlab.fileio import read_lines, write_json
@@ -65,6 +65,9 @@ class LMModelConfig:
     layer_norm_eps: float = 1e-5
     bias: bool = True
 
+    LIMITS: ClassVar[dict] = {**{k: v for k, v in TransformerConfig.LIMITS.items() if not k.endswith("_layers")},
+                              "layers": (1, MAX_LAYERS)}
+
     def __post_init__(self) -> None:
         self.transformer()  # validates every field with TransformerConfig's checks
 
@@ -95,6 +98,8 @@ class LMDataConfig:
     subset_seed: int = 0
 
     CHOICES: ClassVar[dict] = {"corpus": ("bible", "text"), "side": ("src", "tgt"), "english": ("kjv", "web")}
+    LIMITS: ClassVar[dict] = {"dev_size": (0, MAX_COUNT), "test_size": (0, MAX_COUNT),
+                              "max_train_sentences": (0, MAX_COUNT), "subset_seed": (0, MAX_SEED)}
 
 
 @dataclass
@@ -113,6 +118,9 @@ class GenerateConfig:
     temperature: float = 1.0
     top_k: int = 0  # keep the k most likely tokens (0: all)
     top_p: float = 1.0  # keep the smallest set of tokens whose probability reaches p (1: all)
+
+    LIMITS: ClassVar[dict] = {"max_len": (1, MAX_LEN), "temperature": (0.0, 100.0), "top_k": (0, MAX_VOCAB),
+                              "top_p": (0.0, 1.0)}
 
     def __post_init__(self) -> None:
         check_sampling(self.temperature, self.top_k, self.top_p)
@@ -142,8 +150,8 @@ def load_lm_config(path: Path | str | None, overrides: list[str] | None = None) 
 
 
 def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
-    if temperature < 0:
-        raise AttnlabError(f"temperature must be >= 0, got {temperature}")
+    if not 0 <= temperature < math.inf:
+        raise AttnlabError(f"temperature must be a finite number >= 0, got {temperature}")
     if top_k < 0:
         raise AttnlabError(f"top_k must be >= 0, got {top_k}")
     if not 0.0 < top_p <= 1.0:
@@ -349,6 +357,8 @@ def summary_vocab(cfg: TokenizerConfig) -> int:
 def lm_training(cfg: LMExperimentConfig, text: TextSplits, tokenizers: TokenizerPair, model: TransformerLM
                 ) -> Training:
     """Next-token prediction on the training sentences; model selection on dev loss (perplexity)."""
+    if tokenizers is None:  # a resumed run whose tokenizer folder is gone
+        raise AttnlabError("a language-model run needs its tokenizer (RUN_DIR/tokenizer is missing)")
     tok = tokenizers.tgt
     train_ids = [tok.encode(s) for s in text.train]
     too_long = max((len(ids) + 1 for ids in train_ids), default=0)
@@ -423,7 +433,11 @@ def sample_next(logprobs: Tensor, temperature: float = 1.0, top_k: int = 0, top_
     restricted by top-k / top-p. Shape: logprobs (B, V) -> (B,)."""
     if temperature == 0:
         return logprobs.argmax(dim=-1)
-    probs = filter_logits(logprobs.float() / temperature, top_k, top_p).softmax(dim=-1)
+    # in float64 (a temperature of 1e-94 is 0 in float32) and shifted so that the largest is 0 (the same softmax):
+    # a tiny temperature then sends the others to -inf instead of the largest to inf, whose softmax is nan
+    logits = logprobs.double()
+    logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
+    probs = filter_logits(logits, top_k, top_p).softmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
 

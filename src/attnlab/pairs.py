@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.batching import TokenBudgetBatchSampler, pad_with_mask
-from attnlab.config import load_config
+from attnlab.config import MAX_COUNT, MAX_SEED, load_config
 from attnlab.corpus import normalize, subsample
 from attnlab.decomposable import DecomposableAttention, DecomposableConfig
 from attnlab.errors import AttnlabError
@@ -134,6 +134,7 @@ class ParaphraseDataConfig:
     subset_seed: int = 0
 
     CHOICES: ClassVar[dict] = {"hard_negatives": HARD_NEGATIVES}
+    LIMITS: ClassVar[dict] = {"seed": (0, MAX_SEED), "max_train_pairs": (0, MAX_COUNT), "subset_seed": (0, MAX_SEED)}
 
 
 @dataclass

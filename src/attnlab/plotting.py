@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_bytes
 
 
@@ -136,13 +137,35 @@ def plot_attention_grid(weights, src_labels: Sequence[str], tgt_labels: Sequence
     return save_figure(fig, path, dpi=110)
 
 
+def supported_formats() -> list[str]:
+    """The file formats matplotlib's Agg backend (the one attnlab draws with) writes: png, svg, pdf, jpg, ..."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib: imported when needed (_pyplot)
+
+    return sorted(FigureCanvasAgg.get_supported_filetypes())
+
+
+def image_format(path: Path | str) -> str:
+    """The format an output path's suffix asks for (no suffix: png); a format matplotlib does not write is an
+    AttnlabError naming the path and the formats it does."""
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    if fmt not in supported_formats():
+        raise AttnlabError(f"{path}: matplotlib cannot write {fmt!r} files; the suffix picks the format, one of "
+                           f"{', '.join(supported_formats())}")
+    return fmt
+
+
 def save_figure(fig, path: Path | str, dpi: int = 120) -> Path:
-    """Writes a figure atomically in the format of the path's suffix (png, svg, pdf) and closes it; a symlink at
-    `path` is replaced, never followed."""
+    """Writes a figure atomically in the format of the path's suffix (png, svg, pdf; `image_format`) and closes
+    it; a symlink at `path` is replaced, never followed."""
     path = Path(path)
     buf = io.BytesIO()
-    fig.savefig(buf, dpi=dpi, format=path.suffix.lstrip(".").lower() or "png")
-    _pyplot().close(fig)
+    try:
+        fig.savefig(buf, dpi=dpi, format=image_format(path))
+    except (RuntimeError, OSError) as e:  # e.g. pgf without a TeX installation
+        raise AttnlabError(f"{path}: matplotlib cannot write it ({str(e).splitlines()[0] if str(e) else e!r})") \
+            from None
+    finally:
+        _pyplot().close(fig)
     atomic_write_bytes(path, buf.getvalue())
     return path
 

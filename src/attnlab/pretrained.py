@@ -34,6 +34,7 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from attnlab.batching import pad_with_mask
+from attnlab.config import MAX_LAYERS
 from attnlab.errors import AttnlabError
 from attnlab.transformer import EncoderLayer, TransformerConfig
 
@@ -73,7 +74,7 @@ def read_bert_config(model_dir: Path | str) -> BertConfig:
     model_dir = Path(model_dir)
     try:
         c = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: JSON syntax, UTF-8, an integer of more than 4,300 digits
         raise AttnlabError(f"{model_dir / 'config.json'}: cannot read a BERT config ({e})") from None
     if c.get("model_type") != "bert" or c.get("hidden_act") != "gelu" \
             or c.get("position_embedding_type", "absolute") != "absolute":
@@ -309,6 +310,7 @@ class MiniLMConfig:
     freeze_layers: int = 0
 
     CHOICES: ClassVar[dict] = {"head": ("cosine", "sbert")}
+    LIMITS: ClassVar[dict] = {"max_len": (3, 512), "dropout": (0.0, 1.0), "freeze_layers": (0, MAX_LAYERS)}
 
     def __post_init__(self) -> None:
         if self.head not in self.CHOICES["head"]:

@@ -27,6 +27,7 @@ from attnlab.fileio import atomic_write_text, read_json
 from attnlab.metrics import format_length_table
 from attnlab.plotting import plot_attention, plot_attention_grid, plot_bleu_by_length, plot_curves
 from attnlab.summary import format_table, layer_table
+from attnlab.trainer import read_metrics
 from attnlab.translate import Translator
 from attnlab.workflow import load_run
 
@@ -60,9 +61,7 @@ def load_run_info(run_dir: Path, name: str, split: str, checkpoint: str = "best"
     inputs, description = run.family.summary_inputs(cfg, tokenizers, 7, 6)
     rows = layer_table(model, *inputs)
     summary = format_table(rows, f"{run.family.title}, {description}")
-    log = run_dir / "metrics.jsonl"
-    records = ([json.loads(x) for x in log.read_text(encoding="utf-8").splitlines() if x.strip()]
-               if log.is_file() else [])
+    records = read_metrics(run_dir)
     ev = run_dir / "eval" / f"{split}.json"
     return RunInfo(name, run_dir, cfg, Translator(model, tokenizers, cfg.decode, device), summary,
                    sum(r.params for r in rows), records, read_json(ev) if ev.is_file() else None)

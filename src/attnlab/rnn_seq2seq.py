@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.attention import Attention, padding_mask
+from attnlab.config import MAX_DIM, MAX_LAYERS
 from attnlab.errors import AttnlabError
 from attnlab.rnn import RNNLayer
 
@@ -62,6 +63,8 @@ class RNNModelConfig:
     CHOICES: ClassVar[dict] = {"cell": ("elman", "lstm", "gru"), "impl": ("fused", "scratch"),
                                "attention": ("none", "bahdanau", *LUONG_KINDS), "embedding": ("learned", "onehot"),
                                "bridge": ("linear", "copy")}
+    LIMITS: ClassVar[dict] = {"emb_dim": (1, MAX_DIM), "hidden_dim": (1, MAX_DIM), "enc_layers": (1, MAX_LAYERS),
+                              "dec_layers": (1, MAX_LAYERS), "dropout": (0.0, 1.0), "attn_dim": (0, MAX_DIM)}
 
     def __post_init__(self) -> None:
         for name in ("emb_dim", "hidden_dim", "enc_layers", "dec_layers"):

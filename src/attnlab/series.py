@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.attention import LearnedQueryAttention
-from attnlab.config import apply_overrides, from_dict, load_config, read_config_file
+from attnlab.config import MAX_DIM, MAX_SEED, apply_overrides, from_dict, load_config, read_config_file
 from attnlab.errors import AttnlabError
 from attnlab.fileio import write_json
 from attnlab.rnn import RNNLayer
@@ -65,6 +65,10 @@ class SeriesDataConfig:
     data_seed: int = 0  # sine: seed of the noise
 
     CHOICES: ClassVar[dict] = {"task": TASKS, "select": ("last", "best")}
+    # the Fibonacci numbers are exact ints (fib(10**5) has 20,899 digits) and the windows a (length, window) array
+    LIMITS: ClassVar[dict] = {"length": (4, 10**5), "window": (1, 1000), "train_fraction": (0.0, 1.0),
+                              "split_seed": (0, MAX_SEED), "dev_fraction": (0.0, 1.0), "noise": (0.0, 1e6),
+                              "data_seed": (0, MAX_SEED)}
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.length < self.window + 3:
@@ -91,6 +95,7 @@ class SeriesModelConfig:
 
     CHOICES: ClassVar[dict] = {"cell": ("elman", "lstm", "gru"), "output_activation": ("linear", "tanh"),
                                "init": ("keras", "torch")}
+    LIMITS: ClassVar[dict] = {"hidden_dim": (1, MAX_DIM)}
 
     def __post_init__(self) -> None:
         if self.hidden_dim < 1:

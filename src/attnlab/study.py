@@ -12,7 +12,7 @@ import statistics
 import time
 from pathlib import Path
 
-from attnlab.fileio import write_json
+from attnlab.fileio import make_dirs, write_json
 from attnlab.series import SeriesExperimentConfig, SeriesRNN, SeriesSplits, baselines, make_splits, mse
 from attnlab.workflow import load_run, train
 
@@ -74,7 +74,7 @@ def compare(cfg: SeriesExperimentConfig, seeds: list[int], out: Path | str, vari
         results["claim"] = {"statement": "the test MSE is lower with the attention layer",
                             "holds_on_mean": att["test_mse_mean"] < rnn["test_mse_mean"],
                             "attention_lower_in_seeds": wins, "seeds": len(seeds)}
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     write_json(out / "results.json", results)
     return results
 

@@ -18,6 +18,7 @@ from typing import ClassVar, Iterable, Sequence
 import sentencepiece as spm
 
 from attnlab.corpus import cache_dir
+from attnlab.config import MAX_VOCAB, from_dict
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_bytes
 
@@ -37,6 +38,7 @@ class TokenizerConfig:
     SentencePiece kinds only. joint: one vocabulary for source and target, trained on both sides."""
 
     CHOICES: ClassVar[dict] = {"kind": ("char", "bpe", "unigram")}
+    LIMITS: ClassVar[dict] = {"vocab_size": (1, MAX_VOCAB), "character_coverage": (0.0, 1.0)}
 
     kind: str = "unigram"
     vocab_size: int = 8000
@@ -133,6 +135,9 @@ class SentencePieceTokenizer:
             self._sp = spm.SentencePieceProcessor(model_proto=self._proto)
         except RuntimeError as e:
             raise AttnlabError(f"not a SentencePiece model ({str(e).strip()[:120]})") from None
+        if self._sp.get_piece_size() < len(SPECIALS):  # an empty file parses as a model without pieces
+            raise AttnlabError(f"not a SentencePiece model of attnlab: {self._sp.get_piece_size()} pieces, fewer than "
+                               f"the {len(SPECIALS)} special ones ({len(self._proto)} bytes)")
         specials = [self._sp.id_to_piece(i) for i in range(len(SPECIALS))]
         if specials != list(SPECIALS):
             raise AttnlabError(f"SentencePiece model has specials {specials}, expected {list(SPECIALS)}")
@@ -230,7 +235,8 @@ def save_tokenizers(pair: TokenizerPair, directory: Path | str) -> None:
     tgt.model or src.chars.json, tgt.chars.json). tokenizer.json is written last, so its presence means the
     directory is complete."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    if directory.exists() and not directory.is_dir():
+        raise AttnlabError(f"{directory}: a file of that name exists; the tokenizer is saved to a folder")
     kind = pair.src.kind
     for side in ("src", "tgt"):
         atomic_write_bytes(directory / _file_name(side, kind), getattr(pair, side).to_bytes())
@@ -244,7 +250,7 @@ def load_tokenizers(directory: Path | str) -> TokenizerPair:
     meta_path = directory / "tokenizer.json"
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        kind, joint, cfg = meta["kind"], bool(meta["joint"]), TokenizerConfig(**meta["config"])
+        kind, joint, cfg = meta["kind"], bool(meta["joint"]), from_dict(TokenizerConfig, meta["config"])
     except FileNotFoundError:
         raise AttnlabError(f"no saved tokenizer in {directory}: {meta_path} not found") from None
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -259,7 +265,8 @@ def load_tokenizers(directory: Path | str) -> TokenizerPair:
             if kind == "char":
                 return CharTokenizer.from_bytes(data)
             return SentencePieceTokenizer.from_bytes(data, kind)
-        except (OSError, ValueError) as e:  # AttnlabError and JSON errors are ValueErrors
+        except (OSError, ValueError, IndexError, RuntimeError) as e:
+            # AttnlabError, JSON and UTF-8 errors are ValueErrors; SentencePiece raises the other two
             raise AttnlabError(f"cannot load tokenizer {path}: {e}") from None
 
     if joint:

@@ -29,9 +29,9 @@ from torch.utils.data import DataLoader
 from attnlab.batching import (PackedBatchSampler, Seq2SeqBatch, TokenBudgetBatchSampler, collate_packed_seq2seq,
                                collate_seq2seq)
 from attnlab.checkpoint import load_checkpoint, read_pointer, recover, save_checkpoint, step_name, write_best
-from attnlab.config import from_dict
+from attnlab.config import MAX_COUNT, MAX_LEN, MAX_SEED, MAX_THREADS, from_dict
 from attnlab.errors import AttnlabError
-from attnlab.fileio import append_line, atomic_write_text
+from attnlab.fileio import append_line, atomic_write_text, make_dirs
 from attnlab.logs import Progress
 from attnlab.tokenizers import PAD_ID
 
@@ -76,6 +76,14 @@ class TrainConfig:
     CHOICES: ClassVar[dict] = {"optimizer": ("adam", "adamw"),
                                "schedule": ("constant", "inverse_sqrt", "noam", "plateau"),
                                "device": ("auto", "cpu", "cuda", "mps"), "amp": ("none", "bf16", "fp16")}
+    LIMITS: ClassVar[dict] = {
+        "seed": (0, MAX_SEED), "max_steps": (0, MAX_COUNT), "max_epochs": (0, MAX_COUNT),
+        "max_minutes": (0.0, 1e7), "max_tokens": (1, 2**24), "pack_length": (0, MAX_LEN), "accum_steps": (1, 2**16),
+        "lr": (0.0, 100.0), "adam_beta1": (0.0, 1.0), "adam_beta2": (0.0, 1.0), "weight_decay": (0.0, 100.0),
+        "warmup_steps": (0, MAX_COUNT), "plateau_factor": (0.0, 1.0), "plateau_patience": (1, MAX_COUNT),
+        "min_lr": (0.0, 100.0), "clip_norm": (0.0, 1e9), "label_smoothing": (0.0, 1.0), "eval_every": (1, MAX_COUNT),
+        "eval_max_sentences": (0, MAX_COUNT), "patience": (0, MAX_COUNT), "keep_last": (1, MAX_COUNT),
+        "log_every": (1, MAX_COUNT), "num_threads": (0, MAX_THREADS)}
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "accum_steps", "eval_every", "log_every", "keep_last"):
@@ -98,14 +106,62 @@ class TrainConfig:
             raise AttnlabError(f"plateau_factor must be in (0, 1], got {self.plateau_factor}")
 
 
+def read_metrics(run_dir: Path | str) -> list[dict]:
+    """The records of a run's metrics.jsonl (what `Trainer.log` appends): each a JSON object with an integer step
+    and numbers (or booleans); [] without the file. A line cut short by a kill at the end is skipped; any other
+    line that is no such record is an AttnlabError naming the file and line."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    lines = path.read_bytes().split(b"\n")
+    records = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:  # JSON syntax, UTF-8, an integer of more than 4,300 digits
+            if i == len(lines):  # the last line, without its newline: a write cut short
+                continue
+            raise AttnlabError(f"{path}:{i}: not a JSON record") from None
+        if not (isinstance(record, dict) and type(record.get("step")) is int and record["step"] >= 0
+                and all(isinstance(v, (int, float)) for v in record.values())):
+            raise AttnlabError(f"{path}:{i}: expected an object with an integer step >= 0 and numbers")
+        records.append(record)
+    return records
+
+
+def available_devices() -> list[str]:
+    """The devices this torch build can use on this machine: cpu, cuda:N, mps, xpu:N."""
+    devices = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0)]
+    if torch.backends.mps.is_available():
+        devices.append("mps")
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        devices += [f"xpu:{i}" for i in range(xpu.device_count())]
+    return devices
+
+
 def resolve_device(name: str) -> torch.device:
+    """The torch device of a device name (train.device, --device): "auto" is the GPU of this process (LOCAL_RANK)
+    when CUDA is available, else the CPU; "cpu", "cuda", "cuda:N", "mps", "xpu" must exist on this machine and in
+    this torch build, or it is an AttnlabError naming the devices there are."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         return torch.device("cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise AttnlabError("train.device = 'cuda' but no CUDA device is available")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        raise AttnlabError(f"device {name!r} is not a device name; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cpu":
+        return torch.device("cpu")
+    available = available_devices()
+    wanted = device.type if device.index is None else f"{device.type}:{device.index}"
+    if not any(d == wanted or d.split(":")[0] == wanted or (d, wanted) == ("mps", "mps:0") for d in available):
+        raise AttnlabError(f"device {name!r} is not available: this torch ({torch.__version__}) on this machine has "
+                           f"{', '.join(available)}")
+    return device
 
 
 def lr_factor(cfg: TrainConfig, step: int, d_model: int = 512) -> float:
@@ -203,6 +259,9 @@ class TrainerState:
     train_tokens: int = 0
     train_seconds: float = 0.0
     stopped: str | None = None
+
+    LIMITS: ClassVar[dict] = {"best_score": (-1e30, 1e30), "train_tokens": (0, 2**62), "train_seconds": (0.0, 1e12),
+                              "lr_scale": (0.0, 1e9)}
 
     def __post_init__(self) -> None:
         for name in ("step", "epoch", "batch_in_epoch", "bad_evals", "train_tokens", "train_seconds"):
@@ -494,7 +553,7 @@ class Trainer:
     def fit(self) -> TrainerState:
         """Trains until a limit in the config is reached; returns the final trainer state."""
         cfg, s = self.cfg, self.state
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.run_dir)
         t_start = self._t_start = time.perf_counter()
         # with a time budget the step limit is usually far away: show elapsed time and rate, not a fake ETA
         progress = Progress(None if cfg.max_minutes else cfg.max_steps, s.step, cfg.progress and self.is_main)

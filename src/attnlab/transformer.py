@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.attention import MultiHeadAttention, Segments, padding_mask, segment_mask
+from attnlab.config import MAX_DIM, MAX_LAYERS, MAX_LEN
 from attnlab.errors import AttnlabError
 
 
@@ -54,6 +55,9 @@ class TransformerConfig:
 
     CHOICES: ClassVar[dict] = {"activation": ("relu", "gelu"), "norm": ("post", "pre"),
                                "positions": ("sinusoidal", "learned"), "tie_embeddings": ("none", "decoder", "all")}
+    LIMITS: ClassVar[dict] = {"d_model": (1, MAX_DIM), "h": (1, MAX_DIM), "d_ff": (1, 4 * MAX_DIM),
+                              "enc_layers": (1, MAX_LAYERS), "dec_layers": (1, MAX_LAYERS), "dropout": (0.0, 1.0),
+                              "attn_dropout": (0.0, 1.0), "max_len": (1, MAX_LEN), "layer_norm_eps": (0.0, 1.0)}
 
     def __post_init__(self) -> None:
         for name in ("d_model", "h", "d_ff", "enc_layers", "dec_layers", "max_len"):

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from attnlab.batching import pad_sequences
+from attnlab.config import MAX_BEAM, MAX_LEN
 from attnlab.errors import AttnlabError
 from attnlab.search import beam_search, greedy_search, max_output_length
 from attnlab.tokenizers import EOS_ID, TokenizerPair
@@ -25,6 +27,9 @@ class DecodeConfig:
     max_len_offset: int = 10
     batch_size: int = 64  # sentences per decoding batch
     max_src_tokens: int = 400  # longer inputs are refused with a clear error
+
+    LIMITS: ClassVar[dict] = {"beam_size": (1, MAX_BEAM), "length_penalty": (0.0, 100.0), "max_len_ratio": (0.0, 100.0),
+                              "max_len_offset": (0, MAX_LEN), "batch_size": (1, 2**16), "max_src_tokens": (1, MAX_LEN)}
 
     def __post_init__(self) -> None:
         for name in ("beam_size", "batch_size", "max_src_tokens"):

@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from attnlab.checkpoint import load_weights, resolve_checkpoint
-from attnlab.config import apply_overrides, to_dict
+from attnlab.config import MAX_PARAMETERS, apply_overrides, to_dict
 from attnlab.errors import AttnlabError
 from attnlab.export import ctranslate2_dir, export_ctranslate2
 from attnlab.families import family_of, family_of_config, load_family_config, require
-from attnlab.fileio import read_json, write_json
+from attnlab.fileio import make_dirs, read_json, write_json
 from attnlab.runs import EvalOptions, Family, LoadedRun
 from attnlab.summary import format_table, layer_table
 from attnlab.tokenizers import TokenizerPair, load_tokenizers, save_tokenizers
@@ -43,6 +44,25 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+def check_model_size(family: Family, cfg: Any, tokenizers: TokenizerPair | None) -> int:
+    """The number of parameters of the family's model of `cfg`, counted on the meta device (shapes, no memory);
+    more than `MAX_PARAMETERS` is an AttnlabError. Building on the meta device draws no random numbers."""
+    with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")  # a pretrained family copies its weights into meta tensors: a no-op
+        n = sum(p.numel() for p in family.build_model(cfg, tokenizers).parameters())
+    if n > MAX_PARAMETERS:
+        raise AttnlabError(f"the model of this config would have {n:,} parameters, more than the limit "
+                           f"{MAX_PARAMETERS:,}; choose smaller sizes under model (or a smaller vocabulary)")
+    return n
+
+
+def build_model(family: Family, cfg: Any, tokenizers: TokenizerPair | None) -> torch.nn.Module:
+    """The family's model of `cfg`, built only after `check_model_size` passed: sizes that each keep to their
+    limit but multiply to too many parameters are refused before anything is allocated."""
+    check_model_size(family, cfg, tokenizers)
+    return family.build_model(cfg, tokenizers)
+
+
 def run_config(run_dir: Path | str) -> tuple[Family, dict]:
     """(family, raw config dict) of a run directory."""
     run_dir = Path(run_dir)
@@ -56,7 +76,11 @@ def run_config(run_dir: Path | str) -> tuple[Family, dict]:
 
 def run_tokenizers(run_dir: Path) -> TokenizerPair | None:
     """The run's saved tokenizers, or None for a family that trains none (series, MiniLM)."""
-    return load_tokenizers(run_dir / "tokenizer") if (run_dir / "tokenizer").is_dir() else None
+    path = run_dir / "tokenizer"
+    if path.exists() and not path.is_dir():
+        raise AttnlabError(f"{path}: expected the run's tokenizer folder, found a file (the run directory is "
+                           "damaged)")
+    return load_tokenizers(path) if path.is_dir() else None
 
 
 def check_resume_overrides(overrides: list[str]) -> None:
@@ -93,14 +117,14 @@ def train(cfg: Any, run_dir: Path | str, resume: bool = False, overrides: list[s
         family = family_of(cfg)
     data = family.load_data(cfg)
     tokenizers = run_tokenizers(run_dir) if resume else family.make_tokenizers(cfg, data)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(run_dir)
     if tokenizers is not None and not resume:
         save_tokenizers(tokenizers, run_dir / "tokenizer")
     write_json(run_dir / "config.json", to_dict(cfg))
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     torch.manual_seed(cfg.train.seed)
-    model = family.build_model(cfg, tokenizers)
+    model = build_model(family, cfg, tokenizers)
     if not resume and family.initialise is not None:
         family.initialise(cfg, model, load_run)
     training = family.training(cfg, data, tokenizers, model)
@@ -139,10 +163,10 @@ def load_run(run_dir: Path | str, checkpoint: str = "best", device: str | torch.
     if ability is not None:
         require(family, ability, run_dir)
     cfg = family.from_dict(raw)
-    tokenizers = run_tokenizers(run_dir)
-    model = family.build_model(cfg, tokenizers)
-    load_weights(model, resolve_checkpoint(run_dir, checkpoint))
     device = resolve_device(device) if isinstance(device, str) else device
+    tokenizers = run_tokenizers(run_dir)
+    model = build_model(family, cfg, tokenizers)
+    load_weights(model, resolve_checkpoint(run_dir, checkpoint))
     return LoadedRun(run_dir, family, cfg, tokenizers, model.to(device).eval(), checkpoint, device)
 
 
@@ -196,6 +220,6 @@ def summary(target: Path, overrides: list[str] | None = None, src_len: int = 7, 
         cfg, tokenizers = family.from_dict(raw), run_tokenizers(target)
     else:
         (family, cfg), tokenizers = load_family_config(target, overrides), None
-    model = family.build_model(cfg, tokenizers)
+    model = build_model(family, cfg, tokenizers)
     inputs, description = family.summary_inputs(cfg, tokenizers, src_len, tgt_len)
     return format_table(layer_table(model, *inputs), f"{target}: {family.title}, {description}")
