@@ -47,9 +47,10 @@ def main() -> int:
     sys.stdout.write(text)
     if args.out:
         args.out.write_text(text, encoding="utf-8")
-    print(f"pytest exit code {done.returncode}, {seconds:.0f} s: {done.stdout.strip().splitlines()[-1]}",
-          file=sys.stderr)
-    return 0 if done.returncode == 0 else 1
+    result = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line]
+    print(f"pytest exit code {done.returncode} in {seconds:.0f} s{': ' + result[-1] if result else ''}", file=sys.stderr)
+    broken = sum(json.loads(line)["tracebacks"] + json.loads(line)["internal_errors"] for line in lines)
+    return 0 if done.returncode == 0 and broken == 0 else 1
 
 
 if __name__ == "__main__":

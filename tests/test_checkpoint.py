@@ -115,6 +115,22 @@ def test_unusual_dtypes_in_an_optimizer_state_are_refused():
         restore_optimizer(torch.optim.Adam(model.parameters()), tensors, meta)
 
 
+
+def test_an_adam_state_without_its_moments_is_refused():
+    """A renamed tensor (found by fuzzing the safetensors header) left a parameter's state without exp_avg: Adam's
+    next step raised KeyError."""
+    from attnlab.checkpoint import optimizer_tensors, restore_optimizer
+
+    model = nn.Linear(3, 4)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    tensors, meta = optimizer_tensors(optimizer)
+    tensors = {k.replace("exp_avg_sq", "exp_avX_sq"): v for k, v in tensors.items()}
+    with pytest.raises(AttnlabError, match="the state of parameter 0 lacks exp_avg_sq"):
+        restore_optimizer(torch.optim.AdamW(model.parameters()), tensors, meta)
+
+
 # ---------------------------------------------------------------------------------------------- crash safety
 class Killed(BaseException):
     """A simulated kill: a BaseException, so no `except Exception` cleans up after it, as after SIGKILL."""

@@ -39,6 +39,8 @@ def test_from_dict_fills_nested_and_widens_int_to_float():
     ({"flag": 1}, "flag: expected bool, got int"),
     ({"inner": {"kind": "c"}}, "inner.kind: 'c' is not one of 'a', 'b'"),
     ({"paths": "a.tsv"}, "paths: expected a list"),
+    ({"inner": [1, 2]}, "inner: expected a table of keys, got [1, 2]"),
+    ([1, 2], "the config: expected a table of keys, got list [1, 2]"),
 ])
 def test_bad_configs_name_the_key(data, message):
     with pytest.raises(AttnlabError) as e:

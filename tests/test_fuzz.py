@@ -396,12 +396,45 @@ def _mutate_header(fuzz_run, which, offset, data, command, capsys, tally):
     _run_command(run, command, capsys, tally, checkpoint="last")
 
 
+@fuzz(30)
+@given(target=st.sampled_from(["tokenizer/tokenizer.json", "tokenizer/src.chars.json", "tokenizer/tgt.chars.json",
+                               "tokenizer", "metrics.jsonl"]),
+       damage=st.one_of(st.sampled_from(["delete", "folder", "file", "empty"]), st.binary(max_size=40),
+                        st.integers(0, 400)),
+       command=st.sampled_from(["translate", "summary", "resume", "curves"]))
+def test_damaged_tokenizer_and_metrics_files_are_one_line_errors(fuzz_run, target, damage, command, capsys):
+    """A tokenizer file (or the whole folder) or metrics.jsonl deleted, replaced by a folder or a file, emptied,
+    overwritten by random bytes or cut at a random byte."""
+    with example("damaged tokenizer and metrics files") as tally:
+        src, scratch = fuzz_run
+        run = scratch / "run"
+        shutil.rmtree(run, ignore_errors=True)
+        shutil.copytree(src, run)
+        path = run / target
+        if damage in ("delete", "folder", "file"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            if damage == "folder":
+                path.mkdir()
+            elif damage == "file":
+                path.write_text("x")
+        elif path.is_dir():  # the tokenizer folder: damage its source vocabulary
+            path = path / "src.chars.json"
+        if damage == "empty":
+            path.write_bytes(b"")
+        elif isinstance(damage, bytes):
+            path.write_bytes(damage)
+        elif isinstance(damage, int):
+            path.write_bytes(path.read_bytes()[:damage])
+        _run_command(run, command, capsys, tally)
+
+
 def _run_command(run: Path, command: str, capsys, tally: dict, checkpoint: str = "best") -> None:
     (run / "in.txt").write_text("the cat\n")
     argv = {"translate": ["translate", str(run), str(run / "in.txt"), "--beam", "1", "--device", "cpu",
                           "--checkpoint", checkpoint, "-o", str(run / "out.txt")],
             "summary": ["summary", str(run)],
-            "resume": ["train", "--resume", str(run), "--set", "train.max_steps=21", "--set", "train.device=cpu"]
+            "resume": ["train", "--resume", str(run), "--set", "train.max_steps=21", "--set", "train.device=cpu"],
+            "curves": ["plot", "curves", str(run), "--out", str(run / "curves.svg")],
             }[command]
     code = main(argv)  # anything but an AttnlabError propagates: a traceback fails the test
     check_exit(code, capsys.readouterr().err, tally)

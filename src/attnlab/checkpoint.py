@@ -160,6 +160,11 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch
                     raise ValueError(f"tensor {key} ({t.dtype}, {tuple(t.shape)}) for a parameter of shape "
                                      f"{tuple(param.shape)}")
                 state.setdefault(int(pid), {})[name] = t
+        if isinstance(optimizer, torch.optim.Adam):  # AdamW too: a state is empty (not stepped yet) or complete
+            for pid, values in state.items():
+                missing = {"step", "exp_avg", "exp_avg_sq"} - set(values)
+                if values and missing:
+                    raise ValueError(f"the state of parameter {pid} lacks {', '.join(sorted(missing))}")
         optimizer.load_state_dict({"state": state, "param_groups": own["param_groups"]})
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
         raise AttnlabError(f"{source}: the optimizer state does not fit this model's optimizer ({e})") from None

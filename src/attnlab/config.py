@@ -104,7 +104,10 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 
 
 def from_dict(cls: type[T], data: dict, prefix: str = "") -> T:
-    """Builds dataclass `cls` from a dict, validating every key, type and choice."""
+    """Builds dataclass `cls` from a dict, validating every key, type, range and choice."""
+    if not isinstance(data, dict):
+        raise AttnlabError(f"{prefix.rstrip('.') or 'the config'}: expected a table of keys, got "
+                           f"{type(data).__name__} {data!r:.60}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
