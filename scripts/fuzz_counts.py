@@ -34,7 +34,7 @@ def main() -> int:
         env = {**os.environ, "ATTNLAB_FUZZ_EXAMPLES": str(args.examples), "ATTNLAB_FUZZ_COUNTS": str(counts),
                "ATTNLAB_RAISE_INTERNAL": "0"}  # internal errors become exit code 1 and are counted
         t0 = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider",
                                str(ROOT / "tests" / "test_fuzz.py"), *(["-k", args.k] if args.k else [])],
                               cwd=ROOT, env=env, capture_output=True, text=True)
         seconds = time.perf_counter() - t0
@@ -48,7 +48,8 @@ def main() -> int:
     if args.out:
         args.out.write_text(text, encoding="utf-8")
     result = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line]
-    print(f"pytest exit code {done.returncode} in {seconds:.0f} s{': ' + result[-1] if result else ''}", file=sys.stderr)
+    print(f"pytest exit code {done.returncode} in {seconds:.0f} s{': ' + result[-1] if result else ''}",
+          file=sys.stderr)
     broken = sum(json.loads(line)["tracebacks"] + json.loads(line)["internal_errors"] for line in lines)
     return 0 if done.returncode == 0 and broken == 0 else 1
 

@@ -138,6 +138,8 @@ def test_select_batch_nested():
 def test_max_output_length():
     assert max_output_length(torch.tensor([4, 10, 1])).tolist() == [16, 25, 11]
     assert max_output_length(torch.tensor([3]), ratio=2.0, offset=0).tolist() == [6]
+    # decode.max_len_ratio and max_len_offset at their limits on a source at its limit: capped at MAX_LEN
+    assert max_output_length(torch.tensor([65536]), ratio=100.0, offset=65536).tolist() == [65536]
 
 
 def test_length_penalty_closed_form():

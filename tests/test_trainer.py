@@ -430,3 +430,26 @@ def test_compiled_step_equals_eager_step(tiny_tsv, tmp_path):
     assert n1 == n2 == 13 and l1 == pytest.approx(l2, rel=1e-5)
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("cuda:7", "device 'cuda:7' is not available: this torch (.*) on this machine has cpu, cuda:0"),
+    ("mps", "device 'mps' is not available"),
+    ("xpu", "device 'xpu' is not available"),
+    ("meta", "device 'meta' is not available"),
+    ("gpu", "device 'gpu' is not a device name; use auto, cpu, cuda, cuda:N or mps"),
+    ("cuda:-1", "device 'cuda:-1' is not a device name"),
+])
+def test_a_device_this_machine_or_torch_lacks_is_one_line(monkeypatch, name, message):
+    """On a machine with one (simulated) CUDA device and no MPS: only cpu, cuda and cuda:0 resolve."""
+    from attnlab.trainer import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    if getattr(torch, "xpu", None) is not None:
+        monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+    assert [resolve_device(n) for n in ("cpu", "cuda", "cuda:0")] == [torch.device("cpu"), torch.device("cuda"),
+                                                                       torch.device("cuda:0")]
+    with pytest.raises(AttnlabError, match=message):
+        resolve_device(name)

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from attnlab.config import MAX_LEN
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
@@ -73,10 +74,11 @@ def select_batch(obj: Any, index: Tensor) -> Any:
 
 
 def max_output_length(src_lengths: Tensor, ratio: float = 1.5, offset: int = 10) -> Tensor:
-    """Per-sentence step limit floor(ratio * source length) + offset: src_lengths (B,) -> (B,) long."""
+    """Per-sentence step limit floor(ratio * source length) + offset, at most `MAX_LEN` (a longer output is never a
+    translation, and its attention rows would fill the memory): src_lengths (B,) -> (B,) long."""
     if ratio < 0:
         raise ValueError(f"ratio must be >= 0, got {ratio}")
-    return (src_lengths.double() * ratio).floor().long() + offset
+    return ((src_lengths.double() * ratio).floor() + offset).clamp(max=MAX_LEN).long()
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
