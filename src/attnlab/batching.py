@@ -12,12 +12,12 @@ Shapes: B batch (rows), S source length (incl. EOS), T target length (incl. BOS 
 
 from __future__ import annotations
 
-import math
+import hashlib
 import operator
-import random
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
@@ -26,8 +26,19 @@ from attnlab.errors import AttnlabError
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
 
-def _example_costs(lengths: Sequence[int] | Sequence[tuple[int, int]]) -> list[int]:
-    """Per-example cost: the length itself, or max(src_len, tgt_len) for a pair."""
+def example_costs(lengths) -> np.ndarray:
+    """Per-example cost as an int64 array: the length itself, or max(src_len, tgt_len) for a pair. `lengths`: a
+    sequence of lengths or of (src_len, tgt_len) pairs, or an integer array of shape (N,) or (N, 2)."""
+    if isinstance(lengths, np.ndarray):
+        arr = lengths
+        if arr.dtype.kind not in "iu" or arr.ndim not in (1, 2) or (arr.ndim == 2 and arr.shape[1] != 2):
+            raise AttnlabError(f"lengths: expected an integer array of shape (N,) or (N, 2), got {arr.dtype} "
+                               f"{arr.shape}")
+        costs = arr.max(axis=1) if arr.ndim == 2 else arr
+        costs = costs.astype(np.int64)
+        if len(costs) and costs.min() < 0:
+            raise AttnlabError(f"lengths[{int(np.argmin(costs))}]: a length must be >= 0")
+        return costs
     costs = []
     for i, x in enumerate(lengths):
         parts = tuple(x) if isinstance(x, (tuple, list)) else (x,)
@@ -38,7 +49,56 @@ def _example_costs(lengths: Sequence[int] | Sequence[tuple[int, int]]) -> list[i
         if len(values) != (2 if isinstance(x, (tuple, list)) else 1) or min(values) < 0:
             raise AttnlabError(f"lengths[{i}] = {x!r}: expected a length >= 0 or a (src_len, tgt_len) pair")
         costs.append(max(values))
-    return costs
+    return np.asarray(costs, dtype=np.int64)
+
+
+class Batches:
+    """A list of batches kept as two arrays (the example indices of all batches, one after another, and where
+    each batch starts), so that an epoch of millions of examples costs no Python object per example.
+    Iterating yields each batch as a list of ints."""
+
+    def __init__(self, flat: np.ndarray, starts: np.ndarray, ids: np.ndarray | None = None) -> None:
+        self.flat, self.starts = flat, starts  # starts: (num_batches + 1,)
+        self.ids = np.arange(len(starts) - 1) if ids is None else ids  # the batches, in the order they are given
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, k: int) -> list[int]:
+        b = int(self.ids[k])
+        return self.flat[self.starts[b]:self.starts[b + 1]].tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (self[k] for k in range(len(self)))
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.starts)[self.ids]
+
+    def reorder(self, ids: np.ndarray) -> Batches:
+        return Batches(self.flat, self.starts, self.ids[ids])
+
+
+def _split_to_multiple(batches: Batches, replicas: int) -> Batches:
+    """Batches whose number is a multiple of `replicas`, each example still in exactly one batch: the last batches
+    (in the given order) that hold two or more examples are halved until the count divides. Only when there are
+    too few examples for that (fewer than `replicas`) are batches repeated cyclically, as DistributedSampler does."""
+    need = (-len(batches)) % replicas
+    if not need:
+        return batches
+    sizes = batches.sizes()
+    halve = [k for k in range(len(batches) - 1, -1, -1) if sizes[k] >= 2][:need]
+    flat, starts = [], [0]
+    for k in range(len(batches)):
+        members = batches[k]
+        parts = [members[:len(members) // 2], members[len(members) // 2:]] if k in halve else [members]
+        for part in parts:
+            flat.extend(part)
+            starts.append(len(flat))
+    out = Batches(np.asarray(flat, dtype=np.int64), np.asarray(starts, dtype=np.int64))
+    if len(out) % replicas:  # fewer examples than replicas
+        total = -(-len(out) // replicas) * replicas
+        out = out.reorder(np.arange(total) % len(out))
+    return out
 
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
@@ -47,82 +107,93 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     Each epoch the examples are sorted by length (ties broken randomly by (seed, epoch) when shuffling), cut
     greedily into batches under the budget, and the batch order is shuffled by (seed, epoch); the same
     (seed, epoch) always gives the same batches. An example longer than `max_tokens` forms a batch of its own
-    (over budget) instead of being dropped, so with num_replicas=1 every example appears exactly once per epoch.
-    With shuffle=False the batches are length-sorted and the same every epoch (for evaluation); a batch's
-    indices are original dataset indices, which `Seq2SeqBatch.indices` carries so outputs can be put back in order.
+    (over budget) instead of being dropped, so every example appears exactly once per epoch. With shuffle=False
+    the batches are length-sorted and the same every epoch (for evaluation); a batch's indices are original
+    dataset indices, which `Seq2SeqBatch.indices` carries so outputs can be put back in order.
 
-    Distributed (num_replicas > 1): like DistributedSampler, the epoch's batch list is padded by repeating its
-    first batches (cyclically) up to a multiple of num_replicas, and rank r takes batches r, r + num_replicas, ...
-    So every rank gets the same number of batches, ceil(num_batches / num_replicas), the ranks together cover
-    every example, and at most num_replicas - 1 batches are seen twice in an epoch.
+    Everything is computed with numpy from the lengths alone (`Batches`), so a corpus of millions of examples (a
+    memory-mapped `attnlab.store`) is batched in a second or two and held as a few arrays.
+
+    Distributed (num_replicas > 1): every rank needs the same number of batches, so when the epoch's batch count
+    is not a multiple of num_replicas, the last batches of two or more examples are halved until it is
+    (`_split_to_multiple`); rank r then takes batches r, r + num_replicas, ... The ranks read disjoint parts that
+    together cover the epoch exactly once (only with fewer examples than ranks are batches repeated).
 
     Args:
         lengths: per-example token counts, or (src_len, tgt_len) pairs whose max is the cost (count BOS/EOS
-            yourself, e.g. `Seq2SeqDataset.lengths()`).
+            yourself, e.g. `Seq2SeqDataset.lengths()`); a list or an integer array (N,) or (N, 2).
         max_tokens: token budget of one batch, padding included.
         shuffle: random tie order and batch order per epoch; False gives length-sorted batches.
         seed: base seed; the epoch's randomness depends on (seed, epoch) only.
         num_replicas / rank: data-parallel world size and this process's rank.
     """
 
-    def __init__(self, lengths: Sequence[int] | Sequence[tuple[int, int]], max_tokens: int, *,
+    def __init__(self, lengths, max_tokens: int, *,
                  shuffle: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0):
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens <= 0:
             raise AttnlabError(f"max_tokens ({max_tokens!r}) must be a positive integer")
         if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
             raise AttnlabError(f"num_replicas ({num_replicas!r}) must be an integer >= 1")
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < num_replicas:
             raise AttnlabError(f"rank ({rank!r}) must be in [0, num_replicas ({num_replicas}))")
-        self.costs = _example_costs(lengths)
-        self.max_tokens = max_tokens
+        self.costs = example_costs(lengths)
+        self.max_tokens = int(max_tokens)
         self.shuffle, self.seed = shuffle, seed
         self.num_replicas, self.rank = num_replicas, rank
         self.epoch = 0
-        self._cache: tuple[int, list[list[int]]] | None = None
+        self._cache: tuple[int, Batches] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Selects the epoch whose batches `__iter__` yields (call before each epoch, as with DistributedSampler)."""
         self.epoch = epoch
 
-    def _rng(self) -> random.Random:
-        # A string seed is hashed with SHA-512, so it is stable across processes and distinct per (seed, epoch).
-        return random.Random(f"attnlab-batching:{self.seed}:{self.epoch}")
+    def _rng(self) -> np.random.Generator:
+        # a string seed hashed with SHA-256: stable across processes and machines, distinct per (seed, epoch)
+        digest = hashlib.sha256(f"attnlab-batching:{self.seed}:{self.epoch}".encode()).digest()
+        return np.random.default_rng(np.frombuffer(digest, dtype=np.uint32))
 
-    def _all_batches(self) -> list[list[int]]:
-        """This epoch's batches for all replicas, before padding and striding."""
+    def _all_batches(self) -> Batches:
+        """This epoch's batches for all replicas, before splitting and striding."""
         n = len(self.costs)
         rng = self._rng() if self.shuffle else None
-        tie = list(range(n))
+        costs = self.costs
+        if rng is not None:  # ties in a random order: sort a random permutation stably by cost
+            perm = rng.permutation(n)
+            order = perm[np.argsort(costs[perm], kind="stable")]
+        else:
+            order = np.argsort(costs, kind="stable")
+        sorted_costs = costs[order]
+        starts = [0]
+        M = self.max_tokens
+        s = 0
+        while s < n:
+            # ascending costs: a batch [s, e) costs (e - s) * cost[e - 1]; take the largest e within the budget
+            # (at least one example: an over-long example forms a batch of its own)
+            k_max = min(n - s, max(M // max(int(sorted_costs[s]), 1), 1))
+            window = sorted_costs[s:s + k_max]
+            fits = np.arange(1, k_max + 1) * window <= M
+            k = max(int(np.argmin(fits)) if not fits.all() else k_max, 1)
+            s += k
+            starts.append(s)
+        batches = Batches(order, np.asarray(starts, dtype=np.int64))
         if rng is not None:
-            rng.shuffle(tie)
-        order = sorted(range(n), key=lambda i: (self.costs[i], tie[i]))
-        batches: list[list[int]] = []
-        current: list[int] = []
-        for i in order:
-            # Sorted ascending, so example i is the longest of current + [i]; an empty batch always takes it.
-            if current and (len(current) + 1) * self.costs[i] > self.max_tokens:
-                batches.append(current)
-                current = []
-            current.append(i)
-        if current:
-            batches.append(current)
-        if rng is not None:
-            rng.shuffle(batches)
+            batches = batches.reorder(rng.permutation(len(batches)))
         return batches
 
-    def _batches(self) -> list[list[int]]:
+    def _batches(self) -> Batches:
         """This rank's batches for the current epoch (cached per epoch)."""
         if self._cache is None or self._cache[0] != self.epoch:
-            batches = self._all_batches()
-            R = self.num_replicas
-            if batches and len(batches) % R:
-                total = math.ceil(len(batches) / R) * R
-                batches = [batches[k % len(batches)] for k in range(total)]
-            self._cache = (self.epoch, batches[self.rank::R])
+            batches = _split_to_multiple(self._all_batches(), self.num_replicas)
+            self._cache = (self.epoch, batches.reorder(np.arange(self.rank, len(batches), self.num_replicas)))
         return self._cache[1]
 
-    def __iter__(self):
-        return iter([list(b) for b in self._batches()])
+    def batches(self, start: int = 0) -> Batches:
+        """This rank's batches of the current epoch from the `start`-th on (a resumed epoch)."""
+        b = self._batches()
+        return b.reorder(np.arange(min(start, len(b)), len(b)))
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self._batches())
 
     def __len__(self) -> int:
         return len(self._batches())
@@ -186,7 +257,8 @@ class PackedBatchSampler(TokenBudgetBatchSampler):
     (`RowPacker`); the rows of the epoch are shuffled and grouped, max(1, max_tokens // row_len) per batch. A batch
     lists its examples row by row, so the first-fit replay of `collate_packed_seq2seq` / `LMTask.collate_packed`
     puts every example in its own row or an earlier one: never more rows than the batch was cut for. Every
-    example appears exactly once per epoch; data-parallel striding is that of `TokenBudgetBatchSampler`.
+    example appears exactly once per epoch; data-parallel splitting and striding are those of
+    `TokenBudgetBatchSampler`. (First-fit runs in Python, about a second per 200,000 examples and epoch.)
 
     Args:
         lengths: (src_len, tgt_len) pairs or lengths, as for `TokenBudgetBatchSampler`.
@@ -195,33 +267,40 @@ class PackedBatchSampler(TokenBudgetBatchSampler):
         chunk: examples packed together (larger: fuller rows, slower packing).
     """
 
-    def __init__(self, lengths: Sequence[int] | Sequence[tuple[int, int]], max_tokens: int, row_len: int, *,
+    def __init__(self, lengths, max_tokens: int, row_len: int, *,
                  shuffle: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0, chunk: int = 512):
         super().__init__(lengths, max_tokens, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
-        longest = max(self.costs, default=0)
+        longest = int(self.costs.max()) if len(self.costs) else 0
         row_len = row_len or max(longest, 1)
         if row_len < longest:
             raise AttnlabError(f"the packed row length ({row_len}) is shorter than the longest example ({longest} "
                                "tokens): raise train.pack_length or leave it 0 (= the longest example)")
         self.row_len, self.chunk = row_len, chunk
-        self.sides = [tuple(x) if isinstance(x, (tuple, list)) else (x,) for x in lengths]
+        sides = lengths if isinstance(lengths, np.ndarray) else np.asarray(
+            [tuple(x) if isinstance(x, (tuple, list)) else (x,) for x in lengths], dtype=np.int64)
+        self.sides = sides.reshape(len(self.costs), -1)
 
-    def _all_batches(self) -> list[list[int]]:
+    def _all_batches(self) -> Batches:
         rng = self._rng() if self.shuffle else None
-        order = list(range(len(self.sides)))
-        if rng is not None:
-            rng.shuffle(order)
+        n = len(self.costs)
+        order = rng.permutation(n) if rng is not None else np.arange(n)
         rows: list[list[int]] = []
-        for start in range(0, len(order), self.chunk):
-            part = sorted(order[start:start + self.chunk], key=lambda i: -self.costs[i])  # stable: ties keep order
-            packer = RowPacker(self.row_len, floor=min(min(self.sides[i]) for i in part))
-            for i in part:
-                packer.add(self.sides[i])
+        for start in range(0, n, self.chunk):
+            part = order[start:start + self.chunk]
+            part = part[np.argsort(-self.costs[part], kind="stable")].tolist()  # longest first, ties keep order
+            sides = [tuple(x) for x in self.sides[part].tolist()]
+            packer = RowPacker(self.row_len, floor=min(min(x) for x in sides))
+            for cost in sides:
+                packer.add(cost)
             rows += [[part[k] for k in row] for row in packer.rows]
         if rng is not None:
-            rng.shuffle(rows)
+            rows = [rows[k] for k in rng.permutation(len(rows))]
         per_batch = max(1, self.max_tokens // self.row_len)
-        return [[i for row in rows[b:b + per_batch] for i in row] for b in range(0, len(rows), per_batch)]
+        flat, starts = [], [0]
+        for b in range(0, len(rows), per_batch):
+            flat.extend(i for row in rows[b:b + per_batch] for i in row)
+            starts.append(len(flat))
+        return Batches(np.asarray(flat, dtype=np.int64), np.asarray(starts, dtype=np.int64))
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.LongTensor:

@@ -7,19 +7,24 @@ result can always be traced back to its source.
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import logging
+import lzma
 import os
 import random
 import re
 import subprocess
-import logging
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import zip_longest
 from pathlib import Path
-from typing import Iterable, Sequence, TypeVar
+from typing import TypeVar
 
 from attnlab.errors import AttnlabError
-from attnlab.fileio import atomic_write_text, read_lines
+from attnlab.fileio import atomic_write_text
 
 log = logging.getLogger("attnlab")
 T = TypeVar("T")
@@ -113,13 +118,15 @@ def ensure_sword_modules(modules: Sequence[tuple[str, str]]) -> Path:
 
 # A footnote placed between two words (WEB: "God<note>...</note><w>created</w>"): removing the note glues the
 # words ("Godcreated"), so `space_notes` puts a space in its place when a word follows.
-_NOTE_BEFORE_WORD = re.compile(r"<note\b[^>]*>.*?</note>(?=<w\b|\w)", re.S)
+_NOTE_BEFORE_WORD = re.compile(r"<note\b[^>]*>.*?</note>(?=<w\b|\w)", re.DOTALL)
 
 
 def read_sword_bible(module: str, sword_dir: Path, space_notes: bool = False) -> dict[tuple[str, int, int], str]:
     """All verses of a SWORD Bible module, markup removed: {(OSIS book, chapter, verse): text}, in canon order.
     space_notes: a footnote right before a word becomes a space (else the words around it are glued)."""
-    from pysword.modules import SwordModules  # imported here: only the Bible corpus needs it
+    from pysword.modules import (
+        SwordModules,  # imported here: only the Bible corpus needs it
+    )
 
     mods = SwordModules(str(sword_dir))
     mods.parse_modules()
@@ -163,75 +170,181 @@ def build_bible_pairs(english: str = "kjv") -> tuple[dict[str, list[Pair]], int]
     return splits, dropped
 
 
-def bible_corpus(english: str = "kjv", refresh: bool = False) -> Corpus:
-    """The English->Spanish (Reina-Valera 1909) Bible, verse-aligned, split by book (see DEV_BOOKS,
-    TEST_BOOKS), cached as TSV under `cache_dir()`; a second call reads the cache."""
+def bible_tsv(english: str = "kjv", refresh: bool = False) -> Path:
+    """The cached TSV of the English->Spanish Bible (built from the SWORD modules on first use): a JSON header
+    line, then `split<TAB>ref<TAB>source<TAB>target` per verse, in canon order."""
     path = cache_dir() / "corpora" / f"bible-{english}-rv1909.v{CACHE_VERSION}.tsv"
-    name = f"bible-{english}-es"
     if path.is_file() and not refresh:
-        lines = path.read_text(encoding="utf-8").split("\n")
-        corpus = Corpus(name, skipped=json.loads(lines[0])["dropped"])
-        for line in lines[1:]:
-            if line:
-                split, ref, src, tgt = line.split("\t")
-                corpus.split(split).append(Pair(src, tgt, ref))
-        return corpus
+        return path
     splits, dropped = build_bible_pairs(english)
     # normalize() leaves no tab or newline inside a text, so plain tab-separated lines are unambiguous
     rows = [json.dumps({"dropped": dropped, "version": CACHE_VERSION})]
     rows += [f"{split}\t{p.ref}\t{p.src}\t{p.tgt}" for split, pairs in splits.items() for p in pairs]
     atomic_write_text(path, "\n".join(rows) + "\n")
-    return Corpus(name, splits["train"], splits["dev"], splits["test"], dropped)
+    return path
+
+
+def iter_bible(path: Path) -> tuple[int, Iterator[tuple[str, str, str, str]]]:
+    """(verses dropped while aligning, iterator of (split, ref, source, target)) of a `bible_tsv` file."""
+    lines = iter_lines(path)
+    try:
+        dropped = int(json.loads(next(lines)[1])["dropped"])
+    except (StopIteration, ValueError, KeyError, TypeError):
+        raise AttnlabError(f"{path}:1: not a Bible corpus cache; delete it to rebuild it") from None
+
+    def records() -> Iterator[tuple[str, str, str, str]]:
+        for i, line in lines:
+            if line:
+                fields = line.split("\t")
+                if len(fields) != 4 or fields[0] not in ("train", "dev", "test"):
+                    raise AttnlabError(f"{path}:{i}: not a Bible corpus cache line; delete the file to rebuild it")
+                yield fields[0], fields[1], fields[2], fields[3]
+
+    return dropped, records()
+
+
+def bible_corpus(english: str = "kjv", refresh: bool = False) -> Corpus:
+    """The English->Spanish (Reina-Valera 1909) Bible, verse-aligned, split by book (see DEV_BOOKS,
+    TEST_BOOKS), cached as TSV under `cache_dir()` (`bible_tsv`); a second call reads the cache."""
+    if english not in ENGLISH_MODULES:
+        raise AttnlabError(f"unknown English Bible {english!r}; choose one of {', '.join(ENGLISH_MODULES)}")
+    dropped, records = iter_bible(bible_tsv(english, refresh))
+    corpus = Corpus(f"bible-{english}-es", skipped=dropped)
+    for split, ref, src, tgt in records:
+        corpus.split(split).append(Pair(src, tgt, ref))
+    return corpus
 
 
 # ---------------------------------------------------------------------------------------------- files
-def read_tsv(path: Path | str) -> tuple[list[Pair], int]:
-    """Pairs from a `source<TAB>target` file. Empty lines (or an empty side) are skipped and counted; a line
-    without exactly one tab is an error naming file and line. Returns (pairs, skipped)."""
+COMPRESSED = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
+def _opener(path: Path):
+    return COMPRESSED.get(path.suffix.lower(), open)
+
+
+def is_jsonl(path: Path | str) -> bool:
+    """Whether a corpus file is JSON lines (`{"src": ..., "tgt": ...}` per line), by its extension before any
+    compression suffix: .jsonl or .ndjson."""
     path = Path(path)
-    pairs, skipped = [], 0
-    for i, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            skipped += 1
+    name = path.stem if path.suffix.lower() in COMPRESSED else path.name
+    return Path(name).suffix.lower() in JSONL_SUFFIXES
+
+
+def iter_lines(path: Path | str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a UTF-8 text file read as a stream, line ends (LF, CRLF) and a leading BOM removed;
+    gzip, xz and bzip2 files (.gz, .xz, .bz2) are decompressed on the fly. Errors name the file and the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise AttnlabError(f"{path}: no such file")
+    i = 0
+    try:
+        with _opener(path)(path, "rb") as f:
+            for i, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise AttnlabError(f"{path}:{i}: not valid UTF-8 (byte 0x{raw[e.start]:02x})") from None
+                if i == 1 and line.startswith("\ufeff"):
+                    line = line[1:]
+                yield i, line.rstrip("\n").rstrip("\r")
+    except (OSError, EOFError, lzma.LZMAError) as e:  # a damaged or truncated compressed file
+        raise AttnlabError(f"{path}:{i + 1}: cannot read ({e})") from None
+
+
+@dataclass
+class ReadCounts:
+    """What reading a corpus dropped: empty lines or sides, and malformed lines skipped (data.skip_bad_lines)."""
+
+    empty: int = 0
+    bad: int = 0
+
+
+def _tsv_pair(line: str) -> tuple[str, str]:
+    fields = line.split("\t")
+    if len(fields) != 2:
+        raise ValueError(f"expected 2 tab-separated fields (source, target), found {len(fields)}")
+    return fields[0], fields[1]
+
+
+def _jsonl_pair(line: str) -> tuple[str, str]:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        raise ValueError("not a JSON object") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("src"), str) or not isinstance(obj.get("tgt"), str):
+        raise ValueError('expected a JSON object with string "src" and "tgt" keys')
+    return obj["src"], obj["tgt"]
+
+
+def _parallel_lines(src_path: Path, tgt_path: Path) -> Iterator[tuple[int, str, str]]:
+    for s, t in zip_longest(iter_lines(src_path), iter_lines(tgt_path)):
+        if s is None or t is None:
+            (longer, (n, _)), other = ((tgt_path, t), src_path) if s is None else ((src_path, s), tgt_path)
+            raise AttnlabError(f"{longer}:{n}: line has no partner in {other} (the two files have different line "
+                               "counts)")
+        yield s[0], s[1], t[1]
+
+
+def iter_pairs(spec: str | Path | Sequence[str | Path], counts: ReadCounts | None = None,
+               skip_bad_lines: bool = False) -> Iterator[tuple[int, str, str]]:
+    """(line number, source, target) of a corpus read as a stream, whitespace-normalized: a TSV file, a JSON-lines
+    file ({"src", "tgt"}), or a (source, target) pair of line-aligned plain files, each possibly compressed.
+    Empty lines or sides are skipped and counted in `counts.empty`; a malformed line is an AttnlabError naming
+    file:line, or with skip_bad_lines skipped and counted in `counts.bad`."""
+    counts = counts if counts is not None else ReadCounts()
+    if isinstance(spec, (str, Path)):
+        path = Path(spec)
+        parse = _jsonl_pair if is_jsonl(path) else _tsv_pair
+        for i, line in iter_lines(path):
+            if not line.strip():
+                counts.empty += 1
+                continue
+            try:
+                s, t = parse(line)
+            except ValueError as e:
+                if skip_bad_lines:
+                    counts.bad += 1
+                    continue
+                raise AttnlabError(f"{path}:{i}: {e} (data.skip_bad_lines = true skips such lines)") from None
+            s, t = normalize(s), normalize(t)
+            if not s or not t:
+                counts.empty += 1
+                continue
+            yield i, s, t
+        return
+    if len(spec) != 2:
+        raise AttnlabError(f"a corpus is one TSV or JSON-lines file or two aligned files, got {len(spec)} paths")
+    for i, s, t in _parallel_lines(Path(spec[0]), Path(spec[1])):
+        s, t = normalize(s), normalize(t)
+        if not s or not t:
+            counts.empty += 1
             continue
-        fields = line.split("\t")
-        if len(fields) != 2:
-            raise AttnlabError(f"{path}:{i}: expected 2 tab-separated fields (source, target), found {len(fields)}")
-        src, tgt = normalize(fields[0]), normalize(fields[1])
-        if not src or not tgt:
-            skipped += 1
-            continue
-        pairs.append(Pair(src, tgt, f"{path.name}:{i}"))
-    return pairs, skipped
+        yield i, s, t
+
+
+def spec_name(spec: str | Path | Sequence[str | Path]) -> str:
+    """The file name a pair's ref starts with: the TSV's, or the source file's."""
+    return Path(spec if isinstance(spec, (str, Path)) else spec[0]).name
+
+
+def read_pairs(spec: str | Path | Sequence[str | Path], skip_bad_lines: bool = False) -> tuple[list[Pair], int]:
+    """All pairs of a corpus file (see `iter_pairs`) in memory, with refs "file:line". Returns (pairs, skipped)."""
+    counts = ReadCounts()
+    name = spec_name(spec)
+    pairs = [Pair(s, t, f"{name}:{i}") for i, s, t in iter_pairs(spec, counts, skip_bad_lines)]
+    return pairs, counts.empty + counts.bad
+
+
+def read_tsv(path: Path | str) -> tuple[list[Pair], int]:
+    """Pairs from a `source<TAB>target` file (see `iter_pairs`). Returns (pairs, skipped)."""
+    return read_pairs(path)
 
 
 def read_parallel(src_path: Path | str, tgt_path: Path | str) -> tuple[list[Pair], int]:
-    """Pairs from two line-aligned plain files; a line-count mismatch is an error naming the first
-    unmatched line. Lines where either side is empty are skipped and counted. Returns (pairs, skipped)."""
-    src_path, tgt_path = Path(src_path), Path(tgt_path)
-    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
-    if len(src_lines) != len(tgt_lines):
-        longer = src_path if len(src_lines) > len(tgt_lines) else tgt_path
-        n = min(len(src_lines), len(tgt_lines)) + 1
-        raise AttnlabError(f"{longer}:{n}: line has no partner ({src_path} has {len(src_lines)} lines, "
-                           f"{tgt_path} has {len(tgt_lines)})")
-    pairs, skipped = [], 0
-    for i, (s, t) in enumerate(zip(src_lines, tgt_lines), start=1):
-        s, t = normalize(s), normalize(t)
-        if not s or not t:
-            skipped += 1
-            continue
-        pairs.append(Pair(s, t, f"{src_path.name}:{i}"))
-    return pairs, skipped
-
-
-def read_pairs(spec: str | Path | Sequence[str | Path]) -> tuple[list[Pair], int]:
-    """A TSV path, or a (source, target) pair of plain-file paths."""
-    if isinstance(spec, (str, Path)):
-        return read_tsv(spec)
-    if len(spec) != 2:
-        raise AttnlabError(f"a corpus is one TSV file or two aligned files, got {len(spec)} paths")
-    return read_parallel(spec[0], spec[1])
+    """Pairs from two line-aligned plain files (see `iter_pairs`). Returns (pairs, skipped)."""
+    return read_pairs((src_path, tgt_path))
 
 
 def holdout(items: Sequence[T], dev_size: int, test_size: int, seed: int = 0) -> dict[str, list[T]]:

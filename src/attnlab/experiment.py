@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from attnlab.batching import Seq2SeqDataset
-from attnlab.config import MAX_COUNT, MAX_SEED, MAX_VOCAB, from_dict, load_config
-from attnlab.corpus import Corpus, Pair, bible_corpus, file_corpus, subsample
+from attnlab.config import MAX_COUNT, MAX_SEED, MAX_THREADS, MAX_VOCAB, from_dict, load_config
+from attnlab.corpus import Pair
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_text, write_json
 from attnlab.lm import init_decoder_from_lm
@@ -26,7 +26,8 @@ from attnlab.plotting import plot_bleu_by_length
 from attnlab.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
 from attnlab.runs import EvalOptions, LoadedRun, RunLoader
 from attnlab.summary import dummy_batch
-from attnlab.tokenizers import TokenizerConfig, TokenizerPair, build_tokenizers, load_tokenizers, train_tokenizer
+from attnlab.store import Store, StoreSpec, prepare
+from attnlab.tokenizers import TokenizerConfig, TokenizerPair, load_tokenizers
 from attnlab.trainer import Seq2SeqTask, TrainConfig, Training
 from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
 from attnlab.translate import DecodeConfig, Translator
@@ -36,7 +37,9 @@ log = logging.getLogger("attnlab")
 
 @dataclass
 class DataConfig:
-    """corpus = "bible" (the default real data) or "files" (train/dev/test: a TSV path or two aligned paths)."""
+    """corpus = "bible" (the default real data) or "files" (train/dev/test: a TSV or JSON-lines path, or two
+    aligned paths; each may be .gz, .xz or .bz2). The corpus is prepared once into a memory-mapped store
+    (`attnlab.store`; `attnlab data prepare CONFIG`), kept in the cache keyed by these settings, or in `store`."""
 
     corpus: str = "bible"
     english: str = "kjv"
@@ -46,12 +49,18 @@ class DataConfig:
     dev_size: int = 500  # "files" without dev/test: pairs held out at random (seeded)
     test_size: int = 500
     max_words: int = 0  # keep training pairs with at most this many words on both sides (0: all)
+    max_ratio: float = 0.0  # keep training pairs whose longer side has at most this many times the words (0: all)
+    dedup: bool = False  # drop exact repeats of a training pair (counted)
     max_train_pairs: int = 0  # a seeded random subset of the training pairs (0: all)
     subset_seed: int = 0
+    skip_bad_lines: bool = False  # skip (and count) malformed lines instead of stopping at the first
+    store: str = ""  # the prepared corpus's folder ("": the cache, cache_dir()/stores/NAME-KEY)
+    prepare_workers: int = 0  # encoding processes when preparing (0: one per core)
 
     CHOICES: ClassVar[dict] = {"corpus": ("bible", "files"), "english": ("kjv", "web")}
     LIMITS: ClassVar[dict] = {"dev_size": (0, MAX_COUNT), "test_size": (0, MAX_COUNT), "max_words": (0, MAX_COUNT),
-                              "max_train_pairs": (0, MAX_COUNT), "subset_seed": (0, MAX_SEED)}
+                              "max_ratio": (0.0, 1e6), "max_train_pairs": (0, MAX_COUNT), "subset_seed": (0, MAX_SEED),
+                              "prepare_workers": (0, MAX_THREADS)}
 
 
 @dataclass
@@ -108,36 +117,33 @@ def experiment_from_dict(data: dict) -> ExperimentConfig:
     return from_dict(ExperimentConfig, data)
 
 
-def _file_spec(paths: list[str]) -> str | tuple[str, str] | None:
-    if not paths:
-        return None
-    if len(paths) == 1:
-        return paths[0]
-    if len(paths) == 2:
-        return (paths[0], paths[1])
-    raise AttnlabError(f"a corpus split is one TSV path or two aligned file paths, got {paths}")
+def store_spec(cfg: ExperimentConfig) -> StoreSpec:
+    """What the prepared corpus of a config is built from (`attnlab.store.StoreSpec`)."""
+    d = cfg.data
+    return StoreSpec(corpus=d.corpus, english=d.english, train=list(d.train), dev=list(d.dev), test=list(d.test),
+                     dev_size=d.dev_size, test_size=d.test_size, max_words=d.max_words, max_ratio=d.max_ratio,
+                     dedup=d.dedup, max_train_pairs=d.max_train_pairs, subset_seed=d.subset_seed,
+                     skip_bad_lines=d.skip_bad_lines, tokenizer=cfg.tokenizer)
 
 
-def load_corpus(cfg: DataConfig) -> Corpus:
-    """The corpus of the config, with the training-pair filters applied (dev and test are never filtered)."""
-    if cfg.corpus == "bible":
-        corpus = bible_corpus(cfg.english)
-    else:
-        if not cfg.train:
-            raise AttnlabError("data.train: give a TSV path or two aligned file paths for corpus = 'files'")
-        corpus = file_corpus(_file_spec(cfg.train), _file_spec(cfg.dev), _file_spec(cfg.test),
-                             dev_size=cfg.dev_size, test_size=cfg.test_size)
-    train = corpus.train
-    if cfg.max_words:
-        train = [p for p in train if len(p.src.split()) <= cfg.max_words and len(p.tgt.split()) <= cfg.max_words]
-    train = subsample(train, cfg.max_train_pairs, cfg.subset_seed)
-    if not train:
-        raise AttnlabError("data: no training pairs left after max_words / max_train_pairs")
-    return Corpus(corpus.name, train, corpus.dev, corpus.test, corpus.skipped)
+def prepare_corpus(cfg: ExperimentConfig, tokenizers: TokenizerPair | None = None, out: Path | str | None = None,
+                   force: bool = False) -> Store:
+    """The config's prepared corpus (`attnlab.store.prepare`): reused if prepared before, else built (the
+    tokenizers trained on a bounded sample, or the given ones of a trained run); with pretrained.decoder the
+    target side is the LM's tokenizer."""
+    fixed_tgt = None
+    if cfg.pretrained.decoder and tokenizers is None:  # the target side speaks the pretrained LM's vocabulary
+        if cfg.tokenizer.joint:
+            raise AttnlabError("pretrained.decoder needs tokenizer.joint = false: the target tokenizer is the LM's")
+        fixed_tgt = load_tokenizers(Path(cfg.pretrained.decoder) / "tokenizer").tgt
+    return prepare(store_spec(cfg), out or cfg.data.store or None, tokenizers, fixed_tgt, cfg.data.prepare_workers,
+                   force=force)
 
 
-def encode_pairs(pairs: list[Pair], tokenizers: TokenizerPair) -> tuple[list[list[int]], list[list[int]]]:
-    return [tokenizers.src.encode(p.src) for p in pairs], [tokenizers.tgt.encode(p.tgt) for p in pairs]
+def split_pairs(cfg: ExperimentConfig, split: str, tokenizers: TokenizerPair | None = None, limit: int = 0
+                ) -> list[Pair]:
+    """The text pairs of a split of the config's corpus (dev, test; train decoded from the store)."""
+    return prepare_corpus(cfg, tokenizers).pairs(split, limit)
 
 
 def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> nn.Module:
@@ -150,24 +156,15 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> nn.Module:
 
 
 # ---------------------------------------------------------------------------------------------- family
-def load_seq2seq_data(cfg: ExperimentConfig) -> Corpus:
-    return load_corpus(cfg.data)
+def load_seq2seq_data(cfg: ExperimentConfig, tokenizers: TokenizerPair | None) -> Store:
+    """The prepared corpus; a resumed run hands in its own tokenizers."""
+    return prepare_corpus(cfg, tokenizers)
 
 
-def make_seq2seq_tokenizers(cfg: ExperimentConfig, corpus: Corpus) -> TokenizerPair:
-    """Tokenizers trained on the train split; with pretrained.decoder the target side is the LM's tokenizer."""
-    t0 = time.perf_counter()
-    if cfg.pretrained.decoder:  # the target side speaks the pretrained LM's vocabulary
-        if cfg.tokenizer.joint:
-            raise AttnlabError("pretrained.decoder needs tokenizer.joint = false: the target tokenizer is the LM's")
-        lm_tok = load_tokenizers(Path(cfg.pretrained.decoder) / "tokenizer").tgt
-        pair = TokenizerPair(train_tokenizer(cfg.tokenizer, [p.src for p in corpus.train]), lm_tok, joint=False,
-                             config=cfg.tokenizer)
-    else:
-        pair = build_tokenizers(cfg.tokenizer, [p.src for p in corpus.train], [p.tgt for p in corpus.train])
-    log.info("tokenizer: %s, vocab %s/%s (%.1f s)", cfg.tokenizer.kind, f"{pair.src.vocab_size:,}",
-             f"{pair.tgt.vocab_size:,}", time.perf_counter() - t0)
-    return pair
+def make_seq2seq_tokenizers(cfg: ExperimentConfig, store: Store) -> TokenizerPair:
+    """The tokenizers the store trained on a sample of its train split (with pretrained.decoder, the target side
+    is the LM's)."""
+    return store.tokenizers()
 
 
 def vocab_sizes(cfg: ExperimentConfig, tokenizers: TokenizerPair | None) -> tuple[int, int]:
@@ -192,12 +189,14 @@ def init_seq2seq(cfg: ExperimentConfig, model: nn.Module, load_run: RunLoader) -
         log.info("decoder initialised from the LM in %s (%s parameters copied)", cfg.pretrained.decoder, f"{n:,}")
 
 
-def seq2seq_training(cfg: ExperimentConfig, corpus: Corpus, tokenizers: TokenizerPair, model: nn.Module
+def seq2seq_training(cfg: ExperimentConfig, store: Store, tokenizers: TokenizerPair, model: nn.Module
                      ) -> Training:
-    """Teacher-forced pairs; model selection on dev BLEU (greedy, the first train.eval_max_sentences verses)."""
+    """Teacher-forced pairs from the memory-mapped store; model selection on dev BLEU (greedy, the first
+    train.eval_max_sentences verses)."""
     if tokenizers is None:  # a resumed run whose tokenizer folder is gone
         raise AttnlabError("a translation run needs its tokenizers (RUN_DIR/tokenizer is missing)")
-    dev_pairs = corpus.dev[: cfg.train.eval_max_sentences or None]
+    dev = store.pairs("dev")
+    dev_pairs = dev[: cfg.train.eval_max_sentences or None]
 
     def dev_bleu(m: nn.Module) -> dict:
         translator = Translator(m, tokenizers, cfg.decode, device=next(m.parameters()).device)
@@ -209,9 +208,12 @@ def seq2seq_training(cfg: ExperimentConfig, corpus: Corpus, tokenizers: Tokenize
         raise AttnlabError("train.pack needs model.family = 'transformer': an RNN reads a row left to right and "
                            "cannot keep packed sentences apart")
     d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else cfg.model.rnn.hidden_dim
-    return Training(Seq2SeqTask(), Seq2SeqDataset(*encode_pairs(corpus.train, tokenizers)),
-                    Seq2SeqDataset(*encode_pairs(corpus.dev, tokenizers)), dev_eval=dev_bleu, d_model=d_model,
-                    sizes=f"train pairs {len(corpus.train):,}, dev {len(corpus.dev):,}", score_name="BLEU")
+    train = store.train_data()
+    dev_data = Seq2SeqDataset(tokenizers.src.encode_batch([p.src for p in dev]),
+                              tokenizers.tgt.encode_batch([p.tgt for p in dev]))
+    return Training(Seq2SeqTask(), train, dev_data, dev_eval=dev_bleu, d_model=d_model,
+                    sizes=f"train pairs {len(train):,} (memory-mapped, {store.path}), dev {len(dev):,}",
+                    score_name="BLEU")
 
 
 def seq2seq_summary_inputs(cfg: ExperimentConfig, tokenizers: TokenizerPair | None, src_len: int, tgt_len: int
@@ -227,7 +229,7 @@ def evaluate_seq2seq(run: LoadedRun, split: str, options: EvalOptions) -> dict:
     the hypotheses (<split>.hyp.txt) and the BLEU-by-length plot."""
     cfg = run.cfg
     translator = Translator(run.model, run.tokenizers, cfg.decode, run.device)
-    pairs = load_corpus(cfg.data).split(split)[: options.max_sentences or None]
+    pairs = split_pairs(cfg, split, run.tokenizers, options.max_sentences)
     beam = cfg.decode.beam_size if options.beam is None else options.beam
     t0 = time.perf_counter()
     hyps = [t[0].text for t in translator.translate([p.src for p in pairs], beam_size=beam)]

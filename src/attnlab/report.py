@@ -22,12 +22,13 @@ from typing import Callable
 from attnlab.config import to_dict
 from attnlab.corpus import normalize
 from attnlab.errors import AttnlabError
-from attnlab.experiment import ExperimentConfig, load_corpus
+from attnlab.experiment import ExperimentConfig, split_pairs
 from attnlab.fileio import atomic_write_text, read_json
 from attnlab.metrics import format_length_table
 from attnlab.plotting import plot_attention, plot_attention_grid, plot_bleu_by_length, plot_curves
 from attnlab.summary import format_table, layer_table
 from attnlab.trainer import read_metrics
+from attnlab.tokenizers import TokenizerPair
 from attnlab.translate import Translator
 from attnlab.workflow import load_run
 
@@ -67,9 +68,10 @@ def load_run_info(run_dir: Path, name: str, split: str, checkpoint: str = "best"
                    sum(r.params for r in rows), records, read_json(ev) if ev.is_file() else None)
 
 
-def default_samples(cfg: ExperimentConfig, split: str, n: int, max_words: int = 20) -> list[Sample]:
+def default_samples(cfg: ExperimentConfig, split: str, n: int, tokenizers: TokenizerPair | None = None,
+                    max_words: int = 20) -> list[Sample]:
     """n sentences of the run's corpus split, evenly spread over it, of at most max_words source words."""
-    pairs = [p for p in load_corpus(cfg.data).split(split) if len(p.src.split()) <= max_words]
+    pairs = [p for p in split_pairs(cfg, split, tokenizers) if len(p.src.split()) <= max_words]
     step = max(1, len(pairs) // max(n, 1))
     return [Sample(p.src, p.tgt, p.ref) for p in pairs[::step][:n]]
 
@@ -232,7 +234,7 @@ def build_report(run_dirs: list[Path], out: Path, split: str = "test", n_samples
             raise AttnlabError("--sentence is empty")
     else:
         try:
-            samples = default_samples(runs[0].cfg, split, n_samples)
+            samples = default_samples(runs[0].cfg, split, n_samples, runs[0].translator.tokenizers)
         except AttnlabError as e:  # the run's corpus is gone (moved files, no SWORD modules): report the rest
             samples, note = [], f"no sample translations: the corpus of {runs[0].name} could not be read ({e})"
             log.warning("attnlab report: %s", note)

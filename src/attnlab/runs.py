@@ -50,7 +50,8 @@ RunLoader = Callable[..., LoadedRun]  # `attnlab.workflow.load_run`(run_dir, che
 class Family:
     """One model family. Every callable takes the family's typed config first.
 
-    load_config(path, overrides) -> cfg; recognise(raw dict) -> bool; load_data(cfg) -> data;
+    load_config(path, overrides) -> cfg; recognise(raw dict) -> bool; load_data(cfg, tokenizers | None) -> data (a resumed run hands in its
+    tokenizers);
     make_tokenizers(cfg, data) -> TokenizerPair | None (trained for a new run, saved in RUN_DIR/tokenizer);
     build_model(cfg, tokenizers | None) -> model (None: the sizes of the config, for `attnlab summary`);
     initialise(cfg, model, load_run) (optional; a new run only: weights from elsewhere, e.g. another run loaded
@@ -64,7 +65,7 @@ class Family:
     config_class: type
     recognise: Callable[[dict], bool]
     load_config: Callable[[Path | str | None, list[str] | None], Any]
-    load_data: Callable[[Any], Any]
+    load_data: Callable[[Any, TokenizerPair | None], Any]
     make_tokenizers: Callable[[Any, Any], TokenizerPair | None]
     build_model: Callable[[Any, TokenizerPair | None], nn.Module]
     training: Callable[[Any, Any, TokenizerPair | None, nn.Module], Training]

@@ -8,17 +8,18 @@ callers append EOS themselves. `decode` drops PAD/BOS/EOS and shows UNK as "⁇"
 from __future__ import annotations
 
 import io
-import logging
 import json
+import logging
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import ClassVar, Iterable, Sequence
+from typing import ClassVar
 
 import sentencepiece as spm
 
+from attnlab.config import MAX_COUNT, MAX_SEED, MAX_VOCAB, from_dict
 from attnlab.corpus import cache_dir
-from attnlab.config import MAX_VOCAB, from_dict
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_bytes
 
@@ -38,13 +39,18 @@ class TokenizerConfig:
     SentencePiece kinds only. joint: one vocabulary for source and target, trained on both sides."""
 
     CHOICES: ClassVar[dict] = {"kind": ("char", "bpe", "unigram")}
-    LIMITS: ClassVar[dict] = {"vocab_size": (1, MAX_VOCAB), "character_coverage": (0.0, 1.0)}
+    LIMITS: ClassVar[dict] = {"vocab_size": (1, MAX_VOCAB), "character_coverage": (0.0, 1.0),
+                              "sample_sentences": (1, MAX_COUNT), "sample_seed": (0, MAX_SEED)}
 
     kind: str = "unigram"
     vocab_size: int = 8000
     joint: bool = True
     character_coverage: float = 1.0
     byte_fallback: bool = True
+    # trained on at most this many training sentences, a seeded random sample (all of them when fewer): the cost
+    # of training stops growing with the corpus (SentencePiece's input_sentence_size)
+    sample_sentences: int = 1_000_000
+    sample_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in self.CHOICES["kind"]:
@@ -91,6 +97,10 @@ class CharTokenizer:
     def encode(self, text: str) -> list[int]:
         """Token ids of text, without BOS/EOS."""
         return [self._index.get(c, UNK_ID) for c in text]
+
+    def encode_batch(self, texts: Sequence[str], threads: int = 1) -> list[list[int]]:
+        """Token ids of each text (as `encode`); threads is unused (a character lookup is not worth a thread)."""
+        return [self.encode(t) for t in texts]
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ids: PAD/BOS/EOS dropped, UNK shown as "⁇"."""
@@ -172,6 +182,10 @@ class SentencePieceTokenizer:
     def encode(self, text: str) -> list[int]:
         """Token ids of text, without BOS/EOS."""
         return self._sp.encode(text)
+
+    def encode_batch(self, texts: Sequence[str], threads: int = 1) -> list[list[int]]:
+        """Token ids of each text (as `encode`), encoded by SentencePiece's own thread pool of `threads`."""
+        return self._sp.encode(list(texts), num_threads=threads)
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ids: PAD/BOS/EOS dropped, UNK shown as "⁇"."""

@@ -560,7 +560,7 @@ class Trainer:
         window_loss, window_tok, window_t = 0.0, 0, time.perf_counter()
         while (reason := self._done(t_start)) is None:
             self.sampler.set_epoch(s.epoch)
-            batches = list(self.sampler)[s.batch_in_epoch:]
+            batches = self.sampler.batches(s.batch_in_epoch)  # a resumed epoch goes on at its next batch
             loader = self._loader(self.train_data, batches)
             group: list = []
             for batch in loader:

@@ -115,8 +115,10 @@ def train(cfg: Any, run_dir: Path | str, resume: bool = False, overrides: list[s
             raise AttnlabError(f"{run_dir} already holds a trained run; use --resume to continue it or choose "
                                "another --out")
         family = family_of(cfg)
-    data = family.load_data(cfg)
-    tokenizers = run_tokenizers(run_dir) if resume else family.make_tokenizers(cfg, data)
+    tokenizers = run_tokenizers(run_dir) if resume else None
+    data = family.load_data(cfg, tokenizers)
+    if not resume:
+        tokenizers = family.make_tokenizers(cfg, data)
     make_dirs(run_dir)
     if tokenizers is not None and not resume:
         save_tokenizers(tokenizers, run_dir / "tokenizer")

@@ -1,0 +1,709 @@
+"""Prepared corpora: a parallel corpus read once as a stream, filtered, tokenized on every core and written as
+token ids to memory-mapped files, so that training holds no per-pair Python objects and a second run, a resume or
+another config with the same data starts in seconds.
+
+The layout is fairseq's / Megatron's binarized dataset (`MMapIndexedDataset`: a `.bin` of token ids and an
+`.idx` of lengths, both memory-mapped with numpy) with numpy's own `.npy` header for the index::
+
+    STORE/store.json     the manifest: inputs and their fingerprints, settings, counts, statistics, checksums;
+                         written last, so a folder without it is not a store
+    STORE/tokenizer/     the tokenizers (`attnlab.tokenizers.save_tokenizers`), trained on a bounded sample
+    STORE/train.bin      the training pairs' token ids, pair after pair: source ids then target ids (no BOS/EOS),
+                         uint16 when the vocabulary has at most 65,536 ids, else uint32
+    STORE/train.idx      a .npy array (N, 2) of (source length, target length), uint16 or uint32
+    STORE/dev.tsv        dev and test pairs as text (ref, source, target): small, and decoded and scored as text
+    STORE/test.tsv
+
+A pair's offset in train.bin is the sum of the lengths before it, computed once when the store is opened.
+
+A store is keyed by a hash of its inputs (`store_key`: the files' paths, sizes and modification times, the
+reading options, the filters, the tokenizer settings): `prepare` reuses a complete store with the same key and
+builds a new one when anything changed. It is built in a folder beside its place and renamed into it when
+complete, under a lock, so a killed prepare leaves nothing that looks complete and two processes preparing the
+same data do not both write it (the second waits and reuses). `open_store` checks the files against the
+manifest's sizes and SHA-256 sums: a truncated or altered store is a one-line error that says how to rebuild it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import itertools
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import time
+from array import array
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from attnlab.corpus import (
+    ENGLISH_MODULES,
+    Pair,
+    ReadCounts,
+    bible_tsv,
+    cache_dir,
+    iter_bible,
+    iter_lines,
+    iter_pairs,
+    spec_name,
+)
+from attnlab.errors import AttnlabError
+from attnlab.fileio import atomic_write_text, make_dirs, write_json
+from attnlab.tokenizers import (
+    Tokenizer,
+    TokenizerConfig,
+    TokenizerPair,
+    load_tokenizers,
+    save_tokenizers,
+    train_tokenizer,
+)
+
+log = logging.getLogger("attnlab")
+
+STORE_VERSION = 1
+MANIFEST = "store.json"
+SPLITS = ("train", "dev", "test")
+_TRAIN, _DEV, _TEST, _HOLDOUT = 0, 1, 2, 3  # a record's split while reading; _HOLDOUT: decided once counted
+_CHUNK = 8192  # pairs per encoding task
+_PARALLEL_MIN_PAIRS = 100_000  # fewer training pairs are encoded in this process: starting workers costs more
+
+
+@dataclass
+class StoreSpec:
+    """What a store is built from: the corpus (the Bible, or a user's files), how it is read and split, the
+    training filters and the tokenizer settings. Dev and test are never filtered.
+
+    corpus "bible": the verse-aligned English (`english`) -> Spanish Bible, split by book. corpus "files": each
+    of train/dev/test one TSV or JSON-lines file or two aligned files (plain, .gz, .xz or .bz2); without dev and
+    test files, dev_size and test_size pairs are held out of train at random (seed `holdout_seed`).
+    Filters (training pairs): max_words on both sides (0: off), max_ratio of the longer to the shorter side in
+    words (0: off), dedup (drop exact repeats of a pair), then a random subset of max_train_pairs (0: all).
+    """
+
+    corpus: str = "bible"
+    english: str = "kjv"
+    train: list[str] = field(default_factory=list)
+    dev: list[str] = field(default_factory=list)
+    test: list[str] = field(default_factory=list)
+    dev_size: int = 500
+    test_size: int = 500
+    holdout_seed: int = 0
+    max_words: int = 0
+    max_ratio: float = 0.0
+    dedup: bool = False
+    max_train_pairs: int = 0
+    subset_seed: int = 0
+    skip_bad_lines: bool = False
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+
+    @property
+    def name(self) -> str:
+        if self.corpus == "bible":
+            return f"bible-{self.english}-es"
+        return Path(spec_name(_file_spec(self.train))).name.split(".")[0] or "corpus"
+
+
+def _file_spec(paths: list[str]) -> str | tuple[str, str] | None:
+    if not paths:
+        return None
+    if len(paths) == 1:
+        return paths[0]
+    if len(paths) == 2:
+        return (paths[0], paths[1])
+    raise AttnlabError(f"a corpus split is one TSV or JSON-lines path or two aligned file paths, got {list(paths)}")
+
+
+def input_files(spec: StoreSpec) -> list[Path]:
+    """The files a store of `spec` is read from (the Bible: its cached TSV, built from SWORD on first use)."""
+    if spec.corpus == "bible":
+        if spec.english not in ENGLISH_MODULES:
+            raise AttnlabError(f"unknown English Bible {spec.english!r}; choose one of {', '.join(ENGLISH_MODULES)}")
+        return [bible_tsv(spec.english)]
+    if not spec.train:
+        raise AttnlabError("data.train: give a TSV or JSON-lines path or two aligned file paths for corpus = 'files'")
+    files = [Path(p) for paths in (spec.train, spec.dev, spec.test) for p in paths]
+    for paths in (spec.train, spec.dev, spec.test):
+        _file_spec(paths)
+    for f in files:
+        if not f.is_file():
+            raise AttnlabError(f"{f}: no such file")
+    return files
+
+
+def _fingerprint(path: Path) -> dict:
+    st = path.stat()
+    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def tokenizer_digest(tokenizers: TokenizerPair) -> str:
+    """SHA-256 of a tokenizer pair's model files: equal digests, equal token ids."""
+    h = hashlib.sha256(b"joint" if tokenizers.joint else b"separate")
+    for tok in (tokenizers.src, tokenizers.tgt):
+        h.update(tok.kind.encode() + b"\0" + hashlib.sha256(tok.to_bytes()).digest())
+    return h.hexdigest()
+
+
+def store_key(spec: StoreSpec, fixed: TokenizerPair | None = None, fixed_tgt: Tokenizer | None = None) -> str:
+    """The hash of everything a store's content depends on: the inputs' fingerprints (path, size, mtime), the
+    spec (reading, splitting, filters, tokenizer settings and sample) and, when the tokenizers are given rather than
+    trained, their digest."""
+    inputs = [_fingerprint(f) for f in input_files(spec)]
+    given = tokenizer_digest(fixed) if fixed is not None else None
+    given_tgt = hashlib.sha256(fixed_tgt.to_bytes()).hexdigest() if fixed_tgt is not None else None
+    blob = json.dumps({"version": STORE_VERSION, "spec": asdict(spec), "inputs": inputs, "tokenizers": given,
+                       "tgt_tokenizer": given_tgt}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- reading
+def _records(spec: StoreSpec, counts: ReadCounts) -> Iterator[tuple[int, str, str, str]]:
+    """(split code, ref, source, target) of every pair of the inputs, in file order."""
+    if spec.corpus == "bible":
+        dropped, records = iter_bible(input_files(spec)[0])
+        counts.empty += dropped
+        codes = {"train": _TRAIN, "dev": _DEV, "test": _TEST}
+        for split, ref, src, tgt in records:
+            yield codes[split], ref, src, tgt
+        return
+    held_out = not spec.dev and not spec.test
+    for paths, code in ((spec.train, _HOLDOUT if held_out else _TRAIN), (spec.dev, _DEV), (spec.test, _TEST)):
+        if paths:
+            where = _file_spec(paths)
+            name = spec_name(where)
+            for i, src, tgt in iter_pairs(where, counts, spec.skip_bad_lines):
+                yield code, f"{name}:{i}", src, tgt
+
+
+def _pair_hash(src: str, tgt: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{src}\t{tgt}".encode(), digest_size=8).digest(), "little")
+
+
+def _length_stats(lengths: np.ndarray) -> tuple[float, int]:
+    return (float(lengths.mean()), int(lengths.max())) if len(lengths) else (0.0, 0)
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+_worker_tokenizers: tuple[Tokenizer, Tokenizer] | None = None
+
+
+def _init_worker(tokenizers: tuple[Tokenizer, Tokenizer]) -> None:
+    global _worker_tokenizers
+    _worker_tokenizers = tokenizers
+
+
+def _flatten(ids: list[list[int]], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
+    return lengths, flat
+
+
+def _encode_chunk(task: tuple[list[str], list[str], str]) -> tuple[np.ndarray, np.ndarray, bytes]:
+    """(source lengths, target lengths, token bytes: each pair's source ids then its target ids)."""
+    srcs, tgts, dtype = task
+    assert _worker_tokenizers is not None, "encoding worker not initialised"
+    src_tok, tgt_tok = _worker_tokenizers
+    s_len, s_ids = _flatten(src_tok.encode_batch(srcs), np.dtype(dtype))
+    t_len, t_ids = _flatten(tgt_tok.encode_batch(tgts), np.dtype(dtype))
+    # interleave per pair: source ids of pair k, then its target ids
+    s_off, t_off = np.concatenate([[0], np.cumsum(s_len)]), np.concatenate([[0], np.cumsum(t_len)])
+    out = np.empty(len(s_ids) + len(t_ids), dtype=dtype)
+    pos = s_off[:-1] + t_off[:-1]  # where pair k starts in `out`
+    src_pos = np.repeat(pos - s_off[:-1], s_len) + np.arange(len(s_ids))
+    tgt_pos = np.repeat(pos + s_len - t_off[:-1], t_len) + np.arange(len(t_ids))
+    out[src_pos], out[tgt_pos] = s_ids, t_ids
+    return s_len, t_len, out.tobytes()
+
+
+def default_workers() -> int:
+    """The cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# ---------------------------------------------------------------------------------------------- building
+class _Build:
+    """One prepare, in a staging folder: pass 1 reads the inputs once (normalized text to a scratch file, the
+    per-pair facts the filters need to arrays), then the splits and filters are decided with numpy, pass 2 reads
+    the scratch file for the tokenizer sample and the dev/test text, and pass 3 encodes the kept training pairs on
+    every core into train.bin / train.idx."""
+
+    def __init__(self, spec: StoreSpec, staging: Path, workers: int) -> None:
+        self.spec, self.dir, self.workers = spec, staging, max(1, workers)
+        self.scratch = staging / "pairs.scratch"
+        self.counts: dict = {}
+        self.t0 = time.perf_counter()
+
+    def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Pass 1: (split codes, training-filter pass flags, pair hashes or an empty array) per record."""
+        spec, counts = self.spec, ReadCounts()
+        codes, ok, hashes = array("B"), array("B"), array("Q")
+        too_long = bad_ratio = 0
+        with open(self.scratch, "w", encoding="utf-8") as out:
+            for code, ref, src, tgt in _records(spec, counts):
+                out.write(f"{ref}\t{src}\t{tgt}\n")
+                codes.append(code)
+                keep = True
+                if code in (_TRAIN, _HOLDOUT) and (spec.max_words or spec.max_ratio):
+                    ws, wt = src.count(" ") + 1, tgt.count(" ") + 1  # normalized: one space between words
+                    if spec.max_words and max(ws, wt) > spec.max_words:
+                        keep, too_long = False, too_long + 1
+                    elif spec.max_ratio and max(ws, wt) > spec.max_ratio * min(ws, wt):
+                        keep, bad_ratio = False, bad_ratio + 1
+                ok.append(keep)
+                if spec.dedup:
+                    hashes.append(_pair_hash(src, tgt))
+        self.counts.update(records=len(codes), empty_skipped=counts.empty, bad_lines_skipped=counts.bad)
+        log.info("read %s pairs (%s empty, %s malformed skipped) in %.1f s", f"{len(codes):,}", f"{counts.empty:,}",
+                 f"{counts.bad:,}", time.perf_counter() - self.t0)
+        self._filtered = (too_long, bad_ratio)
+        return (np.frombuffer(codes, dtype=np.uint8).copy(), np.frombuffer(ok, dtype=np.uint8).astype(bool),
+                np.frombuffer(hashes, dtype=np.uint64))
+
+    def select(self, codes: np.ndarray, ok: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+        """The splits (holding out dev and test when needed) and the kept training records; returns the codes with
+        dropped training records marked 255."""
+        spec = self.spec
+        held = np.flatnonzero(codes == _HOLDOUT)
+        if len(held):
+            if spec.dev_size + spec.test_size >= len(held):
+                raise AttnlabError(f"cannot hold out dev_size ({spec.dev_size}) + test_size ({spec.test_size}) pairs "
+                                   f"from a corpus of {len(held):,}")
+            order = np.random.default_rng(spec.holdout_seed).permutation(len(held))
+            codes[held] = _TRAIN
+            codes[held[order[:spec.dev_size]]] = _DEV
+            codes[held[order[spec.dev_size:spec.dev_size + spec.test_size]]] = _TEST
+        train = (codes == _TRAIN)
+        keep = train & ok
+        dropped_dup = 0
+        if spec.dedup:
+            idx = np.flatnonzero(keep)
+            _, first = np.unique(hashes[idx], return_index=True)
+            dropped_dup = len(idx) - len(first)
+            keep[:] = False
+            keep[idx[np.sort(first)]] = True
+        n_filtered = int(keep.sum())
+        if spec.max_train_pairs and n_filtered > spec.max_train_pairs:
+            idx = np.flatnonzero(keep)
+            chosen = np.random.default_rng(spec.subset_seed).choice(len(idx), spec.max_train_pairs, replace=False)
+            keep[:] = False
+            keep[idx[np.sort(chosen)]] = True
+        too_long, bad_ratio = self._filtered
+        self.counts.update(dev=int((codes == _DEV).sum()), test=int((codes == _TEST).sum()),
+                           train_read=int(train.sum()), too_long=too_long, bad_ratio=bad_ratio,
+                           duplicates=dropped_dup, subsampled_out=n_filtered - int(keep.sum()), train=int(keep.sum()))
+        log.info("train: %s pairs read, %s longer than max_words, %s beyond max_ratio, %s duplicates, %s left out by "
+                 "max_train_pairs: %s kept; dev %s, test %s", *(f"{self.counts[k]:,}" for k in (
+                     "train_read", "too_long", "bad_ratio", "duplicates", "subsampled_out", "train", "dev", "test")))
+        if not keep.any():
+            raise AttnlabError("data: no training pairs left after the filters (max_words, max_ratio, dedup)")
+        codes = codes.copy()
+        codes[train & ~keep] = 255
+        return codes
+
+    def _scratch_lines(self) -> Iterator[tuple[str, str, str]]:
+        with open(self.scratch, encoding="utf-8") as f:
+            for line in f:
+                ref, src, tgt = line.rstrip("\n").split("\t")
+                yield ref, src, tgt
+
+    def sample_and_heldout(self, codes: np.ndarray, need_src: bool, need_tgt: bool, joint: bool
+                           ) -> tuple[list[str], list[str], dict[str, list[Pair]]]:
+        """Pass 2: the tokenizer's training sentences (a seeded sample of at most tokenizer.sample_sentences of
+        the kept training sentences, in corpus order, sources first) and the dev and test pairs."""
+        cfg = self.spec.tokenizer
+        n = int((codes == _TRAIN).sum())
+        rng = np.random.default_rng(cfg.sample_seed)
+
+        def chosen(total: int) -> np.ndarray:
+            if total <= cfg.sample_sentences:
+                return np.ones(total, dtype=bool)
+            mask = np.zeros(total, dtype=bool)
+            mask[rng.choice(total, cfg.sample_sentences, replace=False)] = True
+            return mask
+
+        if joint:  # one sample over the 2n sentences: ids < n are sources, the rest targets
+            both = chosen(2 * n) if need_src else np.zeros(2 * n, dtype=bool)
+            take_src, take_tgt = both[:n], both[n:]
+        else:
+            take_src = chosen(n) if need_src else np.zeros(n, dtype=bool)
+            take_tgt = chosen(n) if need_tgt else np.zeros(n, dtype=bool)
+        srcs, tgts = [], []
+        held: dict[str, list[Pair]] = {"dev": [], "test": []}
+        k = 0
+        for code, (ref, src, tgt) in zip(codes, self._scratch_lines()):
+            if code == _TRAIN:
+                if take_src[k]:
+                    srcs.append(src)
+                if take_tgt[k]:
+                    tgts.append(tgt)
+                k += 1
+            elif code == _DEV or code == _TEST:
+                held["dev" if code == _DEV else "test"].append(Pair(src, tgt, ref))
+        self.counts["tokenizer_sentences"] = len(srcs) + len(tgts)
+        return srcs, tgts, held
+
+    def encode(self, codes: np.ndarray, tokenizers: TokenizerPair) -> dict:
+        """Pass 3: the kept training pairs' ids to train.bin and their lengths to train.idx, encoded by a pool of
+        worker processes (SentencePiece's encoder, one process per core)."""
+        vocab = max(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+        dtype = np.dtype(np.uint16 if vocab <= 2**16 else np.uint32)
+        s_lens, t_lens = array("I"), array("I")
+        digest = hashlib.sha256()
+        t0 = time.perf_counter()
+
+        def tasks() -> Iterator[tuple[list[str], list[str], str]]:
+            srcs: list[str] = []
+            tgts: list[str] = []
+            for code, (_, src, tgt) in zip(codes, self._scratch_lines()):
+                if code == _TRAIN:
+                    srcs.append(src)
+                    tgts.append(tgt)
+                    if len(srcs) == _CHUNK:
+                        yield srcs, tgts, dtype.str
+                        srcs, tgts = [], []
+            if srcs:
+                yield srcs, tgts, dtype.str
+
+        sides = (tokenizers.src, tokenizers.tgt)
+        workers = self.workers if int((codes == _TRAIN).sum()) >= _PARALLEL_MIN_PAIRS else 1
+        with open(self.dir / "train.bin", "wb") as out:
+            if workers == 1:
+                _init_worker(sides)
+                results = map(_encode_chunk, tasks())
+                pool = None
+            else:  # fork: the workers start at once and inherit the tokenizers; they run SentencePiece only
+                pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, (sides,))
+                results = pool.imap(_encode_chunk, tasks(), chunksize=1)
+            try:
+                for s_len, t_len, data in results:
+                    s_lens.extend(s_len.tolist())
+                    t_lens.extend(t_len.tolist())
+                    out.write(data)
+                    digest.update(data)
+            finally:
+                if pool is not None:
+                    pool.terminate()
+            out.flush()
+            os.fsync(out.fileno())
+        sizes = np.stack([np.frombuffer(s_lens, dtype=np.uint32), np.frombuffer(t_lens, dtype=np.uint32)], axis=1)
+        longest = int(sizes.max())
+        sizes = sizes.astype(np.uint16 if longest < 2**16 else np.uint32)
+        with open(self.dir / "train.idx", "wb") as f:
+            np.save(f, sizes, allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        seconds = time.perf_counter() - t0
+        n_tokens = int(sizes.sum(dtype=np.int64))
+        log.info("encoded %s training pairs (%s tokens) in %.1f s with %d worker(s): %s pairs/s", f"{len(sizes):,}",
+                 f"{n_tokens:,}", seconds, workers, f"{len(sizes) / max(seconds, 1e-9):,.0f}")
+        return {"dtype": dtype.str, "index_dtype": sizes.dtype.str, "pairs": len(sizes), "tokens": n_tokens,
+                "bin_sha256": digest.hexdigest(), "idx_sha256": _file_sha256(self.dir / "train.idx"),
+                "encode_seconds": round(seconds, 3), "encode_workers": workers}
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _train_tokenizers(spec: StoreSpec, srcs: list[str], tgts: list[str], fixed_tgt: Tokenizer | None
+                      ) -> TokenizerPair:
+    cfg = spec.tokenizer
+    t0 = time.perf_counter()
+    if fixed_tgt is not None:
+        pair = TokenizerPair(train_tokenizer(cfg, srcs), fixed_tgt, joint=False, config=cfg)
+    elif cfg.joint:
+        tok = train_tokenizer(cfg, [*srcs, *tgts])
+        pair = TokenizerPair(tok, tok, joint=True, config=cfg)
+    else:
+        pair = TokenizerPair(train_tokenizer(cfg, srcs), train_tokenizer(cfg, tgts), joint=False, config=cfg)
+    log.info("tokenizer: %s, vocab %s/%s, trained on %s sentences in %.1f s", cfg.kind, f"{pair.src.vocab_size:,}",
+             f"{pair.tgt.vocab_size:,}", f"{len(srcs) + len(tgts):,}", time.perf_counter() - t0)
+    return pair
+
+
+def _split_stats(pairs: list[Pair]) -> dict:
+    row: dict = {"pairs": len(pairs)}
+    for side in ("src", "tgt"):
+        words = np.array([getattr(p, side).count(" ") + 1 for p in pairs], dtype=np.int64)
+        row[f"{side}_words_avg"], row[f"{side}_words_max"] = _length_stats(words)
+    return row
+
+
+def _build(spec: StoreSpec, staging: Path, key: str, workers: int, fixed: TokenizerPair | None,
+           fixed_tgt: Tokenizer | None) -> None:
+    """Builds a complete store in `staging` (store.json written last)."""
+    build = _Build(spec, staging, workers)
+    inputs = [_fingerprint(f) for f in input_files(spec)]
+    codes = build.select(*build.read())
+    need_src = fixed is None
+    need_tgt = fixed is None and fixed_tgt is None
+    srcs, tgts, held = build.sample_and_heldout(codes, need_src, need_tgt, spec.tokenizer.joint and fixed_tgt is None)
+    t0 = time.perf_counter()
+    tokenizers = fixed if fixed is not None else _train_tokenizers(spec, srcs, tgts, fixed_tgt)
+    tokenizer_seconds = time.perf_counter() - t0
+    del srcs, tgts
+    save_tokenizers(tokenizers, staging / "tokenizer")
+    for split, pairs in held.items():
+        atomic_write_text(staging / f"{split}.tsv", "".join(f"{p.ref}\t{p.src}\t{p.tgt}\n" for p in pairs))
+    train = build.encode(codes, tokenizers)
+    build.scratch.unlink()
+    sizes = np.load(staging / "train.idx")
+    stats = {split: _split_stats(held[split]) for split in ("dev", "test")}
+    train_row = {"pairs": train["pairs"]}
+    for k, side in enumerate(("src", "tgt")):
+        train_row[f"{side}_tokens_avg"], train_row[f"{side}_tokens_max"] = _length_stats(sizes[:, k])
+    for split in ("dev", "test"):
+        for side in ("src", "tgt"):
+            tok = getattr(tokenizers, side)
+            lengths = np.array([len(ids) for ids in tok.encode_batch([getattr(p, side) for p in held[split]])],
+                               dtype=np.int64)
+            stats[split][f"{side}_tokens_avg"], stats[split][f"{side}_tokens_max"] = _length_stats(lengths)
+    manifest = {
+        "format": "attnlab-store", "version": STORE_VERSION, "key": key, "name": spec.name, "spec": asdict(spec),
+        "inputs": inputs, "counts": build.counts, "train": train,
+        "stats": {"train": train_row, **stats},
+        "vocab": {"src": tokenizers.src.vocab_size, "tgt": tokenizers.tgt.vocab_size, "joint": tokenizers.joint},
+        "tokenizer_sha256": tokenizer_digest(tokenizers), "tokenizer_given": fixed is not None,
+        "tokenizer_seconds": round(tokenizer_seconds, 3),
+        "prepare_seconds": round(time.perf_counter() - build.t0, 3),
+    }
+    write_json(staging / MANIFEST, manifest)
+
+
+# ---------------------------------------------------------------------------------------------- the store
+class StoreDataset(Dataset):
+    """The training pairs of a store, memory-mapped: item i is (i, source ids, target ids) as lists (ids without
+    BOS/EOS), as `attnlab.batching.Seq2SeqDataset` gives them; nothing per pair lives in the Python heap."""
+
+    def __init__(self, bin_path: Path, idx_path: Path, dtype: str) -> None:
+        self.sizes = np.load(idx_path, mmap_mode="r", allow_pickle=False)  # (N, 2)
+        self.tokens = np.memmap(bin_path, dtype=np.dtype(dtype), mode="r") if bin_path.stat().st_size else \
+            np.zeros(0, dtype=np.dtype(dtype))
+        n = len(self.sizes)
+        self.offsets = np.zeros(n + 1, dtype=np.int64)  # (N + 1,) where pair i starts in tokens
+        step = 1 << 20
+        for a in range(0, n, step):  # in slices: no (N, 2) temporary
+            part = self.sizes[a:a + step]
+            self.offsets[a + 1:a + 1 + len(part)] = np.cumsum(part[:, 0].astype(np.int64) + part[:, 1])
+            self.offsets[a + 1:a + 1 + len(part)] += self.offsets[a]
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, index: int) -> tuple[int, list[int], list[int]]:
+        start = int(self.offsets[index])
+        s, t = int(self.sizes[index, 0]), int(self.sizes[index, 1])
+        ids = self.tokens[start:start + s + t].tolist()
+        return index, ids[:s], ids[s:]
+
+    def lengths(self) -> np.ndarray:
+        """Per-example (S, T) as collated: source length + 1 (EOS), target length + 1 (BOS or EOS); (N, 2) int32."""
+        return self.sizes.astype(np.int32) + 1
+
+
+@dataclass
+class Store:
+    """An opened, checked store: its folder and manifest; the tokenizers, the training data and the dev/test
+    pairs are read when asked for."""
+
+    path: Path
+    manifest: dict
+
+    @property
+    def key(self) -> str:
+        return self.manifest["key"]
+
+    def tokenizers(self) -> TokenizerPair:
+        return load_tokenizers(self.path / "tokenizer")
+
+    def train_data(self) -> StoreDataset:
+        return StoreDataset(self.path / "train.bin", self.path / "train.idx", self.manifest["train"]["dtype"])
+
+    def pairs(self, split: str, limit: int = 0) -> list[Pair]:
+        """The pairs of a split as text; train pairs are decoded from their ids (refs "train:N")."""
+        if split not in SPLITS:
+            raise AttnlabError(f"unknown split {split!r}; choose train, dev or test")
+        if split == "train":
+            data, toks = self.train_data(), self.tokenizers()
+            n = min(len(data), limit) if limit else len(data)
+            return [Pair(toks.src.decode(s), toks.tgt.decode(t), f"train:{i}") for i, s, t in map(data.__getitem__,
+                                                                                                   range(n))]
+        pairs = []
+        for i, line in iter_lines(self.path / f"{split}.tsv"):
+            fields = line.split("\t")
+            if len(fields) != 3:
+                raise AttnlabError(f"{self.path / f'{split}.tsv'}:{i}: damaged store file; {_REBUILD}")
+            pairs.append(Pair(fields[1], fields[2], fields[0]))
+            if limit and len(pairs) >= limit:
+                break
+        return pairs
+
+    def stats(self) -> dict:
+        """Pairs per split and lengths (words for dev/test, tokens for all), the vocabulary, the filter counts."""
+        m = self.manifest
+        return {"corpus": m["name"], "counts": m["counts"], "splits": m["stats"], "vocab": m["vocab"],
+                "store": str(self.path), "store_bytes_per_token": self.bytes_per_token()}
+
+    def bytes_per_token(self) -> float:
+        size = (self.path / "train.bin").stat().st_size + (self.path / "train.idx").stat().st_size
+        return size / max(self.manifest["train"]["tokens"], 1)
+
+
+_REBUILD = "rebuild it with `attnlab data prepare CONFIG --force` (or delete the folder)"
+
+
+def open_store(path: Path | str, verify: bool = True) -> Store:
+    """The store in `path`, checked: its manifest, the files' sizes and (verify) their SHA-256 sums. A missing,
+    truncated or altered store is an AttnlabError that says how to rebuild it."""
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        raise AttnlabError(f"{path}: not a prepared corpus ({MANIFEST} missing); {_REBUILD}")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        version, train = manifest["version"], manifest["train"]
+        n, n_tokens, itemsize = int(train["pairs"]), int(train["tokens"]), np.dtype(train["dtype"]).itemsize
+        if not isinstance(manifest["spec"], dict):
+            raise TypeError("spec is not a table")
+    except (OSError, ValueError, KeyError, TypeError, AttnlabError) as e:
+        raise AttnlabError(f"{manifest_path}: damaged manifest ({e}); {_REBUILD}") from None
+    if version != STORE_VERSION:
+        raise AttnlabError(f"{path}: a store of format version {version}, this attnlab reads {STORE_VERSION}; "
+                           f"{_REBUILD}")
+    bin_path, idx_path = path / "train.bin", path / "train.idx"
+    for f in (bin_path, idx_path, path / "dev.tsv", path / "test.tsv", path / "tokenizer" / "tokenizer.json"):
+        if not f.is_file():
+            raise AttnlabError(f"{f}: missing from the prepared corpus; {_REBUILD}")
+    if bin_path.stat().st_size != n_tokens * itemsize:
+        raise AttnlabError(f"{bin_path}: {bin_path.stat().st_size:,} bytes where the manifest says "
+                           f"{n_tokens * itemsize:,} (truncated or altered); {_REBUILD}")
+    try:
+        sizes = np.load(idx_path, mmap_mode="r", allow_pickle=False)
+        ok = sizes.shape == (n, 2)
+    except (ValueError, OSError):
+        ok = False
+    if not ok:
+        raise AttnlabError(f"{idx_path}: not the index of {n:,} pairs the manifest names (truncated or altered); "
+                           f"{_REBUILD}")
+    if verify:
+        for f, expected in ((idx_path, train["idx_sha256"]), (bin_path, train["bin_sha256"])):
+            if _file_sha256(f) != expected:
+                raise AttnlabError(f"{f}: checksum differs from the manifest's (the file was altered); {_REBUILD}")
+    return Store(path, manifest)
+
+
+def _default_place(spec: StoreSpec, key: str) -> Path:
+    return cache_dir() / "stores" / f"{spec.name}-{key[:16]}"
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink(missing_ok=True)
+
+
+def _find_reusable(spec: StoreSpec, place: Path | None, tokenizers: TokenizerPair | None) -> tuple[str, Path] | None:
+    """A complete store made by training the tokenizer whose tokenizers equal the given ones (a resumed run whose
+    store is still there): (key, place), else None."""
+    if tokenizers is None:
+        return None
+    key = store_key(spec)
+    where = place or _default_place(spec, key)
+    try:
+        store = open_store(where, verify=False)
+    except AttnlabError:
+        return None
+    if store.key == key and store.manifest["tokenizer_sha256"] == tokenizer_digest(tokenizers):
+        return key, where
+    return None
+
+
+def prepare(spec: StoreSpec, out: Path | str | None = None, tokenizers: TokenizerPair | None = None,
+            tgt_tokenizer: Tokenizer | None = None, workers: int = 0, verify: bool = True, force: bool = False
+            ) -> Store:
+    """The store of `spec`: reused when a complete one with the same key exists (at `out`, else in the cache,
+    `cache_dir()/stores/NAME-KEY`), else built.
+
+    Args:
+        spec: the corpus, its filters and the tokenizer settings.
+        out: the store's folder (None: the cache, keyed by the inputs).
+        tokenizers: use these tokenizers (a trained run's) instead of training them; a store that trained equal
+            ones is reused.
+        tgt_tokenizer: a fixed target tokenizer (a pretrained LM's); the source one is trained.
+        workers: encoding processes (0: one per core).
+        verify: check the SHA-256 sums when reusing a store.
+        force: build it again even if a store of the same key is there (a damaged one).
+    """
+    reusable = None if force else _find_reusable(spec, Path(out) if out else None, tokenizers)
+    if reusable is not None:
+        key, place = reusable
+    else:
+        key = store_key(spec, tokenizers, tgt_tokenizer)
+        place = Path(out) if out else _default_place(spec, key)
+    existing = None if force else _open_if_key(place, key, verify)
+    if existing is not None:
+        log.info("prepared corpus %s: reused (%s training pairs)", place, f"{existing.manifest['train']['pairs']:,}")
+        return existing
+    if place.exists() and not (place.is_dir() and ((place / MANIFEST).is_file() or not any(place.iterdir()))):
+        raise AttnlabError(f"{place}: exists and is not a prepared corpus; choose another folder")
+    make_dirs(place.parent)
+    lock_path = place.parent / f".{place.name}.lock"
+    with open(lock_path, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("another process is preparing %s; waiting for it", place)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        waited = None if force else _open_if_key(place, key, verify)  # the process we waited for may have built it
+        if waited is not None:
+            return waited
+        for stale in place.parent.glob(f".{place.name}.tmp-*"):  # left by a killed prepare (we hold the lock)
+            _remove(stale)
+        staging = place.parent / f".{place.name}.tmp-{os.getpid()}"
+        make_dirs(staging)
+        try:
+            log.info("preparing %s into %s", spec.name, place)
+            _build(spec, staging, key, workers or default_workers(), tokenizers, tgt_tokenizer)
+            if place.exists():  # an outdated store (other inputs) or an empty folder: moved aside, then removed
+                old = place.parent / f".{place.name}.tmp-old-{os.getpid()}"
+                os.rename(place, old)
+                os.rename(staging, place)
+                _remove(old)
+            else:
+                os.rename(staging, place)
+            fd = os.open(place.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        finally:
+            _remove(staging)
+    store = open_store(place, verify=False)
+    log.info("prepared %s training pairs in %.1f s: %s (%.2f bytes per token)", f"{store.manifest['train']['pairs']:,}",
+             store.manifest["prepare_seconds"], place, store.bytes_per_token())
+    return store
+
+
+def _open_if_key(place: Path, key: str, verify: bool) -> Store | None:
+    """The complete store at `place` if it has this key; None if there is none or it has another key. A store of
+    this key that fails its checks is an AttnlabError (never silently rebuilt: it may be another process's)."""
+    if not (place / MANIFEST).is_file():
+        return None
+    try:
+        manifest_key = json.loads((place / MANIFEST).read_text(encoding="utf-8")).get("key")
+    except (OSError, ValueError, AttributeError):
+        manifest_key = None
+    if manifest_key != key:
+        return None
+    return open_store(place, verify=verify)
