@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.experiment import load_corpus
+from attnlab.experiment import split_pairs
 from attnlab.workflow import export_run
 from attnlab.metrics import corpus_scores
 from attnlab.translate import CTranslate2Translator, Translator
@@ -45,7 +45,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     run = load_run(args.run_dir, "best", "cpu", ability="translate")
     ours = Translator(run.model, run.tokenizers, run.cfg.decode, "cpu")
-    pairs = load_corpus(run.cfg.data).split(args.split)
+    pairs = split_pairs(run.cfg, args.split, run.tokenizers)
     src, refs = [p.src for p in pairs], [p.tgt for p in pairs]
     engines = {"attnlab eager (PyTorch)": ours}
     for q in ("float32", "int8"):

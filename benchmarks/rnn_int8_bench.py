@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attnlab.experiment import load_corpus
+from attnlab.experiment import split_pairs
 from attnlab.metrics import corpus_scores
 from attnlab.translate import Translator
 from attnlab.workflow import load_run
@@ -34,7 +34,7 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     run = load_run(args.run_dir, "best", "cpu", ability="translate")
-    pairs = load_corpus(run.cfg.data).split(args.split)
+    pairs = split_pairs(run.cfg, args.split, run.tokenizers)
     src, refs = [p.src for p in pairs], [p.tgt for p in pairs]
     models = {"float32": run.model,
               "dynamic int8": torch.ao.quantization.quantize_dynamic(copy.deepcopy(run.model),

@@ -30,9 +30,9 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from transformer_bench import TorchTransformerMT  # noqa: E402  (the same reference model as the synthetic bench)
 
-from attnlab.batching import (PackedBatchSampler, Seq2SeqDataset, TokenBudgetBatchSampler,  # noqa: E402
+from attnlab.batching import (PackedBatchSampler, TokenBudgetBatchSampler,  # noqa: E402
                                collate_packed_seq2seq, collate_seq2seq, padding_fraction)
-from attnlab.experiment import encode_pairs, load_experiment, load_seq2seq_data, make_seq2seq_tokenizers  # noqa: E402
+from attnlab.experiment import load_experiment, prepare_corpus  # noqa: E402
 from attnlab.tokenizers import PAD_ID  # noqa: E402
 from attnlab.trainer import sequence_loss  # noqa: E402
 from attnlab.transformer import TransformerSeq2Seq  # noqa: E402
@@ -41,9 +41,9 @@ from attnlab.transformer import TransformerSeq2Seq  # noqa: E402
 def real_batches(cfg, n: int, max_tokens: int, seed: int = 0, pack_length: int = -1):
     """The first n training batches of the config's corpus as the trainer makes them (packed into rows of
     pack_length tokens when pack_length >= 0, 0 meaning the longest example), and the tokenizer's vocab."""
-    corpus = load_seq2seq_data(cfg)
-    toks = make_seq2seq_tokenizers(cfg, corpus)
-    data = Seq2SeqDataset(*encode_pairs(corpus.train, toks))
+    store = prepare_corpus(cfg)
+    toks = store.tokenizers()
+    data = store.train_data()
     if pack_length >= 0:
         sampler = PackedBatchSampler(data.lengths(), max_tokens, pack_length, shuffle=True, seed=seed)
         return [collate_packed_seq2seq([data[i] for i in idx], sampler.row_len)

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 import attnlab
-from attnlab.experiment import ExperimentConfig, load_corpus, load_experiment, make_seq2seq_tokenizers
+from attnlab.experiment import ExperimentConfig, load_experiment, prepare_corpus
 from attnlab.metrics import corpus_scores
 from attnlab.tokenizers import SPECIALS, SentencePieceTokenizer
 
@@ -56,16 +56,17 @@ def export_data(cfg: ExperimentConfig, out: Path, max_test: int = 0) -> dict:
     """Writes attnlab's splits (out/data/{train,dev,test}.{en,es}) and its tokenizer (out/spm.model,
     out/vocab.txt); returns their sizes. dev: the first train.eval_max_sentences verses, the ones attnlab's
     validation decodes. max_test: only the first N test verses (smoke tests)."""
-    corpus = load_corpus(cfg.data)
-    tokenizers = make_seq2seq_tokenizers(cfg, corpus)
+    store = prepare_corpus(cfg)
+    tokenizers = store.tokenizers()
+    train_pairs, dev_pairs, test_pairs = store.pairs("train"), store.pairs("dev"), store.pairs("test")
     if not (tokenizers.joint and isinstance(tokenizers.src, SentencePieceTokenizer)):
         raise SystemExit("this comparison needs a joint SentencePiece tokenizer ([tokenizer] joint = true, "
                          f"kind bpe or unigram), got kind {cfg.tokenizer.kind!r}, joint {cfg.tokenizer.joint}")
     data = out / "data"
     data.mkdir(parents=True, exist_ok=True)
-    dev = corpus.dev[: cfg.train.eval_max_sentences or None]
-    test = corpus.test[: max_test or None]
-    for split, pairs in (("train", corpus.train), ("dev", dev), ("test", test)):
+    dev = dev_pairs[: cfg.train.eval_max_sentences or None]
+    test = test_pairs[: max_test or None]
+    for split, pairs in (("train", train_pairs), ("dev", dev), ("test", test)):
         (data / f"{split}.en").write_text("".join(p.src + "\n" for p in pairs), encoding="utf-8")
         (data / f"{split}.es").write_text("".join(p.tgt + "\n" for p in pairs), encoding="utf-8")
     tok = tokenizers.src
@@ -73,7 +74,7 @@ def export_data(cfg: ExperimentConfig, out: Path, max_test: int = 0) -> dict:
     # JoeyNMT puts its four specials first (unk, pad, bos, eos, by the names attnlab uses too), then these
     pieces = [tok.id_to_piece(i) for i in range(len(SPECIALS), tok.vocab_size)]
     (out / "vocab.txt").write_text("".join(p + "\n" for p in pieces), encoding="utf-8")
-    return {"train": len(corpus.train), "dev": len(dev), "dev_all": len(corpus.dev), "test": len(test),
+    return {"train": len(train_pairs), "dev": len(dev), "dev_all": len(dev_pairs), "test": len(test),
             "vocab": tok.vocab_size}
 
 

@@ -24,7 +24,7 @@ import torch
 from attnlab.config import MAX_BEAM, MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SEED, MAX_VOCAB
 from attnlab.corpus import bible_corpus, cache_dir, corpus_stats, file_corpus, format_stats, normalize
 from attnlab.errors import AttnlabError
-from attnlab.experiment import format_seq2seq_eval, load_experiment
+from attnlab.experiment import format_seq2seq_eval, load_experiment, prepare_corpus
 from attnlab.explore import explore_run, format_decoding, write_views
 from attnlab.families import load_family_config
 from attnlab.fileio import atomic_write_text, make_dirs, read_json, read_lines
@@ -38,6 +38,7 @@ from attnlab.report import build_report
 from attnlab.runs import EvalOptions
 from attnlab.series import load_series_config
 from attnlab.server import serve
+from attnlab.store import format_store_stats
 from attnlab.study import compare, format_comparison
 from attnlab.tokenizers import cached_tokenizers, save_tokenizers
 from attnlab.trainer import read_metrics, resolve_device
@@ -100,6 +101,19 @@ def cmd_data(args: argparse.Namespace) -> None:
     _report(corpus, args)
 
 
+def cmd_data_prepare(args: argparse.Namespace) -> None:
+    """Prepare a translation config's corpus once (`attnlab.store`): what `attnlab train` otherwise does on first
+    use."""
+    family, cfg = load_family_config(args.config, args.set)
+    if "translate" not in family.abilities:
+        raise AttnlabError(f"{args.config} is a {family.title} config; `attnlab data prepare` prepares the corpus of "
+                           "a translation config (model.family rnn or transformer)")
+    store = prepare_corpus(cfg, out=args.out, force=args.force)
+    print(json.dumps(store.stats(), indent=2) if args.json else format_store_stats(store))
+    if args.out:
+        print(f"train from it: attnlab train {args.config} --set data.store={args.out}", file=sys.stderr)
+
+
 def cmd_data_paraphrase(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     corpus = paraphrase_corpus(args.seed, refresh=args.refresh, hard_negatives=args.hard_negatives)
@@ -155,11 +169,9 @@ def cmd_paraphrase_plot(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     """The main job on the default data: corpus statistics, then train, translate and evaluate a model."""
     print("== attnlab demo: the English (KJV) -> Spanish (Reina-Valera 1909) Bible ==", flush=True)
-    corpus = bible_corpus("kjv")
-    ns = argparse.Namespace(tokenizer="unigram", vocab_size=8000, separate_vocab=False, save_tokenizer=None,
-                            json=False)
-    _report(corpus, ns)
     cfg = load_experiment(args.config, args.set)
+    store = prepare_corpus(cfg)  # what `attnlab train` would do first; printed here with its statistics
+    print(format_store_stats(store), flush=True)
     out = args.out
     if out.exists():
         shutil.rmtree(out)  # the demo's own output from an earlier run
@@ -168,7 +180,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     train(cfg, out)
     translator = load_translator(out, "best")
     print("\n== sample test translations (beam 5) ==")
-    samples = [p for p in corpus.test if len(p.src.split()) <= 16][:: 40][:6]
+    samples = [p for p in store.pairs("test") if len(p.src.split()) <= 16][:: 40][:6]
     for p, t in zip(samples, translator.translate([p.src for p in samples], beam_size=5)):
         print(f"[{p.ref}]\n  en:  {p.src}\n  ref: {p.tgt}\n  out: {t[0].text}")
     print("\n== test set ==", flush=True)
@@ -472,6 +484,21 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (bible, tsv, files):
         _add_tokenizer_args(p)
         p.set_defaults(func=cmd_data)
+    prep = dsub.add_parser(
+        "prepare", parents=[opts["overrides"]], help="prepare a translation config's corpus once: filtered, tokenized "
+        "and memory-mapped (what `attnlab train` does on first use)",
+        description="Prepare the corpus of a translation config once: read it as a stream (TSV, JSON lines or two "
+                    "aligned files, plain or .gz/.xz/.bz2), hold out dev/test, apply the training filters "
+                    "(data.max_words, data.max_ratio, data.dedup, data.max_train_pairs), train the tokenizer on a "
+                    "bounded sample (tokenizer.sample_sentences), encode on every core and write the token ids to a "
+                    "memory-mapped store keyed by the inputs. Training, resuming and other configs with the same "
+                    "data reuse it; a changed input file or setting builds a new one.")
+    prep.add_argument("config", type=Path, help="a translation config (.toml/.yaml/.json)")
+    prep.add_argument("--out", type=Path, metavar="DIR", help="the store's folder (default: the cache, "
+                      "$ATTNLAB_CACHE/stores/NAME-KEY); train from it with --set data.store=DIR")
+    prep.add_argument("--force", action="store_true", help="build it again even if it is there (a damaged store)")
+    prep.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    prep.set_defaults(func=cmd_data_prepare)
 
     train = sub.add_parser("train", parents=[opts["train"]],
                            help="train any model family from a TOML/YAML config, or resume a run",

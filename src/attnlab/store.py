@@ -237,35 +237,30 @@ class _Build:
         self.spec, self.dir, self.workers = spec, staging, max(1, workers)
         self.scratch = staging / "pairs.scratch"
         self.counts: dict = {}
+        self.train_words = np.zeros((0, 2), dtype=np.uint16)  # (kept training pairs, 2), set by `select`
         self.t0 = time.perf_counter()
 
     def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Pass 1: (split codes, training-filter pass flags, pair hashes or an empty array) per record."""
+        """Pass 1: per record its split code, its (source, target) word counts (N, 2) and (data.dedup) a 64-bit
+        hash of the pair (else an empty array)."""
         spec, counts = self.spec, ReadCounts()
-        codes, ok, hashes = array("B"), array("B"), array("Q")
-        too_long = bad_ratio = 0
+        codes, words, hashes = array("B"), array("H"), array("Q")
         with open(self.scratch, "w", encoding="utf-8") as out:
             for code, ref, src, tgt in _records(spec, counts):
                 out.write(f"{ref}\t{src}\t{tgt}\n")
                 codes.append(code)
-                keep = True
-                if code in (_TRAIN, _HOLDOUT) and (spec.max_words or spec.max_ratio):
-                    ws, wt = src.count(" ") + 1, tgt.count(" ") + 1  # normalized: one space between words
-                    if spec.max_words and max(ws, wt) > spec.max_words:
-                        keep, too_long = False, too_long + 1
-                    elif spec.max_ratio and max(ws, wt) > spec.max_ratio * min(ws, wt):
-                        keep, bad_ratio = False, bad_ratio + 1
-                ok.append(keep)
+                # normalized text has one space between words; counts above 65,535 are kept as 65,535
+                words.append(min(src.count(" ") + 1, 65535))
+                words.append(min(tgt.count(" ") + 1, 65535))
                 if spec.dedup:
                     hashes.append(_pair_hash(src, tgt))
         self.counts.update(records=len(codes), empty_skipped=counts.empty, bad_lines_skipped=counts.bad)
         log.info("read %s pairs (%s empty, %s malformed skipped) in %.1f s", f"{len(codes):,}", f"{counts.empty:,}",
                  f"{counts.bad:,}", time.perf_counter() - self.t0)
-        self._filtered = (too_long, bad_ratio)
-        return (np.frombuffer(codes, dtype=np.uint8).copy(), np.frombuffer(ok, dtype=np.uint8).astype(bool),
+        return (np.frombuffer(codes, dtype=np.uint8).copy(), np.frombuffer(words, dtype=np.uint16).reshape(-1, 2),
                 np.frombuffer(hashes, dtype=np.uint64))
 
-    def select(self, codes: np.ndarray, ok: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    def select(self, codes: np.ndarray, words: np.ndarray, hashes: np.ndarray) -> np.ndarray:
         """The splits (holding out dev and test when needed) and the kept training records; returns the codes with
         dropped training records marked 255."""
         spec = self.spec
@@ -278,8 +273,12 @@ class _Build:
             codes[held] = _TRAIN
             codes[held[order[:spec.dev_size]]] = _DEV
             codes[held[order[spec.dev_size:spec.dev_size + spec.test_size]]] = _TEST
-        train = (codes == _TRAIN)
-        keep = train & ok
+        train = codes == _TRAIN
+        longer, shorter = words.max(axis=1).astype(np.int64), words.min(axis=1).astype(np.int64)
+        too_long = train & (longer > spec.max_words) if spec.max_words else np.zeros_like(train)
+        bad_ratio = train & ~too_long & (longer > spec.max_ratio * shorter) if spec.max_ratio else \
+            np.zeros_like(train)
+        keep = train & ~too_long & ~bad_ratio
         dropped_dup = 0
         if spec.dedup:
             idx = np.flatnonzero(keep)
@@ -293,15 +292,15 @@ class _Build:
             chosen = np.random.default_rng(spec.subset_seed).choice(len(idx), spec.max_train_pairs, replace=False)
             keep[:] = False
             keep[idx[np.sort(chosen)]] = True
-        too_long, bad_ratio = self._filtered
         self.counts.update(dev=int((codes == _DEV).sum()), test=int((codes == _TEST).sum()),
-                           train_read=int(train.sum()), too_long=too_long, bad_ratio=bad_ratio,
+                           train_read=int(train.sum()), too_long=int(too_long.sum()), bad_ratio=int(bad_ratio.sum()),
                            duplicates=dropped_dup, subsampled_out=n_filtered - int(keep.sum()), train=int(keep.sum()))
         log.info("train: %s pairs read, %s longer than max_words, %s beyond max_ratio, %s duplicates, %s left out by "
                  "max_train_pairs: %s kept; dev %s, test %s", *(f"{self.counts[k]:,}" for k in (
                      "train_read", "too_long", "bad_ratio", "duplicates", "subsampled_out", "train", "dev", "test")))
         if not keep.any():
             raise AttnlabError("data: no training pairs left after the filters (max_words, max_ratio, dedup)")
+        self.train_words = words[keep]
         codes = codes.copy()
         codes[train & ~keep] = 255
         return codes
@@ -461,6 +460,7 @@ def _build(spec: StoreSpec, staging: Path, key: str, workers: int, fixed: Tokeni
     stats = {split: _split_stats(held[split]) for split in ("dev", "test")}
     train_row = {"pairs": train["pairs"]}
     for k, side in enumerate(("src", "tgt")):
+        train_row[f"{side}_words_avg"], train_row[f"{side}_words_max"] = _length_stats(build.train_words[:, k])
         train_row[f"{side}_tokens_avg"], train_row[f"{side}_tokens_max"] = _length_stats(sizes[:, k])
     for split in ("dev", "test"):
         for side in ("src", "tgt"):
@@ -707,3 +707,31 @@ def _open_if_key(place: Path, key: str, verify: bool) -> Store | None:
     if manifest_key != key:
         return None
     return open_store(place, verify=verify)
+
+
+def format_store_stats(store: Store) -> str:
+    """A prepared corpus's statistics as plain text: what reading and the filters kept and dropped, pairs and
+    lengths per split, the vocabulary and the store's size."""
+    m = store.manifest
+    c, splits = m["counts"], m["stats"]
+    lines = [f"corpus: {m['name']}  (prepared in {m['prepare_seconds']:.1f} s: {store.path})",
+             f"read: {c['records']:,} pairs; skipped while reading: {c['empty_skipped']:,} empty, "
+             f"{c['bad_lines_skipped']:,} malformed",
+             f"train filters: {c['train_read']:,} read, {c['too_long']:,} over max_words, {c['bad_ratio']:,} over "
+             f"max_ratio, {c['duplicates']:,} duplicates, {c['subsampled_out']:,} left out by max_train_pairs: "
+             f"{c['train']:,} kept",
+             f"{'split':<6} {'pairs':>10}  {'src words avg/max':>18}  {'tgt words avg/max':>18}  "
+             f"{'src tokens avg/max':>19}  {'tgt tokens avg/max':>19}"]
+    for split in SPLITS:
+        r = splits[split]
+        words = "".join(f"  {r[f'{side}_words_avg']:>12.1f} / {r[f'{side}_words_max']:<3}" if f"{side}_words_avg" in r
+                        else f"  {'-':>18}" for side in ("src", "tgt"))
+        toks = "".join(f"  {r[f'{side}_tokens_avg']:>13.1f} / {r[f'{side}_tokens_max']:<3}" for side in ("src", "tgt"))
+        lines.append(f"{split:<6} {r['pairs']:>10,}{words}{toks}")
+    v = m["vocab"]
+    lines.append(f"vocabulary ({'joint' if v['joint'] else 'separate'}): source {v['src']:,}, target {v['tgt']:,}; "
+                 f"tokenizer trained on {c.get('tokenizer_sentences', 0):,} sampled sentences"
+                 + (" (given, not trained)" if m.get("tokenizer_given") else ""))
+    lines.append(f"store: {m['train']['tokens']:,} training tokens, {store.bytes_per_token():.2f} bytes per token "
+                 f"with the index")
+    return "\n".join(lines)
