@@ -249,8 +249,7 @@ def test_distributed_singletons_that_cannot_be_split_repeat():
 def test_distributed_concrete():
     # unshuffled batches [[4, 1, 3], [0], [2], [5]] over 2 ranks: 4 batches already divide, nothing is split
     assert _per_rank([5, 3, 8, 3, 1, 20], 10, 2, shuffle=False) == [[[4, 1, 3], [2]], [[0], [5]]]
-    # over 3 ranks, 5 examples of 6 ... see test_distributed_concrete_three_ranks; 5 ranks: [4, 1, 3] halved once
-    # ([4], [1, 3]) gives 5 batches, one per rank
+    # over 5 ranks: [4, 1, 3] halved ([4], [1, 3]) gives 5 batches, one per rank (3 ranks: the test below)
     assert _per_rank([5, 3, 8, 3, 1, 20], 10, 5, shuffle=False) == [[[4]], [[1, 3]], [[0]], [[2]], [[5]]]
 
 

@@ -1,0 +1,245 @@
+"""Corpora of any size: what preparing and training cost as the corpus grows (issue 20).
+
+For each size it builds a TSV corpus (reproducibly: the Bible's training verses repeated, a copy number appended
+to each side so every line is distinct; or the first lines of any TSV given with --source), and measures:
+
+- prepare (`attnlab data prepare`, its own process): wall time, input pairs/s, the encode phase's pairs/s, peak
+  RSS, and SentencePiece's own encode throughput on the same cores and the same kind of sentences (the limit:
+  the best of its batched multi-threaded encode and one process per core, on the first 200,000 pairs);
+- training from the prepared store (`attnlab train`, its own process, train.max_steps steps): time from the
+  command to the first step, peak RSS, target tokens/s;
+- `attnlab train --resume` of that run: time from the command to its first new step, peak RSS;
+- the store's bytes per token (train.bin + train.idx over the training tokens);
+- at --compare-size (1 M lines by default): training tokens/s from the store against the in-memory dataset of
+  before (every pair a Python list of ids, `attnlab.batching.Seq2SeqDataset`), side by side in one process, the
+  same model, seed and batches.
+
+Peak RSS is ru_maxrss of the command's process as returned by wait4 (the largest of it and the children it
+waited for, e.g. the encoding workers).
+
+Usage:
+    python benchmarks/data_scale.py --sizes 30000,1000000,4000000,4500000 --json docs/results/issue20_data_scale.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from attnlab.batching import Seq2SeqDataset
+from attnlab.corpus import bible_corpus, iter_pairs
+from attnlab.experiment import build_model, load_experiment, prepare_corpus
+from attnlab.trainer import Trainer
+
+REPO = Path(__file__).resolve().parent.parent
+ATTNLAB = [sys.executable, "-m", "attnlab.cli"]
+
+
+def build_tsv(path: Path, lines: int, source: Path | None) -> None:
+    """`lines` pairs: the source TSV's first lines, or the Bible's training verses repeated ("text k" on both
+    sides for copy k)."""
+    if path.is_file():
+        return
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as out:
+        if source is not None:
+            for n, (_, src, tgt) in enumerate(iter_pairs(source), start=1):
+                out.write(f"{src}\t{tgt}\n")
+                if n == lines:
+                    break
+        else:
+            train = bible_corpus("kjv").train
+            for i in range(lines):
+                k, j = divmod(i, len(train))
+                out.write(f"{train[j].src} {k}\t{train[j].tgt} {k}\n")
+    os.replace(tmp, path)
+
+
+def popen_wait4(cmd: list[str], watch: Path | None = None, step: int = 0) -> dict:
+    """Runs cmd; returns wall seconds, peak RSS (MB; the process reaped with wait4 so its own rusage is read) and,
+    with `watch` (a metrics.jsonl), the seconds until a record of `step` appeared in it."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = None
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if watch is not None and first is None and watch.is_file() and \
+                any(line.startswith(f'{{"step": {step},') for line in watch.read_text().splitlines()):
+            first = time.perf_counter() - t0
+        time.sleep(0.05)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{err[-3000:]}")
+    if watch is not None and first is None:  # the step landed between the last poll and the exit
+        first = wall
+    return {"wall_s": round(wall, 2), "first_step_s": None if first is None else round(first, 2),
+            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "stderr": err}
+
+
+def sentencepiece_limit(tsv: Path, tokenizer_dir: Path, workers: int, pairs: int = 200_000) -> dict:
+    """SentencePiece's own encode throughput in pairs/s (two sentences per pair) on the first `pairs` pairs:
+    batched with `workers` threads, and `workers` processes each encoding its share."""
+    import multiprocessing
+
+    import sentencepiece as spm
+
+    texts = []
+    for n, (_, src, tgt) in enumerate(iter_pairs(tsv), start=1):
+        texts += [src, tgt]
+        if n == pairs:
+            break
+    model = str(tokenizer_dir / "src.model")
+    sp = spm.SentencePieceProcessor(model_file=model)
+    t0 = time.perf_counter()
+    sp.encode(texts, num_threads=workers)
+    threads = len(texts) / 2 / (time.perf_counter() - t0)
+    share = [texts[k::workers] for k in range(workers)]
+    ctx = multiprocessing.get_context("fork")
+    t0 = time.perf_counter()
+    with ctx.Pool(workers) as pool:
+        pool.starmap(_encode_share, [(model, s) for s in share])
+    procs = len(texts) / 2 / (time.perf_counter() - t0)
+    return {"sp_threads_pairs_per_s": round(threads), "sp_procs_pairs_per_s": round(procs),
+            "sp_limit_pairs_per_s": round(max(threads, procs)), "sp_sample_pairs": len(texts) // 2}
+
+
+def _encode_share(model: str, texts: list[str]) -> int:
+    import sentencepiece as spm
+
+    return len(spm.SentencePieceProcessor(model_file=model).encode(texts))
+
+
+def train_rates(metrics: Path, first: int, last: int) -> float:
+    """The median target tokens/s of the logged steps first..last (train.log_every = 1)."""
+    rates = [r["tokens_per_s"] for r in map(json.loads, metrics.read_text().splitlines())
+             if "tokens_per_s" in r and first <= r["step"] <= last]
+    return round(statistics.median(rates), 1)
+
+
+def side_by_side(config: Path, overrides: list[str], steps: int, threads: int, rounds: int = 3) -> dict:
+    """Training tokens/s from the memory-mapped store and from the in-memory dataset of before, one process, the
+    same model init, seed and batches, in alternating blocks of `steps` steps (`rounds` each); also whether the
+    two paths gave batches of the same sizes (the losses differ: dropout draws from one generator for both)."""
+    torch.set_num_threads(threads)
+    cfg = load_experiment(config, overrides)
+    store = prepare_corpus(cfg)
+    toks = store.tokenizers()
+    mapped = store.train_data()
+    t0 = time.perf_counter()
+    items = [mapped[i] for i in range(len(mapped))]
+    memory = Seq2SeqDataset([s for _, s, _ in items], [t for _, _, t in items])
+    del items
+    build_s = time.perf_counter() - t0
+    trainers, iters = {}, {}
+    for name, data in (("store", mapped), ("in_memory", memory)):
+        torch.manual_seed(cfg.train.seed)
+        model = build_model(cfg.model, toks.src.vocab_size, toks.tgt.vocab_size)
+        trainers[name] = Trainer(model, cfg.train, data, data, Path("/tmp/attnlab-data-scale-sbs") / name)
+        iters[name] = iter(trainers[name]._loader(data, trainers[name].sampler.batches(0)))
+        trainers[name].train_step([next(iters[name])])  # warm-up
+    tokens = dict.fromkeys(trainers, 0)
+    seconds = dict.fromkeys(trainers, 0.0)
+    counts: dict[str, list[int]] = {name: [] for name in trainers}  # target tokens per step: the same batches
+    for _ in range(rounds):  # alternating blocks of steps: both paths see the same machine state
+        for name, trainer in trainers.items():
+            for _ in range(steps):
+                t = time.perf_counter()
+                loss, n = trainer.train_step([next(iters[name])])  # loading the batch counts
+                seconds[name] += time.perf_counter() - t
+                tokens[name] += n
+                counts[name].append(n)
+    rate = {name: tokens[name] / seconds[name] for name in trainers}
+    return {"store_tokens_per_s": round(rate["store"], 1), "in_memory_tokens_per_s": round(rate["in_memory"], 1),
+            "ratio": round(rate["store"] / rate["in_memory"], 4), "same_batches": counts["store"] == counts["in_memory"],
+            "in_memory_build_s": round(build_s, 1), "steps_per_block": steps, "rounds": rounds, "threads": threads}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="30000,1000000,4000000,4500000", help="TSV lines per corpus, comma-separated")
+    ap.add_argument("--source", type=Path, help="take the corpora's lines from this TSV (default: the Bible, repeated)")
+    ap.add_argument("--config", type=Path, default=REPO / "configs" / "bible-transformer-small.toml")
+    ap.add_argument("--work", type=Path, default=REPO / "runs" / "data_scale")
+    ap.add_argument("--steps", type=int, default=20, help="training steps per run (default 20)")
+    ap.add_argument("--compare-size", type=int, default=1_000_000, help="the size of the side-by-side comparison "
+                    "with the in-memory path (0: none)")
+    ap.add_argument("--compare-steps", type=int, default=10, help="steps per block of the comparison (3 blocks each)")
+    ap.add_argument("--json", type=Path, help="append one JSON line per size here")
+    ap.add_argument("--side-by-side", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    threads = len(os.sched_getaffinity(0))
+    if args.side_by_side:  # the child process of the comparison
+        print(json.dumps(side_by_side(args.config, args.set, args.compare_steps, threads)))
+        return 0
+    args.work.mkdir(parents=True, exist_ok=True)
+    for size in (int(s) for s in args.sizes.split(",")):
+        tsv = args.work / f"corpus-{size}.tsv"
+        t0 = time.perf_counter()
+        build_tsv(tsv, size, args.source)
+        build_s = time.perf_counter() - t0
+        store, run = args.work / f"store-{size}", args.work / f"run-{size}"
+        for d in (store, run):
+            subprocess.run(["rm", "-rf", str(d)], check=True)
+        sets = ["data.corpus=files", f"data.train=['{tsv}']", "data.max_words=30", "tokenizer.vocab_size=8000",
+                f"data.store={store}", f"train.max_steps={args.steps}", "train.eval_every=100000",
+                "train.eval_bleu=false", "train.log_every=1", "train.progress=false", f"train.num_threads={threads}"]
+        set_args = [a for s in sets for a in ("--set", s)]
+        prep = popen_wait4(ATTNLAB + ["data", "prepare", str(args.config), "--json"] + set_args)
+        manifest = json.loads((store / "store.json").read_text())
+        limit = sentencepiece_limit(tsv, store / "tokenizer", threads)
+        train = popen_wait4(ATTNLAB + ["train", str(args.config), "--out", str(run)] + set_args,
+                            watch=run / "metrics.jsonl", step=1)
+        resume = popen_wait4(ATTNLAB + ["train", "--resume", str(run), "--set", f"train.max_steps={args.steps + 5}"],
+                             watch=run / "metrics.jsonl", step=args.steps + 1)
+        size_bytes = (store / "train.bin").stat().st_size + (store / "train.idx").stat().st_size
+        row = {
+            "lines": size, "pairs_kept": manifest["train"]["pairs"], "tokens": manifest["train"]["tokens"],
+            "build_tsv_s": round(build_s, 1),
+            "prepare_s": prep["wall_s"], "prepare_pairs_per_s": round(size / prep["wall_s"]),
+            "prepare_in_process_s": manifest["prepare_seconds"], "tokenizer_s": manifest["tokenizer_seconds"],
+            "tokenizer_sentences": manifest["counts"]["tokenizer_sentences"],
+            "encode_s": manifest["train"]["encode_seconds"], "encode_workers": manifest["train"]["encode_workers"],
+            "encode_pairs_per_s": round(manifest["train"]["pairs"] / max(manifest["train"]["encode_seconds"], 1e-9)),
+            **limit,
+            "encode_vs_limit": round(manifest["train"]["pairs"] / max(manifest["train"]["encode_seconds"], 1e-9)
+                                     / limit["sp_limit_pairs_per_s"], 3),
+            "prepare_vs_limit": round(size / prep["wall_s"] / limit["sp_limit_pairs_per_s"], 3),
+            "prepare_peak_rss_mb": prep["peak_rss_mb"],
+            "train_first_step_s": train["first_step_s"], "train_wall_s": train["wall_s"],
+            "train_peak_rss_mb": train["peak_rss_mb"],
+            "train_tokens_per_s": train_rates(run / "metrics.jsonl", 3, args.steps),
+            "resume_first_step_s": resume["first_step_s"], "resume_peak_rss_mb": resume["peak_rss_mb"],
+            "store_bytes": size_bytes, "store_bytes_per_token": round(size_bytes / manifest["train"]["tokens"], 3),
+            "threads": threads, "steps": args.steps,
+        }
+        if size == args.compare_size:
+            done = subprocess.run([sys.executable, __file__, "--side-by-side", "--config", str(args.config),
+                                   "--compare-steps", str(args.compare_steps)] + set_args,
+                                  capture_output=True, text=True, check=False)
+            if done.returncode:
+                raise SystemExit(done.stderr[-3000:])
+            row["side_by_side"] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(json.dumps(row), flush=True)
+        if args.json:
+            with open(args.json, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+        for d in (run,):
+            subprocess.run(["rm", "-rf", str(d)], check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
