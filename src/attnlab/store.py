@@ -33,6 +33,7 @@ import json
 import logging
 import multiprocessing
 import os
+import random
 import shutil
 import time
 from array import array
@@ -269,7 +270,11 @@ class _Build:
             if spec.dev_size + spec.test_size >= len(held):
                 raise AttnlabError(f"cannot hold out dev_size ({spec.dev_size}) + test_size ({spec.test_size}) pairs "
                                    f"from a corpus of {len(held):,}")
-            order = np.random.default_rng(spec.holdout_seed).permutation(len(held))
+            # the draw of `attnlab.corpus.holdout`, so runs trained before the store keep their dev and test sets
+            shuffled = list(range(len(held)))
+            random.Random(spec.holdout_seed).shuffle(shuffled)
+            order = np.asarray(shuffled, dtype=np.int64)
+            del shuffled
             codes[held] = _TRAIN
             codes[held[order[:spec.dev_size]]] = _DEV
             codes[held[order[spec.dev_size:spec.dev_size + spec.test_size]]] = _TEST
@@ -289,7 +294,8 @@ class _Build:
         n_filtered = int(keep.sum())
         if spec.max_train_pairs and n_filtered > spec.max_train_pairs:
             idx = np.flatnonzero(keep)
-            chosen = np.random.default_rng(spec.subset_seed).choice(len(idx), spec.max_train_pairs, replace=False)
+            # the draw of `attnlab.corpus.subsample` (runs trained before the store keep their training subset)
+            chosen = np.asarray(random.Random(spec.subset_seed).sample(range(len(idx)), spec.max_train_pairs))
             keep[:] = False
             keep[idx[np.sort(chosen)]] = True
         self.counts.update(dev=int((codes == _DEV).sum()), test=int((codes == _TEST).sum()),
