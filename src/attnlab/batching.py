@@ -34,8 +34,7 @@ def example_costs(lengths) -> np.ndarray:
         if arr.dtype.kind not in "iu" or arr.ndim not in (1, 2) or (arr.ndim == 2 and arr.shape[1] != 2):
             raise AttnlabError(f"lengths: expected an integer array of shape (N,) or (N, 2), got {arr.dtype} "
                                f"{arr.shape}")
-        costs = arr.max(axis=1) if arr.ndim == 2 else arr
-        costs = costs.astype(np.int64)
+        costs = (arr.max(axis=1) if arr.ndim == 2 else arr).astype(np.int64)
         if len(costs) and costs.min() < 0:
             raise AttnlabError(f"lengths[{int(np.argmin(costs))}]: a length must be >= 0")
         return costs
@@ -160,6 +159,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         if rng is not None:  # ties in a random order: sort a random permutation stably by cost
             perm = rng.permutation(n)
             order = perm[np.argsort(costs[perm], kind="stable")]
+            del perm
         else:
             order = np.argsort(costs, kind="stable")
         sorted_costs = costs[order]

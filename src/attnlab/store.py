@@ -492,9 +492,11 @@ class StoreDataset(Dataset):
     BOS/EOS), as `attnlab.batching.Seq2SeqDataset` gives them; nothing per pair lives in the Python heap."""
 
     def __init__(self, bin_path: Path, idx_path: Path, dtype: str) -> None:
-        self.sizes = np.load(idx_path, mmap_mode="r", allow_pickle=False)  # (N, 2)
-        self.tokens = np.memmap(bin_path, dtype=np.dtype(dtype), mode="r") if bin_path.stat().st_size else \
-            np.zeros(0, dtype=np.dtype(dtype))
+        # plain ndarray views of the maps: slicing an np.memmap makes a memmap object per slice (1.7x slower per
+        # item, benchmarks/store_format.py); the views still read the mapped files
+        self.sizes = np.load(idx_path, mmap_mode="r", allow_pickle=False).view(np.ndarray)  # (N, 2)
+        self.tokens = np.memmap(bin_path, dtype=np.dtype(dtype), mode="r").view(np.ndarray) \
+            if bin_path.stat().st_size else np.zeros(0, dtype=np.dtype(dtype))
         n = len(self.sizes)
         self.offsets = np.zeros(n + 1, dtype=np.int64)  # (N + 1,) where pair i starts in tokens
         step = 1 << 20
