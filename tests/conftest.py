@@ -1,10 +1,14 @@
 """Shared fixtures: a tiny synthetic parallel corpus that models can learn in seconds; and what makes every test's
 result independent of the order the tests run in (pytest-randomly shuffles it) and of the machine's core count."""
 
+import atexit
 import contextlib
 import logging
 import os
 import random
+import shutil
+import tempfile
+from pathlib import Path
 
 # One torch thread in this process and in every `attnlab` subprocess a test starts (they inherit the environment;
 # set before torch is imported, which reads it once). Floating-point sums are split across threads, so the thread
@@ -16,6 +20,23 @@ os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 # instead of becoming the one-line "internal error" of exit code 1, so every internal error fails the test that
 # caused it. setdefault: scripts/fuzz_counts.py sets it to 0 to count internal errors instead.
 os.environ.setdefault("ATTNLAB_RAISE_INTERNAL", "1")
+
+
+def _test_cache() -> None:
+    """A cache of the test session's own ($ATTNLAB_CACHE, removed at exit), so the prepared corpora of the tests'
+    temporary files do not pile up in the user's cache; the Bible's corpus cache (built from the SWORD modules) is
+    shared with the user's through a link, as it never changes."""
+    if os.environ.get("ATTNLAB_CACHE"):
+        return
+    user = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "attnlab"
+    tmp = Path(tempfile.mkdtemp(prefix="attnlab-test-cache-"))
+    (user / "corpora").mkdir(parents=True, exist_ok=True)
+    (tmp / "corpora").symlink_to(user / "corpora", target_is_directory=True)
+    os.environ["ATTNLAB_CACHE"] = str(tmp)
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+
+
+_test_cache()
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -177,7 +198,7 @@ def tiny_lm_run(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("tiny_lm")
     (d / "text.txt").write_text("".join(s + "\n" for s, _ in make_pairs(300, seed=5)), encoding="utf-8")
-    cfg = load_lm_config(None, [f"data.corpus=text", f"data.train={d / 'text.txt'}", "data.dev_size=20",
+    cfg = load_lm_config(None, ["data.corpus=text", f"data.train={d / 'text.txt'}", "data.dev_size=20",
                                 "data.test_size=20", "tokenizer.kind=char", "model.lm.d_model=32", "model.lm.h=2",
                                 "model.lm.d_ff=64", "model.lm.layers=2", "model.lm.max_len=128", "train.max_steps=10",
                                 "train.max_tokens=800", "train.eval_every=10", "train.progress=false",

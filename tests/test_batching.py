@@ -209,15 +209,8 @@ def test_distributed_split(lengths, max_tokens, num_replicas, seed, epoch, shuff
         assert got == [got[k % distinct] for k in range(len(got))]
 
 
-# Known bug (reported): `_split_to_multiple` halves each batch at most once, so when that does not reach a multiple
-# of num_replicas it falls back to repeating batches although there are enough examples to split further.
-SPLIT_ONCE_BUG = ("batching._split_to_multiple halves each batch at most once and then repeats batches cyclically, "
-                  "although the examples could be split further so that each is read exactly once")
-
-
-@pytest.mark.xfail(strict=True, reason=SPLIT_ONCE_BUG)
 @pytest.mark.parametrize("lengths, max_tokens, num_replicas", [
-    ([1] * 5, 10, 4),  # one batch of 5 examples, 4 ranks: [0, 1], [2, 3, 4], then both again
+    ([1] * 5, 10, 4),  # one batch of 5 examples, 4 ranks: halved, and its halves halved again
     ([2] * 6, 12, 4),  # one batch of 6 examples, 4 ranks
     ([5, 3, 8, 3, 1, 20], 10, 3),  # the concrete case below
 ])
@@ -253,7 +246,6 @@ def test_distributed_concrete():
     assert _per_rank([5, 3, 8, 3, 1, 20], 10, 5, shuffle=False) == [[[4]], [[1, 3]], [[0]], [[2]], [[5]]]
 
 
-@pytest.mark.xfail(strict=True, reason=SPLIT_ONCE_BUG)
 def test_distributed_concrete_three_ranks():
     # over 3 ranks the 4 batches must become 6: [4, 1, 3] split in place into [4], [1], [3]; every example once
     per_rank = _per_rank([5, 3, 8, 3, 1, 20], 10, 3, shuffle=False)

@@ -79,22 +79,25 @@ class Batches:
 
 def _split_to_multiple(batches: Batches, replicas: int) -> Batches:
     """Batches whose number is a multiple of `replicas`, each example still in exactly one batch: the last batches
-    (in the given order) that hold two or more examples are halved until the count divides. Only when there are
-    too few examples for that (fewer than `replicas`) are batches repeated cyclically, as DistributedSampler does."""
-    need = (-len(batches)) % replicas
-    if not need:
+    (in the given order) that hold two or more examples are halved, again and again, until the count divides.
+    Only when no batch can be split further (one example each) are batches repeated cyclically, as
+    DistributedSampler does."""
+    if len(batches) % replicas == 0:
         return batches
-    sizes = batches.sizes()
-    halve = [k for k in range(len(batches) - 1, -1, -1) if sizes[k] >= 2][:need]
-    flat, starts = [], [0]
-    for k in range(len(batches)):
-        members = batches[k]
-        parts = [members[:len(members) // 2], members[len(members) // 2:]] if k in halve else [members]
-        for part in parts:
-            flat.extend(part)
-            starts.append(len(flat))
-    out = Batches(np.asarray(flat, dtype=np.int64), np.asarray(starts, dtype=np.int64))
-    if len(out) % replicas:  # fewer examples than replicas
+    sizes = batches.sizes()  # (num_batches,) in the given order
+    firsts = batches.starts[batches.ids]
+    before = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    flat = batches.flat[np.repeat(firsts - before, sizes) + np.arange(int(sizes.sum()))]  # examples in batch order
+    parts = sizes.tolist()
+    while len(parts) % replicas:
+        need = (-len(parts)) % replicas
+        halve = [k for k in range(len(parts) - 1, -1, -1) if parts[k] >= 2][:need]
+        if not halve:
+            break
+        for k in halve:  # from the end: earlier positions stay valid
+            parts[k:k + 1] = [parts[k] // 2, parts[k] - parts[k] // 2]
+    out = Batches(flat, np.concatenate([[0], np.cumsum(parts)]).astype(np.int64))
+    if len(out) % replicas:  # every batch a single example: repeat
         total = -(-len(out) // replicas) * replicas
         out = out.reorder(np.arange(total) % len(out))
     return out
@@ -116,7 +119,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     Distributed (num_replicas > 1): every rank needs the same number of batches, so when the epoch's batch count
     is not a multiple of num_replicas, the last batches of two or more examples are halved until it is
     (`_split_to_multiple`); rank r then takes batches r, r + num_replicas, ... The ranks read disjoint parts that
-    together cover the epoch exactly once (only with fewer examples than ranks are batches repeated).
+    together cover the epoch exactly once (only when every batch holds one example and their number does not
+    divide are batches repeated).
 
     Args:
         lengths: per-example token counts, or (src_len, tgt_len) pairs whose max is the cost (count BOS/EOS

@@ -474,8 +474,11 @@ def _build(spec: StoreSpec, staging: Path, key: str, workers: int, fixed: Tokeni
             lengths = np.array([len(ids) for ids in tok.encode_batch([getattr(p, side) for p in held[split]])],
                                dtype=np.int64)
             stats[split][f"{side}_tokens_avg"], stats[split][f"{side}_tokens_max"] = _length_stats(lengths)
+    files = {str(f.relative_to(staging)): {"size": f.stat().st_size, "sha256": _file_sha256(f)}
+             for f in sorted([staging / "dev.tsv", staging / "test.tsv", *(staging / "tokenizer").iterdir()])}
     manifest = {
         "format": "attnlab-store", "version": STORE_VERSION, "key": key, "name": spec.name, "spec": asdict(spec),
+        "files": files,
         "inputs": inputs, "counts": build.counts, "train": train,
         "stats": {"train": train_row, **stats},
         "vocab": {"src": tokenizers.src.vocab_size, "tgt": tokenizers.tgt.vocab_size, "joint": tokenizers.joint},
@@ -567,6 +570,7 @@ class Store:
         return size / max(self.manifest["train"]["tokens"], 1)
 
 
+_STORE_ENTRIES = {MANIFEST, "tokenizer", "train.bin", "train.idx", "dev.tsv", "test.tsv"}  # a store's own files
 _REBUILD = "rebuild it with `attnlab data prepare CONFIG --force` (or delete the folder)"
 
 
@@ -579,10 +583,9 @@ def open_store(path: Path | str, verify: bool = True) -> Store:
         raise AttnlabError(f"{path}: not a prepared corpus ({MANIFEST} missing); {_REBUILD}")
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        _check_manifest(manifest)
         version, train = manifest["version"], manifest["train"]
         n, n_tokens, itemsize = int(train["pairs"]), int(train["tokens"]), np.dtype(train["dtype"]).itemsize
-        if not isinstance(manifest["spec"], dict):
-            raise TypeError("spec is not a table")
     except (OSError, ValueError, KeyError, TypeError, AttnlabError) as e:
         raise AttnlabError(f"{manifest_path}: damaged manifest ({e}); {_REBUILD}") from None
     if version != STORE_VERSION:
@@ -603,11 +606,49 @@ def open_store(path: Path | str, verify: bool = True) -> Store:
     if not ok:
         raise AttnlabError(f"{idx_path}: not the index of {n:,} pairs the manifest names (truncated or altered); "
                            f"{_REBUILD}")
+    checks = [(path / name, entry["sha256"]) for name, entry in manifest["files"].items()]
+    for f, entry in zip((c[0] for c in checks), manifest["files"].values()):
+        if not f.is_file() or f.stat().st_size != entry["size"]:
+            raise AttnlabError(f"{f}: missing, or not the {entry['size']:,} bytes the manifest says (truncated or "
+                               f"altered); {_REBUILD}")
     if verify:
-        for f, expected in ((idx_path, train["idx_sha256"]), (bin_path, train["bin_sha256"])):
+        checks += [(idx_path, train["idx_sha256"]), (bin_path, train["bin_sha256"])]
+        for f, expected in checks:
             if _file_sha256(f) != expected:
                 raise AttnlabError(f"{f}: checksum differs from the manifest's (the file was altered); {_REBUILD}")
     return Store(path, manifest)
+
+
+# what a manifest holds: key -> type, and the keys of its tables
+_MANIFEST_FIELDS = {"version": int, "key": str, "name": str, "spec": dict, "files": dict, "counts": dict,
+                    "train": dict, "stats": dict, "vocab": dict, "tokenizer_sha256": str, "tokenizer_given": bool,
+                    "tokenizer_seconds": (int, float), "prepare_seconds": (int, float)}
+_TRAIN_FIELDS = {"dtype": str, "index_dtype": str, "pairs": int, "tokens": int, "bin_sha256": str,
+                 "idx_sha256": str, "encode_seconds": (int, float), "encode_workers": int}
+_COUNT_FIELDS = ("records", "empty_skipped", "bad_lines_skipped", "dev", "test", "train_read", "too_long",
+                 "bad_ratio", "duplicates", "subsampled_out", "train", "tokenizer_sentences")
+
+
+def _check_manifest(m: object) -> None:
+    """A TypeError naming the first field of a store manifest that is missing or of the wrong type."""
+    def check(table: object, fields: dict, where: str) -> None:
+        if not isinstance(table, dict):
+            raise TypeError(f"{where or 'the manifest'} is not a table")
+        for name, kind in fields.items():
+            value = table.get(name)
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise TypeError(f"{where}{name} is missing or not {getattr(kind, '__name__', 'a number')}")
+
+    check(m, _MANIFEST_FIELDS, "")
+    check(m["train"], _TRAIN_FIELDS, "train.")
+    check(m["counts"], dict.fromkeys(_COUNT_FIELDS, int), "counts.")
+    check(m["vocab"], {"src": int, "tgt": int, "joint": bool}, "vocab.")
+    for split in SPLITS:
+        check(m["stats"].get(split), {"pairs": int}, f"stats.{split}.")
+    for name, entry in m["files"].items():
+        check(entry, {"size": int, "sha256": str}, f"files.{name}.")
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise TypeError(f"files.{name} is not a path inside the store")
 
 
 def _default_place(spec: StoreSpec, key: str) -> Path:
@@ -663,8 +704,9 @@ def prepare(spec: StoreSpec, out: Path | str | None = None, tokenizers: Tokenize
     if existing is not None:
         log.info("prepared corpus %s: reused (%s training pairs)", place, f"{existing.manifest['train']['pairs']:,}")
         return existing
-    if place.exists() and not (place.is_dir() and ((place / MANIFEST).is_file() or not any(place.iterdir()))):
-        raise AttnlabError(f"{place}: exists and is not a prepared corpus; choose another folder")
+    if place.exists() and not (place.is_dir() and all(p.name in _STORE_ENTRIES for p in place.iterdir())):
+        raise AttnlabError(f"{place}: exists and is not a prepared corpus (it holds other files); choose another "
+                           "folder")
     make_dirs(place.parent)
     lock_path = place.parent / f".{place.name}.lock"
     with open(lock_path, "w") as lock:
