@@ -3,9 +3,9 @@
 For each size it builds a TSV corpus (reproducibly: the Bible's training verses repeated, a copy number appended
 to each side so every line is distinct; or the first lines of any TSV given with --source), and measures:
 
-- prepare (`attnlab data prepare`, its own process): wall time, input pairs/s, the encode phase's pairs/s, peak
-  RSS, and SentencePiece's own encode throughput on the same cores and the same kind of sentences (the limit:
-  the best of its batched multi-threaded encode and one process per core, on the first 200,000 pairs);
+- prepare (`attnlab data prepare`, its own process): wall time, input pairs/s, the time of each phase, the encode
+  phase's pairs/s, peak RSS, and SentencePiece's own encode throughput on the same sentences (the first 200,000
+  pairs): one core's times the cores (the limit) and its batched encode with a thread per core;
 - training from the prepared store (`attnlab train`, its own process, train.max_steps steps): time from the
   command to the first step, peak RSS, target tokens/s;
 - `attnlab train --resume` of that run: time from the command to its first new step, peak RSS;
@@ -89,10 +89,9 @@ def popen_wait4(cmd: list[str], watch: Path | None = None, step: int = 0) -> dic
 
 
 def sentencepiece_limit(tsv: Path, tokenizer_dir: Path, workers: int, pairs: int = 200_000) -> dict:
-    """SentencePiece's own encode throughput in pairs/s (two sentences per pair) on the first `pairs` pairs:
-    batched with `workers` threads, and `workers` processes each encoding its share."""
-    import multiprocessing
-
+    """SentencePiece's own encode throughput in pairs/s (two sentences per pair) on the first `pairs` pairs: one
+    core (its batched encode on one thread) times the cores, the limit no prepare can pass (no reading, no IPC);
+    and its batched encode with one thread per core (what SentencePiece itself does with every core)."""
     import sentencepiece as spm
 
     texts = []
@@ -100,25 +99,17 @@ def sentencepiece_limit(tsv: Path, tokenizer_dir: Path, workers: int, pairs: int
         texts += [src, tgt]
         if n == pairs:
             break
-    model = str(tokenizer_dir / "src.model")
-    sp = spm.SentencePieceProcessor(model_file=model)
-    t0 = time.perf_counter()
-    sp.encode(texts, num_threads=workers)
-    threads = len(texts) / 2 / (time.perf_counter() - t0)
-    share = [texts[k::workers] for k in range(workers)]
-    ctx = multiprocessing.get_context("fork")
-    t0 = time.perf_counter()
-    with ctx.Pool(workers) as pool:
-        pool.starmap(_encode_share, [(model, s) for s in share])
-    procs = len(texts) / 2 / (time.perf_counter() - t0)
-    return {"sp_threads_pairs_per_s": round(threads), "sp_procs_pairs_per_s": round(procs),
-            "sp_limit_pairs_per_s": round(max(threads, procs)), "sp_sample_pairs": len(texts) // 2}
-
-
-def _encode_share(model: str, texts: list[str]) -> int:
-    import sentencepiece as spm
-
-    return len(spm.SentencePieceProcessor(model_file=model).encode(texts))
+    sp = spm.SentencePieceProcessor(model_file=str(tokenizer_dir / "src.model"))
+    rates = {}
+    for threads in (1, workers):
+        best = 0.0
+        for _ in range(2):
+            t0 = time.perf_counter()
+            sp.encode(texts, num_threads=threads)
+            best = max(best, len(texts) / 2 / (time.perf_counter() - t0))
+        rates[threads] = best
+    return {"sp_one_core_pairs_per_s": round(rates[1]), "sp_threads_pairs_per_s": round(rates[workers]),
+            "sp_limit_pairs_per_s": round(rates[1] * workers), "sp_sample_pairs": len(texts) // 2}
 
 
 def train_rates(metrics: Path, first: int, last: int) -> float:
@@ -177,6 +168,7 @@ def main() -> int:
                     "with the in-memory path (0: none)")
     ap.add_argument("--compare-steps", type=int, default=10, help="steps per block of the comparison (3 blocks each)")
     ap.add_argument("--json", type=Path, help="append one JSON line per size here")
+    ap.add_argument("--sample-sentences", type=int, default=0, help="tokenizer.sample_sentences (0: the default)")
     ap.add_argument("--side-by-side", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -194,7 +186,8 @@ def main() -> int:
         for d in (store, run):
             subprocess.run(["rm", "-rf", str(d)], check=True)
         sets = ["data.corpus=files", f"data.train=['{tsv}']", "data.max_words=30", "tokenizer.vocab_size=8000",
-                f"data.store={store}", f"train.max_steps={args.steps}", "train.eval_every=100000",
+                f"data.store={store}", f"train.max_steps={args.steps}",
+                *([f"tokenizer.sample_sentences={args.sample_sentences}"] if args.sample_sentences else []), "train.eval_every=100000",
                 "train.eval_bleu=false", "train.log_every=1", "train.progress=false", f"train.num_threads={threads}"]
         set_args = [a for s in sets for a in ("--set", s)]
         prep = popen_wait4(ATTNLAB + ["data", "prepare", str(args.config), "--json"] + set_args)
@@ -211,6 +204,8 @@ def main() -> int:
             "prepare_s": prep["wall_s"], "prepare_pairs_per_s": round(size / prep["wall_s"]),
             "prepare_in_process_s": manifest["prepare_seconds"], "tokenizer_s": manifest["tokenizer_seconds"],
             "tokenizer_sentences": manifest["counts"]["tokenizer_sentences"],
+            "phase_seconds": manifest["phase_seconds"],
+            "sample_sentences": manifest["spec"]["tokenizer"]["sample_sentences"],
             "encode_s": manifest["train"]["encode_seconds"], "encode_workers": manifest["train"]["encode_workers"],
             "encode_pairs_per_s": round(manifest["train"]["pairs"] / max(manifest["train"]["encode_seconds"], 1e-9)),
             **limit,

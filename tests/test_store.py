@@ -381,12 +381,25 @@ sys.exit(main(["data", "prepare", {str(cfg_path)!r}, "--out", {str(place)!r}]))
     assert debris(place) == []
 
 
-def test_encoding_on_two_workers_gives_the_same_store(tiny_tsv, tmp_path, monkeypatch, clean_store):
+def test_reading_and_encoding_on_two_workers_give_the_same_store(tiny_tsv, tmp_path, monkeypatch, clean_store):
     monkeypatch.setattr(store_mod, "_PARALLEL_MIN_PAIRS", 0)  # the worker pool even for 1,500 pairs
+    monkeypatch.setattr(store_mod, "_PARALLEL_MIN_BYTES", 0)  # and the reading pool for a small file
     monkeypatch.setattr(store_mod, "_CHUNK", 97)  # chunks spread over both workers, results in order
+    monkeypatch.setattr(store_mod, "_READ_CHUNK", 89)
     store = prepare(store_spec(config(*tiny_files(tiny_tsv))), tmp_path / "store", workers=2)
     assert store.manifest["train"]["encode_workers"] == 2
     assert_same_as_clean(store, clean_store)
+
+
+def test_a_malformed_line_found_by_a_reading_worker_is_the_same_clean_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_mod, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(store_mod, "_READ_CHUNK", 7)
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("".join(f"a{i} b\tc{i} d\n" for i in range(30)) + "no tab here\n" + "x\ty\n" * 30)
+    spec = store_mod.StoreSpec(corpus="files", train=[str(bad)], dev_size=2, test_size=2)
+    with pytest.raises(AttnlabError, match=r"bad\.tsv:31: expected 2 tab-separated fields"):
+        prepare(spec, tmp_path / "store", workers=2)
+    assert not (tmp_path / "store").exists() and not list(tmp_path.glob(".store.tmp-*"))
 
 
 # ---------------------------------------------------------------------------------------------- d. two ranks

@@ -19,7 +19,7 @@ import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import zip_longest
+from itertools import islice, zip_longest
 from pathlib import Path
 from typing import TypeVar
 
@@ -296,6 +296,53 @@ def _parallel_lines(src_path: Path, tgt_path: Path) -> Iterator[tuple[int, str, 
         yield s[0], s[1], t[1]
 
 
+def raw_lines(spec: str | Path | Sequence[str | Path]) -> tuple[str, Iterator[tuple[int, str, str]]]:
+    """The format of a corpus ("tsv", "jsonl" or "aligned": two line-aligned files) and its lines as read, not yet
+    parsed: (line number, line, "") or, for aligned files, (line number, source line, target line)."""
+    if isinstance(spec, (str, Path)):
+        path = Path(spec)
+        return ("jsonl" if is_jsonl(path) else "tsv"), ((i, line, "") for i, line in iter_lines(path))
+    if len(spec) != 2:
+        raise AttnlabError(f"a corpus is one TSV or JSON-lines file or two aligned files, got {len(spec)} paths")
+    return "aligned", _parallel_lines(Path(spec[0]), Path(spec[1]))
+
+
+def parse_lines(lines: Sequence[tuple[int, str, str]], fmt: str, where: str | Path, skip_bad_lines: bool = False
+                ) -> tuple[list[tuple[int, str, str]], int, int]:
+    """The whitespace-normalized (line number, source, target) pairs of raw lines of `raw_lines`, and how many
+    were skipped as empty (a line or a side) and as malformed (with skip_bad_lines; else a malformed line is an
+    AttnlabError naming where:line). A pure function of its arguments, so worker processes can run it."""
+    pairs, empty, bad = [], 0, 0
+    parse = _jsonl_pair if fmt == "jsonl" else _tsv_pair
+    for i, a, b in lines:
+        if fmt == "aligned":
+            s, t = a, b
+        elif not a.strip():
+            empty += 1
+            continue
+        else:
+            try:
+                s, t = parse(a)
+            except ValueError as e:
+                if skip_bad_lines:
+                    bad += 1
+                    continue
+                raise AttnlabError(f"{where}:{i}: {e} (data.skip_bad_lines = true skips such lines)") from None
+        s, t = normalize(s), normalize(t)
+        if not s or not t:
+            empty += 1
+            continue
+        pairs.append((i, s, t))
+    return pairs, empty, bad
+
+
+def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive lists of `size` items (the last one shorter)."""
+    it = iter(items)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
 def iter_pairs(spec: str | Path | Sequence[str | Path], counts: ReadCounts | None = None,
                skip_bad_lines: bool = False) -> Iterator[tuple[int, str, str]]:
     """(line number, source, target) of a corpus read as a stream, whitespace-normalized: a TSV file, a JSON-lines
@@ -303,34 +350,13 @@ def iter_pairs(spec: str | Path | Sequence[str | Path], counts: ReadCounts | Non
     Empty lines or sides are skipped and counted in `counts.empty`; a malformed line is an AttnlabError naming
     file:line, or with skip_bad_lines skipped and counted in `counts.bad`."""
     counts = counts if counts is not None else ReadCounts()
-    if isinstance(spec, (str, Path)):
-        path = Path(spec)
-        parse = _jsonl_pair if is_jsonl(path) else _tsv_pair
-        for i, line in iter_lines(path):
-            if not line.strip():
-                counts.empty += 1
-                continue
-            try:
-                s, t = parse(line)
-            except ValueError as e:
-                if skip_bad_lines:
-                    counts.bad += 1
-                    continue
-                raise AttnlabError(f"{path}:{i}: {e} (data.skip_bad_lines = true skips such lines)") from None
-            s, t = normalize(s), normalize(t)
-            if not s or not t:
-                counts.empty += 1
-                continue
-            yield i, s, t
-        return
-    if len(spec) != 2:
-        raise AttnlabError(f"a corpus is one TSV or JSON-lines file or two aligned files, got {len(spec)} paths")
-    for i, s, t in _parallel_lines(Path(spec[0]), Path(spec[1])):
-        s, t = normalize(s), normalize(t)
-        if not s or not t:
-            counts.empty += 1
-            continue
-        yield i, s, t
+    fmt, lines = raw_lines(spec)
+    where = spec if isinstance(spec, (str, Path)) else spec[0]
+    for chunk in chunks(lines, 4096):
+        pairs, empty, bad = parse_lines(chunk, fmt, where, skip_bad_lines)
+        counts.empty += empty
+        counts.bad += bad
+        yield from pairs
 
 
 def spec_name(spec: str | Path | Sequence[str | Path]) -> str:

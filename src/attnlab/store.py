@@ -44,17 +44,8 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from attnlab.corpus import (
-    ENGLISH_MODULES,
-    Pair,
-    ReadCounts,
-    bible_tsv,
-    cache_dir,
-    iter_bible,
-    iter_lines,
-    iter_pairs,
-    spec_name,
-)
+from attnlab.corpus import (ENGLISH_MODULES, Pair, ReadCounts, bible_tsv, cache_dir, chunks, iter_bible,
+                            iter_lines, parse_lines, raw_lines, spec_name)
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_text, make_dirs, write_json
 from attnlab.tokenizers import (
@@ -74,6 +65,8 @@ SPLITS = ("train", "dev", "test")
 _TRAIN, _DEV, _TEST, _HOLDOUT = 0, 1, 2, 3  # a record's split while reading; _HOLDOUT: decided once counted
 _CHUNK = 8192  # pairs per encoding task
 _PARALLEL_MIN_PAIRS = 100_000  # fewer training pairs are encoded in this process: starting workers costs more
+_PARALLEL_MIN_BYTES = 32 << 20  # smaller input files are parsed in this process
+_READ_CHUNK = 16384  # lines per reading task
 
 
 @dataclass
@@ -164,22 +157,46 @@ def store_key(spec: StoreSpec, fixed: TokenizerPair | None = None, fixed_tgt: To
 
 
 # ---------------------------------------------------------------------------------------------- reading
-def _records(spec: StoreSpec, counts: ReadCounts) -> Iterator[tuple[int, str, str, str]]:
-    """(split code, ref, source, target) of every pair of the inputs, in file order."""
-    if spec.corpus == "bible":
-        dropped, records = iter_bible(input_files(spec)[0])
-        counts.empty += dropped
-        codes = {"train": _TRAIN, "dev": _DEV, "test": _TEST}
-        for split, ref, src, tgt in records:
-            yield codes[split], ref, src, tgt
-        return
+def _file_blocks(spec: StoreSpec) -> Iterator[tuple]:
+    """The reading tasks of a files corpus: (split code, raw lines, format, file, ref prefix, skip_bad_lines,
+    dedup), a chunk of lines each, in file order."""
     held_out = not spec.dev and not spec.test
     for paths, code in ((spec.train, _HOLDOUT if held_out else _TRAIN), (spec.dev, _DEV), (spec.test, _TEST)):
         if paths:
             where = _file_spec(paths)
-            name = spec_name(where)
-            for i, src, tgt in iter_pairs(where, counts, spec.skip_bad_lines):
-                yield code, f"{name}:{i}", src, tgt
+            fmt, lines = raw_lines(where)
+            name, path = spec_name(where), where if isinstance(where, str) else where[0]
+            for chunk in chunks(lines, _READ_CHUNK):
+                yield code, chunk, fmt, path, name, spec.skip_bad_lines, spec.dedup
+
+
+def _block(code: int, rows: list[tuple[str, str, str]], dedup: bool) -> tuple[int, str, bytes, bytes, int]:
+    """What pass 1 keeps of (ref, source, target) rows: the scratch text, the (source, target) word counts, the
+    pair hashes (dedup) and the row count."""
+    words = array("H")
+    for _, src, tgt in rows:  # normalized text: one space between words; counts above 65,535 kept as 65,535
+        words.append(min(src.count(" ") + 1, 65535))
+        words.append(min(tgt.count(" ") + 1, 65535))
+    hashes = array("Q", (_pair_hash(src, tgt) for _, src, tgt in rows) if dedup else ())
+    text = "".join(f"{ref}\t{src}\t{tgt}\n" for ref, src, tgt in rows)
+    return code, text, words.tobytes(), hashes.tobytes(), len(rows)
+
+
+def _parse_block(task: tuple) -> tuple[tuple[int, str, bytes, bytes, int], int, int]:
+    """A reading task of `_file_blocks` parsed and normalized (in a worker process): (block, empty, malformed)."""
+    code, chunk, fmt, path, name, skip_bad_lines, dedup = task
+    pairs, empty, bad = parse_lines(chunk, fmt, path, skip_bad_lines)
+    return _block(code, [(f"{name}:{i}", s, t) for i, s, t in pairs], dedup), empty, bad
+
+
+def _bible_blocks(spec: StoreSpec, counts: ReadCounts) -> Iterator[tuple[int, str, bytes, bytes, int]]:
+    dropped, records = iter_bible(input_files(spec)[0])
+    counts.empty += dropped
+    codes = {"train": _TRAIN, "dev": _DEV, "test": _TEST}
+    for chunk in chunks(records, _READ_CHUNK):
+        for code in sorted({codes[r[0]] for r in chunk}):
+            yield _block(code, [(ref, src, tgt) for split, ref, src, tgt in chunk if codes[split] == code],
+                         spec.dedup)
 
 
 def _pair_hash(src: str, tgt: str) -> int:
@@ -239,25 +256,46 @@ class _Build:
         self.scratch = staging / "pairs.scratch"
         self.counts: dict = {}
         self.train_words = np.zeros((0, 2), dtype=np.uint16)  # (kept training pairs, 2), set by `select`
+        self.seconds: dict[str, float] = {}  # wall time of each phase
         self.t0 = time.perf_counter()
 
     def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Pass 1: per record its split code, its (source, target) word counts (N, 2) and (data.dedup) a 64-bit
-        hash of the pair (else an empty array)."""
+        hash of the pair (else an empty array). Files are parsed and normalized by worker processes when large."""
         spec, counts = self.spec, ReadCounts()
         codes, words, hashes = array("B"), array("H"), array("Q")
-        with open(self.scratch, "w", encoding="utf-8") as out:
-            for code, ref, src, tgt in _records(spec, counts):
-                out.write(f"{ref}\t{src}\t{tgt}\n")
-                codes.append(code)
-                # normalized text has one space between words; counts above 65,535 are kept as 65,535
-                words.append(min(src.count(" ") + 1, 65535))
-                words.append(min(tgt.count(" ") + 1, 65535))
-                if spec.dedup:
-                    hashes.append(_pair_hash(src, tgt))
+        pool = None
+        if spec.corpus == "bible":
+            blocks: Iterator = _bible_blocks(spec, counts)
+        else:
+            size = sum(f.stat().st_size for f in input_files(spec))
+            if self.workers > 1 and size >= _PARALLEL_MIN_BYTES:
+                pool = multiprocessing.get_context("fork").Pool(self.workers)
+                parsed = pool.imap(_parse_block, _file_blocks(spec), chunksize=1)
+            else:
+                parsed = map(_parse_block, _file_blocks(spec))
+
+            def unpack() -> Iterator:
+                for block, empty, bad in parsed:
+                    counts.empty += empty
+                    counts.bad += bad
+                    yield block
+
+            blocks = unpack()
+        try:
+            with open(self.scratch, "w", encoding="utf-8") as out:
+                for code, text, word_bytes, hash_bytes, n in blocks:
+                    out.write(text)
+                    codes.frombytes(bytes([code]) * n)
+                    words.frombytes(word_bytes)
+                    hashes.frombytes(hash_bytes)
+        finally:
+            if pool is not None:
+                pool.terminate()
         self.counts.update(records=len(codes), empty_skipped=counts.empty, bad_lines_skipped=counts.bad)
+        self.seconds["read"] = time.perf_counter() - self.t0
         log.info("read %s pairs (%s empty, %s malformed skipped) in %.1f s", f"{len(codes):,}", f"{counts.empty:,}",
-                 f"{counts.bad:,}", time.perf_counter() - self.t0)
+                 f"{counts.bad:,}", self.seconds["read"])
         return (np.frombuffer(codes, dtype=np.uint8).copy(), np.frombuffer(words, dtype=np.uint16).reshape(-1, 2),
                 np.frombuffer(hashes, dtype=np.uint64))
 
@@ -449,13 +487,18 @@ def _build(spec: StoreSpec, staging: Path, key: str, workers: int, fixed: Tokeni
     """Builds a complete store in `staging` (store.json written last)."""
     build = _Build(spec, staging, workers)
     inputs = [_fingerprint(f) for f in input_files(spec)]
-    codes = build.select(*build.read())
+    read = build.read()
+    t0 = time.perf_counter()
+    codes = build.select(*read)
+    del read
     need_src = fixed is None
     need_tgt = fixed is None and fixed_tgt is None
+    t1 = time.perf_counter()
     srcs, tgts, held = build.sample_and_heldout(codes, need_src, need_tgt, spec.tokenizer.joint and fixed_tgt is None)
-    t0 = time.perf_counter()
+    t2 = time.perf_counter()
     tokenizers = fixed if fixed is not None else _train_tokenizers(spec, srcs, tgts, fixed_tgt)
-    tokenizer_seconds = time.perf_counter() - t0
+    tokenizer_seconds = time.perf_counter() - t2
+    build.seconds.update(select=t1 - t0, sample=t2 - t1, tokenizer=tokenizer_seconds)
     del srcs, tgts
     save_tokenizers(tokenizers, staging / "tokenizer")
     for split, pairs in held.items():
@@ -485,6 +528,7 @@ def _build(spec: StoreSpec, staging: Path, key: str, workers: int, fixed: Tokeni
         "tokenizer_sha256": tokenizer_digest(tokenizers), "tokenizer_given": fixed is not None,
         "tokenizer_seconds": round(tokenizer_seconds, 3),
         "prepare_seconds": round(time.perf_counter() - build.t0, 3),
+        "phase_seconds": {k: round(v, 3) for k, v in {**build.seconds, "encode": train["encode_seconds"]}.items()},
     }
     write_json(staging / MANIFEST, manifest)
 

@@ -49,7 +49,7 @@ class TokenizerConfig:
     byte_fallback: bool = True
     # trained on at most this many training sentences, a seeded random sample (all of them when fewer): the cost
     # of training stops growing with the corpus (SentencePiece's input_sentence_size)
-    sample_sentences: int = 1_000_000
+    sample_sentences: int = 300_000
     sample_seed: int = 0
 
     def __post_init__(self) -> None:
