@@ -7,7 +7,9 @@ to each side so every line is distinct; or the first lines of any TSV given with
   phase's pairs/s, peak RSS, and SentencePiece's own encode throughput on the same sentences (the first 200,000
   pairs): one core's times the cores (the limit) and its batched encode with a thread per core;
 - training from the prepared store (`attnlab train`, its own process, train.max_steps steps): time from the
-  command to the first step, peak RSS, target tokens/s;
+  command to the first step, peak RSS, target tokens/s; and, in a process of its own, the RSS the corpus itself
+  adds (store, dataset, sampler, an epoch's batches) and the longest example of the first batches (a step's
+  activations, most of the peak, grow with it);
 - `attnlab train --resume` of that run: time from the command to its first new step, peak RSS;
 - the store's bytes per token (train.bin + train.idx over the training tokens);
 - at --compare-size (1 M lines by default): training tokens/s from the store against the in-memory dataset of
@@ -119,7 +121,7 @@ def train_rates(metrics: Path, first: int, last: int) -> float:
     return round(statistics.median(rates), 1)
 
 
-def side_by_side(config: Path, overrides: list[str], steps: int, threads: int, rounds: int = 3) -> dict:
+def side_by_side(config: Path, overrides: list[str], steps: int, threads: int, rounds: int = 4) -> dict:
     """Training tokens/s from the memory-mapped store and from the in-memory dataset of before, one process, the
     same model init, seed and batches, in alternating blocks of `steps` steps (`rounds` each); also whether the
     two paths gave batches of the same sizes (the losses differ: dropout draws from one generator for both)."""
@@ -143,8 +145,8 @@ def side_by_side(config: Path, overrides: list[str], steps: int, threads: int, r
     tokens = dict.fromkeys(trainers, 0)
     seconds = dict.fromkeys(trainers, 0.0)
     counts: dict[str, list[int]] = {name: [] for name in trainers}  # target tokens per step: the same batches
-    for _ in range(rounds):  # alternating blocks of steps: both paths see the same machine state
-        for name, trainer in trainers.items():
+    for r in range(rounds):  # alternating blocks of steps (ABBA...): both paths see the same machine state
+        for name, trainer in (list(trainers.items()) if r % 2 == 0 else list(trainers.items())[::-1]):
             for _ in range(steps):
                 t = time.perf_counter()
                 loss, n = trainer.train_step([next(iters[name])])  # loading the batch counts
@@ -155,6 +157,29 @@ def side_by_side(config: Path, overrides: list[str], steps: int, threads: int, r
     return {"store_tokens_per_s": round(rate["store"], 1), "in_memory_tokens_per_s": round(rate["in_memory"], 1),
             "ratio": round(rate["store"] / rate["in_memory"], 4), "same_batches": counts["store"] == counts["in_memory"],
             "in_memory_build_s": round(build_s, 1), "steps_per_block": steps, "rounds": rounds, "threads": threads}
+
+
+def _vm(field: str) -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field)) / 1024
+
+
+def corpus_memory(config: Path, overrides: list[str], steps: int) -> dict:
+    """What the corpus itself costs the training process: the RSS (MB) the opened store, its dataset, the batch
+    sampler and one epoch's batches add (peak and after), measured in a process of their own after the imports;
+    and the longest example among the first `steps` batches (the activations of a step grow with it)."""
+    from attnlab.batching import TokenBudgetBatchSampler
+
+    cfg = load_experiment(config, overrides)
+    base = _vm("VmRSS")
+    store = prepare_corpus(cfg)
+    data = store.train_data()
+    sampler = TokenBudgetBatchSampler(data.lengths(), cfg.train.max_tokens, seed=cfg.train.seed)
+    batches = sampler.batches(0)
+    costs = sampler.costs
+    longest = [int(costs[batches[k]].max()) for k in range(min(steps, len(batches)))]
+    return {"corpus_rss_peak_mb": round(_vm("VmHWM") - base, 1), "corpus_rss_after_mb": round(_vm("VmRSS") - base, 1),
+            "first_batches_longest": max(longest), "first_batches_longest_median": int(statistics.median(longest))}
 
 
 def main() -> int:
@@ -170,11 +195,15 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="append one JSON line per size here")
     ap.add_argument("--sample-sentences", type=int, default=0, help="tokenizer.sample_sentences (0: the default)")
     ap.add_argument("--side-by-side", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--corpus-memory", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
     args = ap.parse_args()
     threads = len(os.sched_getaffinity(0))
     if args.side_by_side:  # the child process of the comparison
         print(json.dumps(side_by_side(args.config, args.set, args.compare_steps, threads)))
+        return 0
+    if args.corpus_memory:  # the child process measuring the corpus's share of memory
+        print(json.dumps(corpus_memory(args.config, args.set, args.steps)))
         return 0
     args.work.mkdir(parents=True, exist_ok=True)
     for size in (int(s) for s in args.sizes.split(",")):
@@ -220,6 +249,11 @@ def main() -> int:
             "store_bytes": size_bytes, "store_bytes_per_token": round(size_bytes / manifest["train"]["tokens"], 3),
             "threads": threads, "steps": args.steps,
         }
+        done = subprocess.run([sys.executable, __file__, "--corpus-memory", "--config", str(args.config),
+                               "--steps", str(args.steps)] + set_args, capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise SystemExit(done.stderr[-3000:])
+        row.update(json.loads(done.stdout.strip().splitlines()[-1]))
         if size == args.compare_size:
             done = subprocess.run([sys.executable, __file__, "--side-by-side", "--config", str(args.config),
                                    "--compare-steps", str(args.compare_steps)] + set_args,

@@ -27,14 +27,14 @@ from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
 
 def example_costs(lengths) -> np.ndarray:
-    """Per-example cost as an int64 array: the length itself, or max(src_len, tgt_len) for a pair. `lengths`: a
+    """Per-example cost as an int32 array (4 bytes per example, as a corpus may have millions): the length itself, or max(src_len, tgt_len) for a pair. `lengths`: a
     sequence of lengths or of (src_len, tgt_len) pairs, or an integer array of shape (N,) or (N, 2)."""
     if isinstance(lengths, np.ndarray):
         arr = lengths
         if arr.dtype.kind not in "iu" or arr.ndim not in (1, 2) or (arr.ndim == 2 and arr.shape[1] != 2):
             raise AttnlabError(f"lengths: expected an integer array of shape (N,) or (N, 2), got {arr.dtype} "
                                f"{arr.shape}")
-        costs = (arr.max(axis=1) if arr.ndim == 2 else arr).astype(np.int64)
+        costs = (arr.max(axis=1) if arr.ndim == 2 else arr).astype(np.int32)
         if len(costs) and costs.min() < 0:
             raise AttnlabError(f"lengths[{int(np.argmin(costs))}]: a length must be >= 0")
         return costs
@@ -48,7 +48,7 @@ def example_costs(lengths) -> np.ndarray:
         if len(values) != (2 if isinstance(x, (tuple, list)) else 1) or min(values) < 0:
             raise AttnlabError(f"lengths[{i}] = {x!r}: expected a length >= 0 or a (src_len, tgt_len) pair")
         costs.append(max(values))
-    return np.asarray(costs, dtype=np.int64)
+    return np.asarray(costs, dtype=np.int32)
 
 
 class Batches:
@@ -160,12 +160,13 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         n = len(self.costs)
         rng = self._rng() if self.shuffle else None
         costs = self.costs
+        index = np.int32 if n < 2**31 else np.int64  # example indices: 4 bytes each
         if rng is not None:  # ties in a random order: sort a random permutation stably by cost
-            perm = rng.permutation(n)
-            order = perm[np.argsort(costs[perm], kind="stable")]
-            del perm
+            order = np.arange(n, dtype=index)
+            rng.shuffle(order)
+            order = order[np.argsort(costs[order], kind="stable")]
         else:
-            order = np.argsort(costs, kind="stable")
+            order = np.argsort(costs, kind="stable").astype(index)
         sorted_costs = costs[order]
         starts = [0]
         M = self.max_tokens
@@ -175,7 +176,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             # (at least one example: an over-long example forms a batch of its own)
             k_max = min(n - s, max(M // max(int(sorted_costs[s]), 1), 1))
             window = sorted_costs[s:s + k_max]
-            fits = np.arange(1, k_max + 1) * window <= M
+            fits = np.arange(1, k_max + 1) * window.astype(np.int64) <= M
             k = max(int(np.argmin(fits)) if not fits.all() else k_max, 1)
             s += k
             starts.append(s)

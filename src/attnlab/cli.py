@@ -486,12 +486,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=cmd_data)
     prep = dsub.add_parser(
         "prepare", parents=[opts["overrides"]], help="prepare a translation config's corpus once: filtered, tokenized "
-        "and memory-mapped (what `attnlab train` does on first use)",
+        "and written to a token-id store (what `attnlab train` does on first use)",
         description="Prepare the corpus of a translation config once: read it as a stream (TSV, JSON lines or two "
                     "aligned files, plain or .gz/.xz/.bz2), hold out dev/test, apply the training filters "
                     "(data.max_words, data.max_ratio, data.dedup, data.max_train_pairs), train the tokenizer on a "
                     "bounded sample (tokenizer.sample_sentences), encode on every core and write the token ids to a "
-                    "memory-mapped store keyed by the inputs. Training, resuming and other configs with the same "
+                    "store on disk (.bin + .idx) keyed by the inputs. Training, resuming and other configs with the same "
                     "data reuse it; a changed input file or setting builds a new one.")
     prep.add_argument("config", type=Path, help="a translation config (.toml/.yaml/.json)")
     prep.add_argument("--out", type=Path, metavar="DIR", help="the store's folder (default: the cache, "

@@ -38,7 +38,7 @@ log = logging.getLogger("attnlab")
 @dataclass
 class DataConfig:
     """corpus = "bible" (the default real data) or "files" (train/dev/test: a TSV or JSON-lines path, or two
-    aligned paths; each may be .gz, .xz or .bz2). The corpus is prepared once into a memory-mapped store
+    aligned paths; each may be .gz, .xz or .bz2). The corpus is prepared once into a token-id store
     (`attnlab.store`; `attnlab data prepare CONFIG`), kept in the cache keyed by these settings, or in `store`."""
 
     corpus: str = "bible"
@@ -191,7 +191,7 @@ def init_seq2seq(cfg: ExperimentConfig, model: nn.Module, load_run: RunLoader) -
 
 def seq2seq_training(cfg: ExperimentConfig, store: Store, tokenizers: TokenizerPair, model: nn.Module
                      ) -> Training:
-    """Teacher-forced pairs from the memory-mapped store; model selection on dev BLEU (greedy, the first
+    """Teacher-forced pairs from the prepared store; model selection on dev BLEU (greedy, the first
     train.eval_max_sentences verses)."""
     if tokenizers is None:  # a resumed run whose tokenizer folder is gone
         raise AttnlabError("a translation run needs its tokenizers (RUN_DIR/tokenizer is missing)")
@@ -212,7 +212,7 @@ def seq2seq_training(cfg: ExperimentConfig, store: Store, tokenizers: TokenizerP
     dev_data = Seq2SeqDataset(tokenizers.src.encode_batch([p.src for p in dev]),
                               tokenizers.tgt.encode_batch([p.tgt for p in dev]))
     return Training(Seq2SeqTask(), train, dev_data, dev_eval=dev_bleu, d_model=d_model,
-                    sizes=f"train pairs {len(train):,} (memory-mapped, {store.path}), dev {len(dev):,}",
+                    sizes=f"train pairs {len(train):,} (prepared store {store.path}), dev {len(dev):,}",
                     score_name="BLEU")
 
 

@@ -1,9 +1,11 @@
 """Prepared corpora: a parallel corpus read once as a stream, filtered, tokenized on every core and written as
-token ids to memory-mapped files, so that training holds no per-pair Python objects and a second run, a resume or
+token ids to flat binary files, so that training holds no per-pair Python objects and a second run, a resume or
 another config with the same data starts in seconds.
 
 The layout is fairseq's / Megatron's binarized dataset (`MMapIndexedDataset`: a `.bin` of token ids and an
-`.idx` of lengths, both memory-mapped with numpy) with numpy's own `.npy` header for the index::
+`.idx` of lengths), with numpy's own `.npy` header for the index. Both can be memory-mapped with numpy
+(`np.load(..., mmap_mode="r")`, `np.memmap`); training (`StoreDataset`) holds the index in memory (8 bytes a
+pair with the offsets) and reads each pair's ids from the page cache with one positional read::
 
     STORE/store.json     the manifest: inputs and their fingerprints, settings, counts, statistics, checksums;
                          written last, so a folder without it is not a store
@@ -535,22 +537,43 @@ def _build(spec: StoreSpec, staging: Path, key: str, workers: int, fixed: Tokeni
 
 # ---------------------------------------------------------------------------------------------- the store
 class StoreDataset(Dataset):
-    """The training pairs of a store, memory-mapped: item i is (i, source ids, target ids) as lists (ids without
-    BOS/EOS), as `attnlab.batching.Seq2SeqDataset` gives them; nothing per pair lives in the Python heap."""
+    """The training pairs of a store: item i is (i, source ids, target ids) as lists (ids without BOS/EOS), as
+    `attnlab.batching.Seq2SeqDataset` gives them; nothing per pair lives in the Python heap.
+
+    The index (lengths, and the offsets computed from them) is held as two arrays, 8 bytes a pair; an item's ids
+    are read from train.bin with one positional read (pread) from the page cache. Not a memory map of train.bin:
+    the kernel maps the neighbours of every faulted page (fault-around, read-ahead) into the process, so random
+    batches grew a mapped 320 MB store's share of the training RSS by ~25 MB a step (measured, issue 20); reads
+    leave the page cache shared and the process's own memory flat.
+    """
 
     def __init__(self, bin_path: Path, idx_path: Path, dtype: str) -> None:
-        # plain ndarray views of the maps: slicing an np.memmap makes a memmap object per slice (1.7x slower per
-        # item, benchmarks/store_format.py); the views still read the mapped files
-        self.sizes = np.load(idx_path, mmap_mode="r", allow_pickle=False).view(np.ndarray)  # (N, 2)
-        self.tokens = np.memmap(bin_path, dtype=np.dtype(dtype), mode="r").view(np.ndarray) \
-            if bin_path.stat().st_size else np.zeros(0, dtype=np.dtype(dtype))
+        self.path, self.dtype = Path(bin_path), np.dtype(dtype)
+        self.sizes = np.load(idx_path, allow_pickle=False)  # (N, 2) source and target lengths
         n = len(self.sizes)
-        self.offsets = np.zeros(n + 1, dtype=np.int64)  # (N + 1,) where pair i starts in tokens
+        n_tokens = self.path.stat().st_size // self.dtype.itemsize
+        # (N + 1,) where pair i starts in train.bin: 4 bytes a pair while the tokens fit uint32's range
+        self.offsets = np.zeros(n + 1, dtype=np.uint32 if n_tokens < 2**32 else np.int64)
         step = 1 << 20
-        for a in range(0, n, step):  # in slices: no (N, 2) temporary
+        for a in range(0, n, step):  # in slices: no (N, 2) temporary of int64
             part = self.sizes[a:a + step]
-            self.offsets[a + 1:a + 1 + len(part)] = np.cumsum(part[:, 0].astype(np.int64) + part[:, 1])
-            self.offsets[a + 1:a + 1 + len(part)] += self.offsets[a]
+            ends = np.cumsum(part[:, 0].astype(np.int64) + part[:, 1]) + int(self.offsets[a])
+            self.offsets[a + 1:a + 1 + len(part)] = ends
+        self._fd: int | None = None
+        self._pid = 0
+
+    def _file(self) -> int:
+        """This process's descriptor of train.bin (a forked DataLoader worker opens its own)."""
+        if self._fd is None or self._pid != os.getpid():
+            self._fd, self._pid = os.open(self.path, os.O_RDONLY), os.getpid()
+        return self._fd
+
+    def __del__(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            os.close(self._fd)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_fd": None, "_pid": 0}
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -558,12 +581,18 @@ class StoreDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[int, list[int], list[int]]:
         start = int(self.offsets[index])
         s, t = int(self.sizes[index, 0]), int(self.sizes[index, 1])
-        ids = self.tokens[start:start + s + t].tolist()
+        size = (s + t) * self.dtype.itemsize
+        data = os.pread(self._file(), size, start * self.dtype.itemsize)
+        if len(data) != size:
+            raise AttnlabError(f"{self.path}: ends before pair {index} (truncated while in use); {_REBUILD}")
+        ids = np.frombuffer(data, dtype=self.dtype).tolist()
         return index, ids[:s], ids[s:]
 
     def lengths(self) -> np.ndarray:
-        """Per-example (S, T) as collated: source length + 1 (EOS), target length + 1 (BOS or EOS); (N, 2) int32."""
-        return self.sizes.astype(np.int32) + 1
+        """Per-example (S, T) as collated: source length + 1 (EOS), target length + 1 (BOS or EOS); (N, 2), uint16
+        while that fits (4 bytes a pair), else uint32."""
+        fits = self.sizes.dtype == np.uint16 and (len(self.sizes) == 0 or int(self.sizes.max()) < 2**16 - 1)
+        return self.sizes + np.array(1, dtype=np.uint16 if fits else np.uint32)
 
 
 @dataclass
