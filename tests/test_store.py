@@ -216,7 +216,7 @@ def test_a_run_killed_mid_epoch_resumes_bit_exactly_from_its_store(tiny_tsv, tmp
     sampler = TokenBudgetBatchSampler(store.train_data().lengths(), 300, seed=3)
     assert state["epoch"] == 0 and 0 < state["batch_in_epoch"] == at_kill < len(sampler)  # mid-epoch
     log_text = (tmp_path / "killed.log").read_text()
-    assert f"memory-mapped, {store_dir}" in log_text  # it trained from that store
+    assert f"prepared store {store_dir}" in log_text  # it trained from that store
     assert not (private_cache / "stores").exists()  # and from no other
     manifest_stat = (store_dir / "store.json").stat()
 

@@ -337,7 +337,8 @@ class Trainer:
         self.rank = int(os.environ.get("RANK", 0))
         self.is_main = self.rank == 0
         self.device = resolve_device(cfg.device)
-        if self.world > 1 and not torch.distributed.is_initialized():
+        self._owns_group = self.world > 1 and not torch.distributed.is_initialized()
+        if self._owns_group:
             torch.distributed.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -604,6 +605,14 @@ class Trainer:
         if self.tb is not None:
             self.tb.close()
         return dataclasses.replace(s)
+
+    def close(self) -> None:
+        """Ends the process group this trainer started (under torchrun): a gloo group left to the interpreter's
+        exit can abort the process ("terminate called without an active exception") after training is done."""
+        if self._owns_group and torch.distributed.is_initialized():
+            torch.distributed.barrier()  # every rank done with its last collective before the group goes
+            torch.distributed.destroy_process_group()
+            self._owns_group = False
 
     def _save_on_interrupt(self) -> None:
         """Ctrl-C inside a step: drop its partial gradients and checkpoint the last completed step."""

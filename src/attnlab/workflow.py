@@ -138,7 +138,10 @@ def train(cfg: Any, run_dir: Path | str, resume: bool = False, overrides: list[s
     if trainer.is_main:
         log.info("model: %s, %s trainable parameters; %s; device %s", family.title,
                  f"{count_parameters(model):,}", training.sizes, trainer.device)
-    state = trainer.fit()
+    try:
+        state = trainer.fit()
+    finally:
+        trainer.close()
     if trainer.is_main:
         log.info("stopped after %d steps (%s); %.1f min of training; %s", state.step, state.stopped,
                  state.train_seconds / 60, _best(state, training, cfg.train.eval_bleu))
