@@ -382,27 +382,42 @@ def read_parallel(src_path: Path | str, tgt_path: Path | str) -> tuple[list[Pair
     return read_pairs((src_path, tgt_path))
 
 
+def holdout_indices(n: int, dev_size: int, test_size: int, seed: int = 0, what: str = "items"
+                    ) -> tuple[list[int], list[int]]:
+    """The positions of a seeded random hold-out of dev_size and test_size of n items: (dev, test), in the order
+    drawn. The one draw behind `holdout` and the prepared corpora (`attnlab.store`)."""
+    if dev_size < 0 or test_size < 0 or dev_size + test_size >= n:
+        raise AttnlabError(f"cannot hold out dev_size ({dev_size}) + test_size ({test_size}) {what} from a "
+                           f"corpus of {n:,}")
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    return order[:dev_size], order[dev_size:dev_size + test_size]
+
+
 def holdout(items: Sequence[T], dev_size: int, test_size: int, seed: int = 0) -> dict[str, list[T]]:
     """A seeded random hold-out of dev_size and test_size items (pairs, sentences); the rest is train, order
-    kept. The one way attnlab holds out splits of a user's corpus."""
-    if dev_size < 0 or test_size < 0 or dev_size + test_size >= len(items):
-        raise AttnlabError(f"cannot hold out dev_size ({dev_size}) + test_size ({test_size}) items from a "
-                           f"corpus of {len(items)}")
-    order = list(range(len(items)))
-    random.Random(seed).shuffle(order)
-    dev, test = set(order[:dev_size]), set(order[dev_size:dev_size + test_size])
+    kept. The one way attnlab holds out splits of a user's corpus (`holdout_indices`)."""
+    dev_at, test_at = holdout_indices(len(items), dev_size, test_size, seed)
+    dev, test = set(dev_at), set(test_at)
     out: dict[str, list[T]] = {"train": [], "dev": [], "test": []}
     for i, x in enumerate(items):
         out["dev" if i in dev else "test" if i in test else "train"].append(x)
     return out
 
 
+def subsample_indices(n: int, k: int, seed: int = 0) -> list[int]:
+    """The ascending positions of a seeded random subset of k of n items (all of them when k is 0 or >= n). The one
+    draw behind `subsample` and the prepared corpora (`attnlab.store`)."""
+    if not k or k >= n:
+        return list(range(n))
+    return sorted(random.Random(seed).sample(range(n), k))
+
+
 def subsample(items: list[T], n: int, seed: int = 0) -> list[T]:
     """A seeded random subset of n items in their original order (all of them when n is 0 or >= len)."""
     if not n or n >= len(items):
         return items
-    keep = sorted(random.Random(seed).sample(range(len(items)), n))
-    return [items[i] for i in keep]
+    return [items[i] for i in subsample_indices(len(items), n, seed)]
 
 
 def file_corpus(train: str | Path | Sequence[str | Path], dev=None, test=None, *,

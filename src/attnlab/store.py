@@ -35,7 +35,6 @@ import json
 import logging
 import multiprocessing
 import os
-import random
 import shutil
 import time
 from array import array
@@ -46,8 +45,8 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from attnlab.corpus import (ENGLISH_MODULES, Pair, ReadCounts, bible_tsv, cache_dir, chunks, iter_bible,
-                            iter_lines, parse_lines, raw_lines, spec_name)
+from attnlab.corpus import (ENGLISH_MODULES, Pair, ReadCounts, bible_tsv, cache_dir, chunks, holdout_indices,
+                            iter_bible, iter_lines, parse_lines, raw_lines, spec_name, subsample_indices)
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_text, make_dirs, write_json
 from attnlab.tokenizers import (
@@ -306,18 +305,11 @@ class _Build:
         dropped training records marked 255."""
         spec = self.spec
         held = np.flatnonzero(codes == _HOLDOUT)
-        if len(held):
-            if spec.dev_size + spec.test_size >= len(held):
-                raise AttnlabError(f"cannot hold out dev_size ({spec.dev_size}) + test_size ({spec.test_size}) pairs "
-                                   f"from a corpus of {len(held):,}")
-            # the draw of `attnlab.corpus.holdout`, so runs trained before the store keep their dev and test sets
-            shuffled = list(range(len(held)))
-            random.Random(spec.holdout_seed).shuffle(shuffled)
-            order = np.asarray(shuffled, dtype=np.int64)
-            del shuffled
+        if len(held):  # the draw of `attnlab.corpus.holdout`: runs trained before the store keep their splits
+            dev_at, test_at = holdout_indices(len(held), spec.dev_size, spec.test_size, spec.holdout_seed, "pairs")
             codes[held] = _TRAIN
-            codes[held[order[:spec.dev_size]]] = _DEV
-            codes[held[order[spec.dev_size:spec.dev_size + spec.test_size]]] = _TEST
+            codes[held[np.asarray(dev_at, dtype=np.int64)]] = _DEV
+            codes[held[np.asarray(test_at, dtype=np.int64)]] = _TEST
         train = codes == _TRAIN
         longer, shorter = words.max(axis=1).astype(np.int64), words.min(axis=1).astype(np.int64)
         too_long = train & (longer > spec.max_words) if spec.max_words else np.zeros_like(train)
@@ -335,9 +327,9 @@ class _Build:
         if spec.max_train_pairs and n_filtered > spec.max_train_pairs:
             idx = np.flatnonzero(keep)
             # the draw of `attnlab.corpus.subsample` (runs trained before the store keep their training subset)
-            chosen = np.asarray(random.Random(spec.subset_seed).sample(range(len(idx)), spec.max_train_pairs))
+            chosen = np.asarray(subsample_indices(len(idx), spec.max_train_pairs, spec.subset_seed), dtype=np.int64)
             keep[:] = False
-            keep[idx[np.sort(chosen)]] = True
+            keep[idx[chosen]] = True
         self.counts.update(dev=int((codes == _DEV).sum()), test=int((codes == _TEST).sum()),
                            train_read=int(train.sum()), too_long=int(too_long.sum()), bad_ratio=int(bad_ratio.sum()),
                            duplicates=dropped_dup, subsampled_out=n_filtered - int(keep.sum()), train=int(keep.sum()))
