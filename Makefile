@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test e2e venv sysdeps bench clean
+.PHONY: demo test e2e notebooks docs venv sysdeps bench clean
 
 # torch==2.13.0 first: the CPU wheel on this machine's disk, so pip never pulls a multi-GB CUDA build.
 # pyproject.toml only asks for torch>=2.4, so a user's own CUDA torch is kept.
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[test,e2e,pretrained,ctranslate2]"
+	$(PY) -m pip install -q -e ".[test,e2e,docs,pretrained,ctranslate2]"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -36,6 +36,16 @@ e2e: $(STAMP)
 	./scripts/system-deps.sh e2e || [ "$$(id -u)" -ne 0 ]
 	$(PY) -m pytest tests/e2e -rs; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make e2e: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The lecture notebooks (notebooks/*.ipynb) top to bottom with their full budgets; `make test` runs them in quick
+# mode (ATTNLAB_QUICK=1). Executed copies go to runs/notebooks/, the committed notebooks stay without outputs.
+notebooks: $(STAMP) sysdeps
+	$(PY) scripts/run_notebooks.py --full --out runs/notebooks
+
+# The API reference, generated from the docstrings by pdoc, into build/api/ (open build/api/index.html).
+docs: $(STAMP)
+	$(PY) -m pdoc attnlab --docformat google -o build/api
+	@echo "API reference: build/api/index.html"
 
 bench: $(STAMP)
 	$(PY) benchmarks/attention_bench.py

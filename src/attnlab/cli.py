@@ -21,28 +21,27 @@ from pathlib import Path
 
 import torch
 
+from attnlab import api
 from attnlab.config import MAX_BEAM, MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SEED, MAX_VOCAB
 from attnlab.corpus import bible_corpus, cache_dir, corpus_stats, file_corpus, format_stats, normalize
 from attnlab.errors import AttnlabError
-from attnlab.experiment import format_seq2seq_eval, load_experiment, prepare_corpus
-from attnlab.explore import explore_run, format_decoding, write_views
+from attnlab.experiment import format_seq2seq_eval, prepare_corpus
+from attnlab.explore import format_decoding, write_views
 from attnlab.families import load_family_config
 from attnlab.fileio import atomic_write_text, make_dirs, read_json, read_lines
-from attnlab.lm import generate
 from attnlab.logs import setup_logging
 from attnlab.pairs import plot_alignment
 from attnlab.paraphrase import format_paraphrase_stats, paraphrase_corpus, paraphrase_stats
 from attnlab.plotting import (plot_attention, plot_attention_grid, plot_bleu_by_length, plot_curves,
                               supported_formats)
 from attnlab.report import build_report
-from attnlab.runs import EvalOptions
 from attnlab.series import load_series_config
 from attnlab.server import serve
 from attnlab.store import format_store_stats
 from attnlab.study import compare, format_comparison
 from attnlab.tokenizers import cached_tokenizers, save_tokenizers
 from attnlab.trainer import read_metrics, resolve_device
-from attnlab.workflow import evaluate, export_run, load_run, load_translator, summary, train
+from attnlab.workflow import export_run, summary
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 NESTED_COMMANDS = ("data", "paraphrase", "plot")  # commands with sub-commands of their own
@@ -133,25 +132,26 @@ def cmd_train(args: argparse.Namespace) -> None:
         run_dir = args.out or args.config  # `attnlab train --resume RUN_DIR`
         if run_dir is None:
             raise AttnlabError("--resume needs the run directory: attnlab train --resume RUN_DIR")
-        train(None, run_dir, resume=True, overrides=args.set)
+        api.train(None, run_dir, resume=True, overrides=args.set)
         return
     if args.config is None:
-        raise AttnlabError("give a config file, e.g. attnlab train configs/bible-rnn-bahdanau.toml")
-    family, cfg = load_family_config(args.config, args.set)
+        raise AttnlabError("give a config: a file or a packaged config's name, e.g. attnlab train "
+                           "bible-rnn-bahdanau (attnlab configs lists them)")
+    family, cfg, name = api.typed_config(args.config, args.set)  # checked before any slow work
     if getattr(args, "require_family", None) and family.name != args.require_family:
         raise AttnlabError(f"{args.config} is a {family.title} config, not a paraphrase one; use attnlab train")
-    out = args.out or Path("runs") / Path(args.config).stem
-    train(cfg, out)
+    out = args.out or Path("runs") / name
+    api.train(cfg, out)
     print(f"run directory: {out}")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Any family: BLEU/chrF, perplexity, accuracy or MSE, as the run's family evaluates."""
 
-    options = EvalOptions(beam=getattr(args, "beam", None), max_sentences=getattr(args, "max_sentences", 0),
-                          hard_negatives=getattr(args, "hard_negatives", None))
-    family, result = evaluate(args.run_dir, args.split, args.checkpoint, args.device, options)
-    print(json.dumps(result, indent=2) if args.json else family.format_eval(result))
+    run = api.load(args.run_dir, args.checkpoint, args.device)
+    result = run.evaluate(args.split, getattr(args, "beam", None), getattr(args, "max_sentences", 0),
+                          getattr(args, "hard_negatives", None))
+    print(json.dumps(result, indent=2) if args.json else run.format_eval(result))
 
 
 def cmd_summary(args: argparse.Namespace) -> None:
@@ -159,9 +159,10 @@ def cmd_summary(args: argparse.Namespace) -> None:
 
 
 def cmd_paraphrase_plot(args: argparse.Namespace) -> None:
-    run = load_run(args.run_dir, args.checkpoint, args.device, ability="classify")
+    run = api.load(args.run_dir, args.checkpoint, args.device)
+    run.require("classify")
     out = args.out or args.run_dir / "plots" / "alignment"
-    paths, p_same = plot_alignment(run, args.a, args.b, _output_stem(out), tuple(args.formats))
+    paths, p_same = plot_alignment(run.loaded, args.a, args.b, _output_stem(out), tuple(args.formats))
     print("\n".join(str(p) for p in paths))
     print(f"P(same verse) = {p_same:.4f}", file=sys.stderr)
 
@@ -169,7 +170,9 @@ def cmd_paraphrase_plot(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     """The main job on the default data: corpus statistics, then train, translate and evaluate a model."""
     print("== attnlab demo: the English (KJV) -> Spanish (Reina-Valera 1909) Bible ==", flush=True)
-    cfg = load_experiment(args.config, args.set)
+    family, cfg, _ = api.typed_config(args.config, args.set)
+    if "translate" not in family.abilities:
+        raise AttnlabError(f"{args.config}: the demo trains a translation config, not a {family.title} one")
     store = prepare_corpus(cfg)  # what `attnlab train` would do first; printed here with its statistics
     print(format_store_stats(store), flush=True)
     out = args.out
@@ -177,16 +180,15 @@ def cmd_demo(args: argparse.Namespace) -> None:
         shutil.rmtree(out)  # the demo's own output from an earlier run
     print(f"\n== training {args.config} into {out} ({cfg.model.rnn.attention} attention, "
           f"{cfg.train.max_minutes:g} minutes) ==", flush=True)
-    train(cfg, out)
-    translator = load_translator(out, "best")
+    run = api.train(cfg, out)
     print("\n== sample test translations (beam 5) ==")
     samples = [p for p in store.pairs("test") if len(p.src.split()) <= 16][:: 40][:6]
-    for p, t in zip(samples, translator.translate([p.src for p in samples], beam_size=5)):
-        print(f"[{p.ref}]\n  en:  {p.src}\n  ref: {p.tgt}\n  out: {t[0].text}")
+    for p, t in zip(samples, run.translate([p.src for p in samples], beam=5)):
+        print(f"[{p.ref}]\n  en:  {p.src}\n  ref: {p.tgt}\n  out: {t}")
     print("\n== test set ==", flush=True)
-    print(format_seq2seq_eval(evaluate(out, "test", "best", "auto", EvalOptions(beam=args.beam))[1]))
+    print(format_seq2seq_eval(run.evaluate("test", beam=args.beam)))
     p = samples[0]
-    t = translator.translate([p.src], beam_size=5, need_weights=True)[0][0]
+    t = run.translations([p.src], beam=5, need_weights=True)[0][0]
     if t.attention is not None:
         heatmap = plot_attention(t.attention.numpy(), t.src_tokens, t.tgt_tokens, out / "plots" / "demo_attention.png",
                                  title=f"{p.ref}: {p.src} -> {t.text}")
@@ -195,7 +197,34 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print(f"HTML report of the run: {report}")
     print(f"run directory: {out}\ntranslate your own: echo 'And God said' | attnlab translate {out}\n"
           f"plot any sentence: attnlab plot attention {out} --sentence 'In the beginning was the Word'\n"
-          f"explore in the browser: attnlab serve {out}   (then open http://127.0.0.1:8000/)")
+          f"explore in the browser: attnlab serve {out}   (then open http://127.0.0.1:8000/)\n"
+          f"from Python (a notebook): run = attnlab.load({str(out)!r}); run.explore('And God said')")
+
+
+def cmd_configs(args: argparse.Namespace) -> None:
+    """The packaged configs: list them, print one, or copy one out to edit."""
+    if args.name is None:
+        if args.copy:
+            raise AttnlabError("--copy needs a config's name: attnlab configs NAME --copy [DEST]")
+        infos = api.configs()
+        width = max(len(c.name) for c in infos)
+        for c in infos:
+            print(f"{c.name:<{width}}  {c.family:<11}  {c.description}")
+        print(f"\n{len(infos)} packaged configs (in {api.PACKAGED_CONFIGS}); use one by name: attnlab train NAME; "
+              "copy one to edit: attnlab configs NAME --copy", file=sys.stderr)
+        return
+    path = api.config_path(args.name)
+    if not args.copy:
+        sys.stdout.write(path.read_text(encoding="utf-8"))
+        return
+    dest = Path(args.copy)
+    if dest.is_dir():
+        dest = dest / path.name
+    if dest.exists():
+        raise AttnlabError(f"{dest} exists; choose another destination or remove it first")
+    atomic_write_text(dest, path.read_text(encoding="utf-8"))
+    print(dest)
+    print(f"edit it, then: attnlab train {dest}", file=sys.stderr)
 
 
 def _read_inputs(args: argparse.Namespace) -> list[str]:
@@ -211,14 +240,11 @@ def _read_inputs(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
-    translator = load_translator(args.run_dir, args.checkpoint, args.device, args.engine, args.ct2_model)
+    run = api.load(args.run_dir, args.checkpoint, args.device, args.engine, args.ct2_model)
+    run.require("translate")
     lines = _read_inputs(args)
-    keep = [i for i, line in enumerate(lines) if normalize(line)]
-    results = translator.translate([normalize(lines[i]) for i in keep], beam_size=args.beam, n_best=args.n_best)
-    by_line = dict(zip(keep, results))
     rows = []
-    for i in range(len(lines)):
-        nbest = by_line.get(i, [])
+    for i, nbest in enumerate(run.translations(lines, beam=args.beam, n_best=args.n_best)):
         if args.n_best == 1:
             rows.append(nbest[0].text if nbest else "")
         else:
@@ -235,15 +261,12 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    run = load_run(args.run_dir, args.checkpoint, args.device, ability="generate")
-    g = run.cfg.generate
-    pick = lambda value, default: default if value is None else value  # noqa: E731
+    run = api.load(args.run_dir, args.checkpoint, args.device)
+    run.require("generate")
     for prompt in args.prompt or [""]:
-        samples = generate(run.model, run.tokenizers.tgt, prompt, args.num, pick(args.max_len, g.max_len),
-                           pick(args.temperature, g.temperature), pick(args.top_k, g.top_k),
-                           pick(args.top_p, g.top_p), args.seed, run.device)
-        for s in samples:
-            print(f"{s.logprob:.2f}\t{s.text}" if args.scores else s.text)
+        for text, logprob in run.generate(prompt, args.num, args.max_len, args.temperature, args.top_k, args.top_p,
+                                          args.seed, scores=True):
+            print(f"{logprob:.2f}\t{text}" if args.scores else text)
 
 
 def cmd_series(args: argparse.Namespace) -> None:
@@ -274,7 +297,8 @@ def _index(value: str, n: int, flag: str) -> int:
 
 
 def cmd_plot_attention(args: argparse.Namespace) -> None:
-    translator = load_translator(args.run_dir, args.checkpoint, args.device)
+    run = api.load(args.run_dir, args.checkpoint, args.device)
+    translator = run.translator
     sentence = normalize(args.sentence)
     if not sentence:
         raise AttnlabError("--sentence is empty")
@@ -316,8 +340,7 @@ def cmd_plot_explore(args: argparse.Namespace) -> None:
         if not head.isdigit() or int(head) < 1:
             raise AttnlabError(f"--head {head!r}: give a head number from 1, or mean")
         head = str(int(head) - 1)
-    run = load_run(args.run_dir, args.checkpoint, args.device)
-    ex = explore_run(run, sentence, sentence_b, args.beam, args.max_new)
+    ex = api.load(args.run_dir, args.checkpoint, args.device).explore(sentence, sentence_b, args.beam, args.max_new)
     out = args.out or args.run_dir / "plots" / "explore"
     paths = write_views(ex, out, [k for k in (args.map or "").split(",") if k], args.view.split(","),
                         args.layer - 1 if args.layer > 0 else args.layer, head, args.words,
@@ -430,7 +453,8 @@ def _option_groups() -> dict[str, argparse.ArgumentParser]:
     overrides.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                            help="override a config key, e.g. --set train.max_steps=200 (repeatable)")
     train = argparse.ArgumentParser(add_help=False, parents=[overrides])
-    train.add_argument("config", nargs="?", type=Path, help="config file (.toml/.yaml/.json); with --resume: RUN_DIR")
+    train.add_argument("config", nargs="?", type=Path, help="config file (.toml/.yaml/.json) or a packaged config's "
+                       "name (demo, bible-transformer-small, ...: `attnlab configs`); with --resume: RUN_DIR")
     train.add_argument("--out", type=Path, metavar="RUN_DIR", help="run directory (default: runs/<config name>)")
     train.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR where it stopped (only "
                        "its limits may change with --set)")
@@ -499,6 +523,15 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--force", action="store_true", help="build it again even if it is there (a damaged store)")
     prep.add_argument("--json", action="store_true", help="print the statistics as JSON")
     prep.set_defaults(func=cmd_data_prepare)
+
+    cfgs = sub.add_parser("configs", help="list the packaged configs, print one, or copy one out to edit",
+                          description="The configs that ship with attnlab (the recipes of the README and docs). "
+                                      "Any command that takes a config takes one of these names too: attnlab "
+                                      "train demo, attnlab train bible-transformer-small.")
+    cfgs.add_argument("name", nargs="?", metavar="NAME", help="a packaged config (default: list them all)")
+    cfgs.add_argument("--copy", nargs="?", const=".", metavar="DEST",
+                      help="copy the config to DEST (a file, or a folder; default: the current folder)")
+    cfgs.set_defaults(func=cmd_configs)
 
     train = sub.add_parser("train", parents=[opts["train"]],
                            help="train any model family from a TOML/YAML config, or resume a run",
@@ -719,7 +752,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the main job on the default data (what `make demo` runs)",
                           description="Build the Bible corpus and print its statistics, train an attention "
                                       "model, show test translations and test BLEU.")
-    demo.add_argument("--config", type=Path, default=Path("configs/demo.toml"), help="default: configs/demo.toml")
+    demo.add_argument("--config", type=Path, default=Path("demo"),
+                      help="a config file or a packaged config's name (default: demo, the packaged configs/demo.toml)")
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="run directory (replaced; default runs/demo)")
     demo.add_argument("--beam", type=_int(1, MAX_BEAM), default=5, help="beam size for the test BLEU (default 5)")
     demo.set_defaults(func=cmd_demo)

@@ -43,6 +43,11 @@ MAX_PARAMETERS = 10**9  # a model's parameters: 4 GB of float32 weights, 16 GB w
 
 DEFAULT_LIMITS: dict[type, tuple[float, float]] = {int: (0, MAX_COUNT), float: (-1e9, 1e9)}
 
+# The configs that ship inside the package (the recipes: `attnlab configs` lists them); a bare name such as
+# "demo" or "gpu/bible-transformer-base" names one of them.
+PACKAGED_CONFIGS = Path(__file__).parent / "configs"
+CONFIG_SUFFIXES = (".toml", ".yaml", ".yml", ".json")
+
 
 def check_range(key: str, value: float, lo: float, hi: float) -> None:
     """An AttnlabError naming `key` and the limit when value is outside [lo, hi]."""
@@ -136,11 +141,35 @@ def to_dict(cfg: Any) -> dict:
     return dataclasses.asdict(cfg)
 
 
+def packaged_configs() -> list[str]:
+    """The bare names of the packaged configs ("demo", "gpu/bible-transformer-base", ...), sorted."""
+    return sorted(p.relative_to(PACKAGED_CONFIGS).with_suffix("").as_posix()
+                  for p in PACKAGED_CONFIGS.rglob("*.toml"))
+
+
+def resolve_config(name: Path | str) -> Path:
+    """The file a config argument names: an existing file as given; else a packaged config by its bare name
+    ("demo", "demo.toml", "gpu/bible-rnn-luong"), also when written as the repository's path configs/NAME.toml
+    (so the README's commands work from any directory once the package is installed). Anything else is an
+    AttnlabError that lists the packaged names."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    rel = path.as_posix()
+    rel = rel[len("configs/"):] if rel.startswith("configs/") else rel
+    rel = rel[: -len(".toml")] if rel.endswith(".toml") else rel
+    if rel and not path.is_absolute() and ".." not in Path(rel).parts and (PACKAGED_CONFIGS / f"{rel}.toml").is_file():
+        return PACKAGED_CONFIGS / f"{rel}.toml"
+    if path.exists():
+        raise AttnlabError(f"{path}: not a config file (a directory?)")
+    raise AttnlabError(f"{path}: no such config file, and no packaged config of that name (packaged: "
+                       f"{', '.join(packaged_configs())}; `attnlab configs` lists them)")
+
+
 def read_config_file(path: Path | str) -> dict:
-    """The raw dict of a .toml, .yaml/.yml or .json config file."""
-    path = Path(path)
-    if not path.is_file():
-        raise AttnlabError(f"{path}: no such config file")
+    """The raw dict of a .toml, .yaml/.yml or .json config file, or of a packaged config named by its bare name
+    (`resolve_config`)."""
+    path = resolve_config(path)
     try:
         raw = path.read_bytes()
     except OSError as e:

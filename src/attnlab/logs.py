@@ -11,6 +11,7 @@ import logging
 import sys
 
 from tqdm import tqdm
+from tqdm.auto import tqdm as tqdm_auto
 
 LOGGER_NAME = "attnlab"
 
@@ -37,16 +38,25 @@ def setup_logging(level: int = logging.INFO) -> logging.Logger:
     return logger
 
 
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (Notebook, JupyterLab, VS Code), where outputs are HTML and widgets."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return shell is not None and hasattr(shell, "kernel")
+
+
 class Progress:
-    """Training progress: a tqdm bar (steps, loss, tokens/s) when stderr is a terminal; otherwise (a log file,
-    CI, a pipe) one plain log line per `report`, so a log holds no carriage-return fragments.
+    """Training progress: a tqdm bar (steps, loss, tokens/s) when stderr is a terminal, a notebook progress bar
+    (tqdm.auto) in Jupyter; otherwise (a log file, CI, a pipe) one plain log line per `report`, so a log holds no
+    carriage-return fragments.
 
     total: the step limit, or None (a time budget: elapsed time and rate, no ETA); initial: steps already done.
     """
 
     def __init__(self, total: int | None, initial: int = 0, enabled: bool = True) -> None:
         self.total, self.enabled, self.bar = total, enabled, None
-        if enabled and sys.stderr.isatty():
+        if enabled and in_notebook():
+            self.bar = tqdm_auto(total=total, initial=initial, unit="step")
+        elif enabled and sys.stderr.isatty():
             self.bar = tqdm(total=total, initial=initial, dynamic_ncols=True, unit="step", file=sys.stderr)
 
     def advance(self) -> None:

@@ -54,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnlab import explore
+from attnlab.api import Run, load
 from attnlab.corpus import normalize
 from attnlab.errors import AttnlabError
 from attnlab.pairs import pair_ids
@@ -61,7 +62,7 @@ from attnlab.plotting import clean_piece
 from attnlab.runs import LoadedRun
 from attnlab.serving import BodyLimit, Busy, Lane, RateLimit, guarded_h11, json_error, listen, raise_fd_limit
 from attnlab.translate import CTranslate2Translator, Translator
-from attnlab.workflow import ctranslate2_model, load_run
+from attnlab.workflow import run_config
 
 log = logging.getLogger("attnlab")
 
@@ -135,11 +136,10 @@ class ModelInfo(BaseModel):
 @dataclass
 class ServedModel:
     info: ModelInfo
-    translator: Translator | None  # translation runs (CTranslate2 or PyTorch)
+    translator: Translator | CTranslate2Translator | None  # translation runs (CTranslate2 or PyTorch)
     light: Lane
     heavy: Lane
-    run: LoadedRun | None = None
-    explorer: Translator | None = None  # translation runs: the PyTorch translator (its model's attention)
+    run: Run | None = None  # the run (`attnlab.api.Run`): explorations go through it
 
     def cost(self, sentence: str, sentence_b: str | None = None, beam: int = 1, max_new: int = 0) -> int:
         """Beam x tokens of a request (which lane it goes to); an AttnlabError when it has too many tokens."""
@@ -153,7 +153,7 @@ class ServedModel:
             return tokens
         if not sentence_b:
             raise AttnlabError("a sentence-pair model needs sentence_b, the second sentence of the pair")
-        lengths = [len(x) for x in pair_ids(self.run.cfg, self.run.tokenizers).ids([sentence, sentence_b])]
+        lengths = [len(x) for x in pair_ids(self.run.config, self.run.tokenizers).ids([sentence, sentence_b])]
         if max(lengths) > self.info.max_src_tokens:
             raise AttnlabError(f"a sentence of the pair has {max(lengths)} tokens; the limit is "
                                f"{self.info.max_src_tokens}")
@@ -161,8 +161,7 @@ class ServedModel:
 
     def explore(self, items: list[tuple[str, str | None, int, int]]) -> list[explore.Exploration]:
         """Explorations of (sentence, sentence_b, beam, max_new) items, one at a time."""
-        return [explore.explore_run(self.run, sentence, sentence_b, beam, max_new, self.explorer)
-                for sentence, sentence_b, beam, max_new in items]
+        return [self.run.explore(sentence, sentence_b, beam, max_new) for sentence, sentence_b, beam, max_new in items]
 
 
 def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:
@@ -210,17 +209,14 @@ def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "c
             raise AttnlabError(f"{run} is given twice")
         seen.add(run.resolve())
         name = run.name if run.name not in models else str(run)
-        loaded = load_run(run, checkpoint, device)
-        info = served_info(name, loaded, max_chars)
-        translator = explorer = None
-        if info.kind == "translation":
-            translator = explorer = Translator(loaded.model, loaded.tokenizers, loaded.cfg.decode, device)
-            if engine == "ctranslate2" and info.family == "transformer":
-
-                translator = CTranslate2Translator(ctranslate2_model(run, checkpoint), loaded.tokenizers,
-                                                   loaded.cfg.decode)
-                info.attention, info.layers, info.heads = "last layer, mean of heads (CTranslate2)", 1, 1
-        served = ServedModel(info, translator, None, None, loaded, explorer)
+        family, _ = run_config(run)
+        engine_here = engine if engine == "ctranslate2" and family.name == "transformer" else "torch"
+        loaded = load(run, checkpoint, device, engine_here)
+        info = served_info(name, loaded.loaded, max_chars)
+        translator = loaded.translator if info.kind == "translation" else None
+        if engine_here == "ctranslate2":
+            info.attention, info.layers, info.heads = "last layer, mean of heads (CTranslate2)", 1, 1
+        served = ServedModel(info, translator, None, None, loaded)
 
         def run_batch(key, items: list, translator: Translator = translator, served: ServedModel = served) -> list:
             if key[0] == "explore":  # ("explore", beam): explorations, one input at a time

@@ -1,0 +1,382 @@
+"""The Python API: what a script or a notebook uses, and what the command line and `attnlab serve` call.
+
+    import attnlab
+    run = attnlab.load("runs/demo")                     # the run `make demo` trains
+    run.translate("In the beginning God created the heaven and the earth.")
+    run.explore("And God said, Let there be light")     # in a notebook: the attention explorer, inline
+    run.evaluate("test")                                # BLEU, chrF, BLEU by source length
+
+    run = attnlab.train("demo", out="runs/mine", train__max_minutes=2)   # a packaged config, or a file
+    attnlab.show(weights, src_tokens, tgt_tokens)      # any attention a model of yours computed
+
+Every call takes the same path as the command line (`attnlab.workflow`), so a run trained here is a run directory
+like any other, and a user's mistake is the same one-line `attnlab.AttnlabError`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import html
+import importlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from attnlab import explore
+from attnlab.config import PACKAGED_CONFIGS, apply_overrides, packaged_configs, read_config_file, resolve_config
+from attnlab.corpus import normalize
+from attnlab.errors import AttnlabError
+from attnlab.experiment import prepare_corpus
+from attnlab.families import family_of, family_of_config, require
+from attnlab.lm import generate
+from attnlab.logs import in_notebook
+from attnlab.runs import EvalOptions, LoadedRun
+from attnlab.store import Store
+from attnlab.trainer import TrainerState, read_metrics
+from attnlab.translate import CTranslate2Translator, Translation, Translator
+from attnlab.workflow import count_parameters, ctranslate2_model, load_run, run_config, summary
+from attnlab.workflow import train as train_run
+
+log = logging.getLogger("attnlab")
+
+DATA_SUFFIXES = (".tsv", ".jsonl", ".json", ".txt")  # `corpus(path)`: a data file, not a config
+COMPRESSED = (".gz", ".xz", ".bz2")
+
+
+# ---------------------------------------------------------------------------------------------- configs
+@dataclass(frozen=True)
+class ConfigInfo:
+    """A packaged config: its bare name (what `attnlab train NAME` takes), its file, the model family it trains
+    and the first line of its leading comment."""
+
+    name: str
+    path: Path
+    family: str
+    description: str
+
+
+def configs() -> list[ConfigInfo]:
+    """The configs that ship with the package (`attnlab configs` prints them), sorted by name."""
+    out = []
+    for name in packaged_configs():
+        path = PACKAGED_CONFIGS / f"{name}.toml"
+        out.append(ConfigInfo(name, path, family_of_config(read_config_file(path)).name, _first_sentence(path)))
+    return out
+
+
+def _first_sentence(path: Path) -> str:
+    """The first sentence of a config file's leading comment."""
+    words = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        words += line.lstrip("#").split()
+        text = " ".join(words)
+        end = text.find(". ")
+        if end >= 0 or text.endswith("."):
+            return text[: end + 1] if end >= 0 else text
+    return " ".join(words)
+
+
+def config_path(name: str | Path) -> Path:
+    """The file of a config: an existing path as given, or a packaged config's bare name ("demo")."""
+    return resolve_config(name)
+
+
+def override_list(overrides: Mapping[str, Any] | Sequence[str] | None = None, **kw: Any) -> list[str]:
+    """`--set` strings of overrides given as {"train.max_steps": 50}, ["train.max_steps=50"] or keywords with a
+    double underscore for each dot (train__max_steps=50)."""
+    items: list[str] = []
+    if isinstance(overrides, Mapping):
+        items += [f"{k}={_value(v)}" for k, v in overrides.items()]
+    elif overrides is not None:
+        if isinstance(overrides, str):
+            raise AttnlabError(f"overrides: give a dict or a list of KEY=VALUE strings, not the string {overrides!r}")
+        items += [str(o) for o in overrides]
+    items += [f"{k.replace('__', '.')}={_value(v)}" for k, v in kw.items()]
+    return items
+
+
+def _value(v: Any) -> str:
+    """A Python value as the YAML text an override holds (True -> true, [1, 2] -> [1, 2], "lstm" -> lstm)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, Path):
+        return str(v)
+    if isinstance(v, str) and (v == "" or v != v.strip() or v[0] in "[{&*!|>'\"%@`#" or ": " in v):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(v)
+
+
+def typed_config(config: Any, overrides: list[str]) -> tuple[Any, Any, str]:
+    """(family, typed config, name) of a config given as a path or packaged name, a dict or a typed config,
+    plus `--set` overrides; `name` is what the default run directory is called."""
+    if isinstance(config, (str, Path)):
+        path = resolve_config(config)
+        family = family_of_config(apply_overrides(read_config_file(path), list(overrides)))
+        return family, family.load_config(path, overrides), Path(config).stem
+    if isinstance(config, Mapping):
+        raw = apply_overrides(copy.deepcopy(dict(config)), list(overrides))
+        family = family_of_config(raw)
+        return family, family.from_dict(raw), "run"
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        family = family_of(config)
+        raw = apply_overrides(dataclasses.asdict(config), list(overrides))
+        return family, family.from_dict(raw), "run"
+    raise AttnlabError(f"config: give a config file, a packaged config's name (attnlab.configs()), a dict or a "
+                       f"config object, not a {type(config).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------- runs
+class Run:
+    """A trained run loaded for use (`attnlab.load`): translate, explore, generate, evaluate, summarise.
+
+    In a notebook a run displays itself as a card (family, size, training, best dev score); `run.explore(...)`
+    displays the attention explorer inline.
+    """
+
+    def __init__(self, loaded: LoadedRun, engine: str = "torch", model_dir: Path | str | None = None) -> None:
+        self.loaded = loaded
+        self.engine = engine
+        self._explorer: Translator | None = None
+        self._translator: Translator | CTranslate2Translator | None = None
+        if "translate" in loaded.family.abilities:
+            self._explorer = Translator(loaded.model, loaded.tokenizers, loaded.cfg.decode, loaded.device)
+            self._translator = self._explorer
+            if engine == "ctranslate2":
+                model_dir = model_dir if model_dir is not None else ctranslate2_model(loaded.run_dir,
+                                                                                      loaded.checkpoint)
+                self._translator = CTranslate2Translator(model_dir, loaded.tokenizers, loaded.cfg.decode)
+        elif engine != "torch":
+            raise AttnlabError(f"{loaded.run_dir}: engine {engine!r} decodes translation runs only")
+
+    # ------------------------------------------------------------------ what the run is
+    @property
+    def path(self) -> Path:
+        return self.loaded.run_dir
+
+    @property
+    def name(self) -> str:
+        return self.loaded.run_dir.name
+
+    @property
+    def family(self) -> str:
+        """The family's name: rnn, transformer, lm, pair or series."""
+        return self.loaded.family.name
+
+    @property
+    def config(self) -> Any:
+        """The run's typed config (the dataclasses of `attnlab.experiment`, `attnlab.lm`, ...)."""
+        return self.loaded.cfg
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.loaded.model
+
+    @property
+    def tokenizers(self):
+        """The run's `attnlab.tokenizers.TokenizerPair` (None for families without a trained tokenizer)."""
+        return self.loaded.tokenizers
+
+    @property
+    def device(self) -> torch.device:
+        return self.loaded.device
+
+    @property
+    def checkpoint(self) -> str:
+        return self.loaded.checkpoint
+
+    @property
+    def translator(self) -> Translator | CTranslate2Translator:
+        """The run's translator (PyTorch, or CTranslate2 with engine="ctranslate2"); translation runs only."""
+        self.require("translate")
+        return self._translator
+
+    def require(self, ability: str) -> None:
+        """An AttnlabError naming the commands this run can do instead, unless its family can `ability`
+        ("translate", "generate", "classify")."""
+        require(self.loaded.family, ability, self.path)
+
+    # ------------------------------------------------------------------ use
+    def translations(self, sentences: Sequence[str], beam: int | None = None, n_best: int = 1,
+                     need_weights: bool = False) -> list[list[Translation]]:
+        """The n_best translations (text, score, tokens and, with need_weights, the attention) of each sentence,
+        in input order; beam None: the run's decode.beam_size, 1: greedy. Sentences are normalised as the corpus
+        is; an empty one gets no translation ([])."""
+        self.require("translate")
+        if isinstance(sentences, str):
+            raise AttnlabError("translations() takes a list of sentences; translate() takes one sentence too")
+        clean = [normalize(s) for s in sentences]
+        keep = [i for i, s in enumerate(clean) if s]
+        results = self._translator.translate([clean[i] for i in keep], beam_size=beam, n_best=n_best,
+                                             need_weights=need_weights) if keep else []
+        out: list[list[Translation]] = [[] for _ in clean]
+        for i, nbest in zip(keep, results):
+            out[i] = nbest
+        return out
+
+    def translate(self, sentences: str | Sequence[str], beam: int | None = None) -> str | list[str]:
+        """The best translation of one sentence (a str) or of each of a list (a list of str)."""
+        one = isinstance(sentences, str)
+        results = self.translations([sentences] if one else list(sentences), beam)
+        texts = [nbest[0].text if nbest else "" for nbest in results]
+        return texts[0] if one else texts
+
+    def explore(self, sentence: str, sentence_b: str | None = None, beam: int | None = None,
+                max_new: int = 40) -> explore.Exploration:
+        """Every attention map of one input (`attnlab.explore.Exploration`, what `attnlab serve` shows): the
+        translation of a sentence (beam: the run's by default), a language model's greedy continuation of a
+        prompt (max_new tokens), or a sentence pair (sentence_b). In a notebook it displays the explorer."""
+        text = normalize(sentence)
+        if not text and self.family != "lm":
+            raise AttnlabError("the sentence is empty")
+        second = normalize(sentence_b) if sentence_b is not None else None
+        return explore.explore_run(self.loaded, text, second, beam, max_new, self._explorer)
+
+    def generate(self, prompt: str = "", num: int = 1, max_len: int | None = None,
+                 temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                 seed: int = 0, scores: bool = False) -> list[str] | list[tuple[str, float]]:
+        """`num` samples of a language-model run after `prompt` (settings default to the run's [generate]);
+        scores=True: (text, log-probability) pairs."""
+        self.require("generate")
+        g = self.config.generate
+        pick = lambda value, default: default if value is None else value  # noqa: E731
+        samples = generate(self.model, self.tokenizers.tgt, prompt, num, pick(max_len, g.max_len),
+                           pick(temperature, g.temperature), pick(top_k, g.top_k), pick(top_p, g.top_p), seed,
+                           self.device)
+        return [(s.text, s.logprob) for s in samples] if scores else [s.text for s in samples]
+
+    def evaluate(self, split: str = "test", beam: int | None = None, max_sentences: int = 0,
+                 hard_negatives: str | None = None) -> dict:
+        """The family's evaluation on a split (what `attnlab evaluate --json` prints): BLEU, chrF and BLEU by
+        source length for translation, perplexity for a language model, accuracy for pairs, MSE for series. It
+        is also written under RUN_DIR/eval/."""
+        if split not in ("train", "dev", "test"):
+            raise AttnlabError(f"unknown split {split!r}; choose train, dev or test")
+        return self.loaded.family.evaluate(self.loaded, split, EvalOptions(beam, max_sentences, hard_negatives))
+
+    def format_eval(self, result: dict) -> str:
+        """An evaluation result as the text `attnlab evaluate` prints."""
+        return self.loaded.family.format_eval(result)
+
+    def summary(self) -> str:
+        """Per-layer output shapes and parameter counts (what `attnlab summary RUN_DIR` prints)."""
+        return summary(self.path)
+
+    def metrics(self) -> list[dict]:
+        """The training log: one dict per logged step or validation (RUN_DIR/metrics.jsonl)."""
+        return read_metrics(self.path)
+
+    # ------------------------------------------------------------------ display
+    def facts(self) -> dict:
+        """What the run's card shows: family, parameters, steps, best dev score and the last evaluation."""
+        records = self.metrics()
+        steps = max((r["step"] for r in records), default=0)
+        best = next((r for r in reversed(records) if r.get("improved")), {})  # the validation the best weights are
+        shown = ("step", "dev_loss", "dev_ppl", "bleu", "chrf", "accuracy")
+        return {"run": str(self.path), "family": self.loaded.family.title, "checkpoint": self.checkpoint,
+                "parameters": count_parameters(self.model), "steps": steps, "device": str(self.device),
+                "best_dev": {k: best[k] for k in shown if k in best}}
+
+    def __repr__(self) -> str:
+        return f"attnlab.Run({str(self.path)!r}, family={self.family!r}, checkpoint={self.checkpoint!r})"
+
+    def _repr_html_(self) -> str:
+        f = self.facts()
+        best = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in f["best_dev"].items())
+        rows = [("run", f["run"]), ("model", f["family"]), ("parameters", f"{f['parameters']:,}"),
+                ("trained", f"{f['steps']:,} steps"), ("best dev", best or "not validated"),
+                ("weights", f"{f['checkpoint']} checkpoint on {f['device']}")]
+        body = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(k)}</th>"
+                       f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
+        return f"<table class='attnlab-run'>{body}</table>"
+
+
+def load(run_dir: Path | str, checkpoint: str = "best", device: str = "cpu", engine: str = "torch",
+         model_dir: Path | str | None = None) -> Run:
+    """A trained run directory of any family with its "best" or "last" weights, in eval mode on `device`
+    ("cpu", "cuda", "mps" or "auto"). engine="ctranslate2": a Transformer translation run decodes with its
+    CTranslate2 export (`model_dir`, or RUN_DIR's own, exported on first use)."""
+    if engine not in ("torch", "ctranslate2"):
+        raise AttnlabError(f"unknown engine {engine!r}; choose torch or ctranslate2")
+    run_config(run_dir)  # a clear error for a folder that is no run, before anything is loaded
+    return Run(load_run(run_dir, checkpoint, device), engine, model_dir)
+
+
+def train(config: Any, out: Path | str | None = None, *, resume: bool = False,
+          overrides: Mapping[str, Any] | Sequence[str] | None = None, **kw: Any) -> Run:
+    """Trains a config into a run directory and returns the run with its best weights.
+
+    config: a config file, a packaged config's bare name ("demo", "bible-transformer-small"; see
+    `attnlab.configs()`), a dict of config sections, or a config object. Overrides as a dict of dotted keys
+    ({"train.max_steps": 50}) or keywords with a double underscore for the dot (train__max_steps=50). out: the
+    run directory (default runs/<config name>). resume=True continues the run in `out` (config None), where only
+    its limits may change. Progress: a bar with loss and tokens/s (a notebook widget in Jupyter).
+    """
+    sets = override_list(overrides, **kw)
+    if resume:
+        if out is None:
+            raise AttnlabError("resume=True needs out=, the run directory to continue")
+        train_run(None, out, resume=True, overrides=sets)
+        return load(out)
+    if config is None:
+        raise AttnlabError("a new run needs a config (a file, a packaged name such as 'demo', or a dict)")
+    _, cfg, name = typed_config(config, sets)
+    out = Path(out) if out is not None else Path("runs") / name
+    state: TrainerState = train_run(cfg, out)
+    log.debug("trained %s: %d steps", out, state.step)
+    return load(out)
+
+
+def corpus(source: str | Path | Mapping = "demo", *, overrides: Mapping[str, Any] | Sequence[str] | None = None,
+           **kw: Any) -> Store:
+    """The prepared corpus (`attnlab.store.Store`: `.pairs("train"|"dev"|"test")`, `.stats()`,
+    `.tokenizers()`) of a translation config (a file, a packaged name or a dict), or of a data file
+    (.tsv, .jsonl, optionally .gz/.xz/.bz2; dev and test held out at random) with the default settings.
+    Prepared once and reused, exactly what `attnlab train` would use."""
+    sets = override_list(overrides, **kw)
+    if isinstance(source, (str, Path)) and _is_data_file(Path(source)):
+        if not Path(source).is_file():
+            raise AttnlabError(f"{source}: no such file")
+        source = {"data": {"corpus": "files", "train": [str(source)]}}
+    family, cfg, _ = typed_config(source, sets)
+    if "translate" not in family.abilities:
+        raise AttnlabError(f"a {family.title} config has no parallel corpus to prepare; give a translation config")
+    return prepare_corpus(cfg)
+
+
+def _is_data_file(path: Path) -> bool:
+    suffixes = [s for s in path.suffixes if s not in COMPRESSED]
+    return bool(suffixes) and suffixes[-1] in DATA_SUFFIXES
+
+
+# ---------------------------------------------------------------------------------------------- show
+def show(attention: Any, src_tokens: Sequence[str] | None = None, tgt_tokens: Sequence[str] | None = None, *,
+         title: str = "attention", out: Path | str | None = None) -> Path | None:
+    """Shows attention in the explorer (heatmap, model, head and neuron views), inline in a notebook, like
+    bertviz's head_view: an `attnlab.Exploration` (from `run.explore`), or any attention you computed, shaped
+    (R, C), (H, R, C), (L, H, R, C) or a Hugging Face tuple over layers of (1, H, R, C), with its source tokens
+    (the columns) and target tokens (the rows; None: self-attention over src_tokens). out: write the page as a
+    standalone HTML file instead (returns its path); outside a notebook `out` is needed."""
+    if isinstance(attention, explore.Exploration):
+        ex = attention
+    else:
+        if src_tokens is None:
+            raise AttnlabError("show(attention, src_tokens, tgt_tokens): give the tokens of the attention's columns")
+        ex = explore.attention_exploration(attention, list(src_tokens),
+                                           None if tgt_tokens is None else list(tgt_tokens), title=title)
+    if out is not None:
+        out = Path(out)
+        ex.save_html(out)
+        return out
+    if not in_notebook():
+        raise AttnlabError("attnlab.show displays in a notebook; outside one give out='attention.html' to write "
+                           "the page to a file")
+    importlib.import_module("IPython.display").display(ex)
+    return None

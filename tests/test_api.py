@@ -1,0 +1,207 @@
+"""The Python API (`attnlab.load / train / corpus / configs / show`): each call gives what the command line gives
+for the same run (the CLI's own output is the reference), and a user's mistake is one AttnlabError."""
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import attnlab
+from attnlab import api
+from attnlab.cli import main
+from attnlab.config import PACKAGED_CONFIGS, resolve_config, to_dict
+from attnlab.errors import AttnlabError
+from attnlab.explore import Exploration
+from attnlab.translate import Translator
+from conftest import tiny_experiment
+
+SENTENCES = ["my old cat sees the green door", "the dog runs"]
+
+
+@pytest.fixture(scope="module")
+def rnn(tiny_runs, single_thread):
+    return attnlab.load(tiny_runs["rnn"])
+
+
+def test_public_names():
+    for name in ("load", "train", "corpus", "configs", "show", "Run", "Exploration", "AttnlabError"):
+        assert name in attnlab.__all__ and hasattr(attnlab, name)
+
+
+def test_translate_equals_the_cli(rnn, tiny_runs, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
+    assert main(["translate", str(tiny_runs["rnn"]), str(tmp_path / "in.txt"), "--beam", "2"]) == 0
+    cli = capsys.readouterr().out.splitlines()
+    assert rnn.translate(SENTENCES, beam=2) == cli
+    assert rnn.translate(SENTENCES[0], beam=2) == cli[0]  # one sentence in, one string out
+
+
+def test_translations_equal_the_translator(rnn):
+    """Against the search used directly (no API in between): texts, scores and attention."""
+    ref = Translator(rnn.model, rnn.tokenizers, rnn.config.decode).translate(SENTENCES, beam_size=2, n_best=2,
+                                                                              need_weights=True)
+    got = rnn.translations(SENTENCES, beam=2, n_best=2, need_weights=True)
+    for a, b in zip(got, ref):
+        assert [t.text for t in a] == [t.text for t in b] and [t.score for t in a] == [t.score for t in b]
+        torch.testing.assert_close(a[0].attention, b[0].attention)
+
+
+def test_empty_sentences_get_no_translation(rnn):
+    assert rnn.translate(["", "   ", SENTENCES[1]])[:2] == ["", ""]
+    assert rnn.translations(["  "]) == [[]]
+    with pytest.raises(AttnlabError, match="list of sentences"):
+        rnn.translations("a string")
+
+
+def test_explore_and_the_run_card(rnn):
+    ex = rnn.explore(SENTENCES[0], beam=1)
+    assert isinstance(ex, Exploration) and ex.output == rnn.translate(SENTENCES[0], beam=1)
+    assert list(ex.maps) == ["align"]  # the RNN's one attention: decoder steps over source tokens
+    with pytest.raises(AttnlabError, match="empty"):
+        rnn.explore("   ")
+    card = rnn._repr_html_()
+    assert f"{sum(p.numel() for p in rnn.model.parameters()):,}" in card and "20 steps" in card
+
+
+def test_evaluate_equals_the_cli(rnn, tiny_runs, capsys):
+    assert main(["evaluate", str(tiny_runs["rnn"]), "--split", "dev", "--json", "--device", "cpu"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    got = rnn.evaluate("dev")
+    assert got["bleu"] == cli["bleu"] and got["chrf"] == cli["chrf"]
+    assert got["by_length"] == cli["by_length"]
+    with pytest.raises(AttnlabError, match="unknown split"):
+        rnn.evaluate("valid")
+
+
+def test_metrics_and_summary(rnn, tiny_runs):
+    records = rnn.metrics()
+    assert records and max(r["step"] for r in records) == 20
+    assert f"{sum(p.numel() for p in rnn.model.parameters()):,}" in rnn.summary()
+
+
+def test_generate_equals_the_cli(tiny_lm_run, capsys, single_thread):
+    run = attnlab.load(tiny_lm_run)
+    assert main(["generate", str(tiny_lm_run), "--prompt", "the", "--num", "3", "--seed", "7",
+                 "--device", "cpu"]) == 0
+    assert run.generate("the", num=3, seed=7) == capsys.readouterr().out.splitlines()
+    with pytest.raises(AttnlabError, match="cannot translate"):
+        run.translate("the")
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(AttnlabError, match="not a run directory"):
+        attnlab.load(tmp_path)
+    with pytest.raises(AttnlabError, match="unknown engine"):
+        attnlab.load(tmp_path, engine="onnx")
+
+
+def test_train_with_overrides_then_resume(tiny_tsv, tmp_path, single_thread):
+    cfg = to_dict(tiny_experiment(tiny_tsv, "transformer", max_steps=4))
+    run = attnlab.train(cfg, out=tmp_path / "run", train__max_steps=3, overrides={"train.eval_every": 3})
+    assert isinstance(run, attnlab.Run) and run.family == "transformer"
+    assert max(r["step"] for r in run.metrics()) == 3
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["max_steps"] == 3
+    with pytest.raises(AttnlabError, match="already holds a trained run"):
+        attnlab.train(cfg, out=tmp_path / "run")
+    run = attnlab.train(None, out=tmp_path / "run", resume=True, train__max_steps=5)
+    assert max(r["step"] for r in run.metrics()) == 5
+    with pytest.raises(AttnlabError, match="train.nope"):
+        attnlab.train(cfg, out=tmp_path / "other", train__nope=1)
+
+
+def test_train_takes_a_config_object(tiny_tsv, tmp_path, single_thread):
+    cfg = tiny_experiment(tiny_tsv, "rnn", max_steps=2)
+    run = attnlab.train(cfg, out=tmp_path / "run")
+    assert dataclasses.asdict(run.config) == dataclasses.asdict(cfg)
+    with pytest.raises(AttnlabError, match="config: give"):
+        attnlab.train(42, out=tmp_path / "x")
+
+
+@pytest.mark.parametrize("given, expected", [
+    ({"train.max_steps": 5}, ["train.max_steps=5"]),
+    ({"model.rnn.bidirectional": True}, ["model.rnn.bidirectional=true"]),
+    ({"data.train": ["a.tsv", "b.tsv"]}, ["data.train=[a.tsv, b.tsv]"]),
+    ({"train.lr": 1e-3}, ["train.lr=0.001"]),
+    (["train.max_steps=5"], ["train.max_steps=5"]),
+])
+def test_override_list(given, expected):
+    assert api.override_list(given) == expected
+
+
+def test_override_values_round_trip_through_the_config_parser():
+    """Keywords with __ for the dot, values of every kind, read back by the same parser as --set."""
+    from attnlab.config import apply_overrides
+
+    sets = api.override_list(train__max_steps=7, model__rnn__cell="lstm", data__english="kjv",
+                             train__amp="", decode__length_penalty=0.6, model__rnn__bidirectional=False)
+    got = apply_overrides({}, sets)
+    assert got == {"train": {"max_steps": 7, "amp": ""}, "model": {"rnn": {"cell": "lstm", "bidirectional": False}},
+                   "data": {"english": "kjv"}, "decode": {"length_penalty": 0.6}}
+
+
+def test_every_packaged_config_loads():
+    infos = attnlab.configs()
+    names = {c.name for c in infos}
+    assert {"demo", "bible-transformer-small", "bible-rnn-bahdanau", "gpu/bible-transformer-base"} <= names
+    assert len(infos) == len(list(PACKAGED_CONFIGS.rglob("*.toml")))
+    for c in infos:
+        family, cfg, _ = api.typed_config(c.name, [])
+        assert family.name == c.family and c.description
+
+
+def test_bare_names_resolve_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert resolve_config("demo") == PACKAGED_CONFIGS / "demo.toml"
+    assert resolve_config("demo.toml") == PACKAGED_CONFIGS / "demo.toml"
+    assert resolve_config("configs/demo.toml") == PACKAGED_CONFIGS / "demo.toml"  # the README's form
+    assert resolve_config("gpu/bible-rnn-luong") == PACKAGED_CONFIGS / "gpu" / "bible-rnn-luong.toml"
+    (tmp_path / "demo.toml").write_text("[train]\nmax_steps = 3\n")
+    assert resolve_config("demo.toml") == Path("demo.toml")  # a file of the user's own comes first
+    for bad in ("nosuch", "../configs/demo", "/etc/demo"):
+        with pytest.raises(AttnlabError, match="no such config file.*packaged: bible-lm-es"):
+            resolve_config(bad)
+
+
+def test_cli_configs_list_print_copy(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["configs"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("demo", "bible-transformer-small", "seed-fib-attention"))
+    assert main(["configs", "demo"]) == 0
+    assert capsys.readouterr().out == (PACKAGED_CONFIGS / "demo.toml").read_text()
+    assert main(["configs", "demo", "--copy"]) == 0
+    assert (tmp_path / "demo.toml").read_text() == (PACKAGED_CONFIGS / "demo.toml").read_text()
+    assert main(["configs", "demo", "--copy"]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert main(["configs", "nosuch"]) == 2
+
+
+def test_train_checks_the_config_before_slow_work(tmp_path, monkeypatch, capsys):
+    """A bad key of a packaged config is refused at once, naming it (no corpus built, no run directory)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "demo", "--set", "train.max_stepz=3"]) == 2
+    assert "train.max_stepz" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_corpus_of_a_data_file(tiny_tsv, tmp_path):
+    store = attnlab.corpus(tiny_tsv / "train.tsv", data__dev_size=50, data__test_size=50)
+    stats = store.stats()
+    assert len(store.pairs("test")) == 50 and len(store.pairs("dev")) == 50
+    assert json.dumps(stats)
+    with pytest.raises(AttnlabError, match="no such file"):
+        attnlab.corpus(tmp_path / "missing.tsv")
+    with pytest.raises(AttnlabError, match="no parallel corpus"):
+        attnlab.corpus("seed-fib-attention")
+
+
+def test_show_outside_a_notebook(tmp_path):
+    weights = torch.softmax(torch.randn(2, 3, 3), -1)
+    with pytest.raises(AttnlabError, match="out="):
+        attnlab.show(weights, ["a", "b", "c"])
+    path = attnlab.show(weights, ["a", "b", "c"], out=tmp_path / "att.html")
+    assert path.is_file() and "attnlab-data" in path.read_text()
+    assert not os.environ.get("JPY_PARENT_PID")  # the test runs outside a kernel
