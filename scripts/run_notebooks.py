@@ -1,0 +1,203 @@
+#!/usr/bin/env python
+"""Runs the lecture notebooks (notebooks/*.ipynb) top to bottom, and keeps the committed ones free of outputs.
+
+    python scripts/run_notebooks.py --quick                      # every notebook, small budgets (what make test runs)
+    python scripts/run_notebooks.py --full --out runs/notebooks  # the lecture budgets, executed copies kept (make notebooks)
+    python scripts/run_notebooks.py --quick notebooks/03_transformer.ipynb --json times.jsonl
+    python scripts/run_notebooks.py --strip                      # remove outputs and execution counts in place
+    python scripts/run_notebooks.py --check-stripped             # exit 1 if a notebook holds outputs
+
+Each notebook runs in a fresh kernel of this interpreter (not whatever "python3" kernel Jupyter would pick), with
+its working directory at notebooks/ and ATTNLAB_QUICK=1 (--quick) or unset (--full) in its environment. The runs a
+notebook trains go to ATTNLAB_NOTEBOOK_RUNS: OUT/runs with --out, else a temporary folder removed afterwards.
+One JSON line per notebook (name, mode, seconds, cells, ok, error) is printed and, with --json, written to FILE.
+The exit status is 1 if any notebook fails; the failing cell's source and error are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+KERNEL_NAME = "attnlab-notebooks"
+
+
+def notebook_paths(names: list[str]) -> list[Path]:
+    """The notebooks named on the command line (paths or bare names), or every notebooks/*.ipynb in order."""
+    if not names:
+        return sorted(NOTEBOOKS.glob("*.ipynb"))
+    paths = []
+    for name in names:
+        p = Path(name)
+        if not p.suffix:
+            p = p.with_suffix(".ipynb")
+        if not p.exists() and (NOTEBOOKS / p.name).exists():
+            p = NOTEBOOKS / p.name
+        if not p.is_file():
+            raise SystemExit(f"run_notebooks: no notebook {name}")
+        paths.append(p)
+    return paths
+
+
+def has_outputs(nb: nbformat.NotebookNode) -> list[int]:
+    """Indices of the code cells that carry outputs or an execution count."""
+    return [i for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count") is not None)]
+
+
+def strip(nb: nbformat.NotebookNode) -> bool:
+    """Removes outputs, execution counts and per-cell execution metadata in place; True if anything changed."""
+    changed = False
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if cell.get("outputs") or cell.get("execution_count") is not None:
+            cell.outputs, cell.execution_count, changed = [], None, True
+        for key in ("execution", "collapsed", "scrolled"):
+            if key in cell.metadata:
+                del cell.metadata[key]
+                changed = True
+    return changed
+
+
+@contextlib.contextmanager
+def kernel_of_this_interpreter():
+    """A kernel spec that starts `sys.executable -m ipykernel_launcher`, in a temporary folder: the notebooks run
+    with the interpreter (and the attnlab) that runs this script."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    with tempfile.TemporaryDirectory(prefix="attnlab-kernel-") as d:
+        spec = Path(d) / KERNEL_NAME
+        spec.mkdir()
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "attnlab (this interpreter)", "language": "python"}))
+        yield KernelSpecManager(kernel_dirs=[d])
+
+
+@contextlib.contextmanager
+def environment(quick: bool, runs: Path):
+    """The kernel inherits this process's environment: ATTNLAB_QUICK and ATTNLAB_NOTEBOOK_RUNS for the run, put
+    back afterwards. MPLBACKEND: figures inline, never a window."""
+    saved = {k: os.environ.get(k) for k in ("ATTNLAB_QUICK", "ATTNLAB_NOTEBOOK_RUNS", "MPLBACKEND")}
+    os.environ["ATTNLAB_NOTEBOOK_RUNS"] = str(runs)
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    if quick:
+        os.environ["ATTNLAB_QUICK"] = "1"
+    else:
+        os.environ.pop("ATTNLAB_QUICK", None)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def failing_cell(nb: nbformat.NotebookNode, exc: BaseException) -> str:
+    """The source and error of the cell that failed, as text."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                src = "\n".join("    " + line for line in cell.source.splitlines()[:15])
+                return f"cell failed:\n{src}\n{out.get('ename')}: {out.get('evalue')}"
+    return f"{type(exc).__name__}: {str(exc)[-2000:]}"
+
+
+def execute(path: Path, quick: bool, runs: Path, out: Path | None = None, timeout: int = 600) -> dict:
+    """Runs one notebook in a fresh kernel; returns its JSON record (and writes the executed copy to out/)."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    runs.mkdir(parents=True, exist_ok=True)
+    record = {"name": path.name, "mode": "quick" if quick else "full", "seconds": None,
+              "cells": sum(c.cell_type == "code" for c in nb.cells), "ok": False, "error": None}
+    t0 = time.perf_counter()
+    with kernel_of_this_interpreter() as ksm, environment(quick, runs):
+        from jupyter_client.manager import KernelManager
+
+        km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=ksm)
+        client = NotebookClient(nb, km=km, timeout=timeout, kernel_name=KERNEL_NAME,
+                                resources={"metadata": {"path": str(path.parent.resolve())}})
+        try:
+            client.execute()
+            record["ok"] = True
+        except Exception as exc:  # noqa: BLE001 - any failure of the notebook is reported, not raised
+            record["error"] = failing_cell(nb, exc)
+    record["seconds"] = round(time.perf_counter() - t0, 2)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, out / path.name)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("notebooks", nargs="*", help="notebooks to run (default: notebooks/*.ipynb)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="small budgets (ATTNLAB_QUICK=1): what make test runs")
+    mode.add_argument("--full", action="store_true", help="the lecture budgets (the default)")
+    mode.add_argument("--strip", action="store_true", help="remove outputs and execution counts in place, run nothing")
+    mode.add_argument("--check-stripped", action="store_true", help="exit 1 if a notebook holds outputs")
+    p.add_argument("--out", type=Path, help="write the executed notebooks here (and the runs they train to OUT/runs)")
+    p.add_argument("--json", type=Path, help="write one JSON line per notebook to this file")
+    p.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
+    args = p.parse_args(argv)
+    paths = notebook_paths(args.notebooks)
+    if not paths:
+        print("run_notebooks: no notebooks found", file=sys.stderr)
+        return 1
+    if args.strip or args.check_stripped:
+        dirty = []
+        for path in paths:
+            nb = nbformat.read(path, as_version=4)
+            if args.check_stripped:
+                if has_outputs(nb):
+                    dirty.append(path)
+            elif strip(nb):
+                nbformat.write(nb, path)
+                print(f"stripped {path}")
+        for path in dirty:
+            print(f"{path}: holds outputs; run scripts/run_notebooks.py --strip", file=sys.stderr)
+        return 1 if dirty else 0
+    failed = 0
+    tmp = None
+    if args.out is not None:
+        runs = args.out / "runs"
+    else:
+        tmp = tempfile.mkdtemp(prefix="attnlab-notebook-runs-")
+        runs = Path(tmp)
+    if args.json is not None:
+        args.json.write_text("", encoding="utf-8")
+    try:
+        for path in paths:
+            record = execute(path, args.quick, runs / path.stem, args.out, args.timeout)
+            line = json.dumps(record)
+            print(line, flush=True)
+            if args.json is not None:
+                with args.json.open("a", encoding="utf-8") as f:
+                    f.write(line + "\n")
+            if not record["ok"]:
+                failed += 1
+                print(f"{path.name}: {record['error']}", file=sys.stderr)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
