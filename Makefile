@@ -42,9 +42,12 @@ e2e: $(STAMP)
 notebooks: $(STAMP) sysdeps
 	$(PY) scripts/run_notebooks.py --full --out runs/notebooks
 
-# The API reference, generated from the docstrings by pdoc, into build/api/ (open build/api/index.html).
+# The API reference, generated from the docstrings by pdoc, into build/api/ (open build/api/index.html): the
+# public API (`attnlab`, `attnlab.api`) and every module under it.
 docs: $(STAMP)
-	$(PY) -m pdoc attnlab --docformat google -o build/api
+	rm -rf build/api
+	$(PY) -m pdoc --docformat google -o build/api attnlab \
+	  $$(cd src && ls attnlab/*.py | grep -v __init__ | sed 's/\.py$$//; s#/#.#')
 	@echo "API reference: build/api/index.html"
 
 bench: $(STAMP)

@@ -205,3 +205,17 @@ def test_show_outside_a_notebook(tmp_path):
     path = attnlab.show(weights, ["a", "b", "c"], out=tmp_path / "att.html")
     assert path.is_file() and "attnlab-data" in path.read_text()
     assert not os.environ.get("JPY_PARENT_PID")  # the test runs outside a kernel
+
+
+def test_the_api_reference_renders():
+    """`make docs` (pdoc): the public API page renders, and every public name of `attnlab` is documented."""
+    pdoc = pytest.importorskip("pdoc")
+    for name in attnlab.__all__:
+        obj = getattr(attnlab, name)
+        assert isinstance(obj, str) or (obj.__doc__ or "").strip(), f"attnlab.{name} has no docstring"
+    for name, member in vars(attnlab.Run).items():
+        if callable(member) and not name.startswith("_"):
+            assert (member.__doc__ or "").strip(), f"Run.{name} has no docstring"
+    page = pdoc.pdoc("attnlab.api")
+    for anchor in ("load", "train", "corpus", "show", "Run.translate", "Run.explore", "Run.evaluate"):
+        assert f'id="{anchor}"' in page, anchor
