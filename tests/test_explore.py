@@ -3,6 +3,9 @@ torch.nn.MultiheadAttention run on each layer's own input with attnlab's W^Q, W^
 q . k * scale are the pre-softmax scores whose softmax is the model's weights; the rollout equals a loop written
 from the paper; word merging conserves each row's mass. Tiny untrained models built in memory: fast."""
 
+import html
+import json
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,8 +15,9 @@ import torch
 from attnlab.decomposable import DecomposableAttention, DecomposableConfig
 from attnlab.errors import AttnlabError
 from attnlab.translate import DecodeConfig
-from attnlab.explore import (attention_rollout, explore_generation, explore_pair, explore_translation,
-                             merge_words, neuron_payload, summary, weights_payload, word_groups, word_labels)
+from attnlab.explore import (attention_exploration, attention_rollout, explore_generation, explore_pair,
+                             explore_translation, exploration_html, explorer_page, merge_words, neuron_payload,
+                             summary, weights_payload, word_groups, word_labels)
 from attnlab.lm import LMModelConfig, TransformerLM
 from attnlab.pairs import ParaphraseConfig
 from attnlab.tokenizers import CharTokenizer, TokenizerPair
@@ -269,3 +273,131 @@ def test_minilm_pair_self_attention_of_each_sentence():
             assert want.shape[-1] == len(ex.maps[key].rows)
             np.testing.assert_allclose(ex.maps[key].weights[layer].numpy(), want[0].detach().numpy(), atol=1e-6)
     np.testing.assert_allclose(torch.softmax(a.scores(1, 2), -1).numpy(), a.weights[1, 2].numpy(), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- inline explorer
+TOKENS = "the old cat sees the green door".split()
+
+
+def mha_weights(seed: int = 0, R: int = 7, C: int = 7, H: int = 4) -> torch.Tensor:
+    """torch.nn.MultiheadAttention's own per-head weights (1, H, R, C) on random inputs: a reference computed
+    outside attnlab."""
+    torch.manual_seed(seed)
+    mha = torch.nn.MultiheadAttention(16, H, batch_first=True)
+    with torch.no_grad():
+        _, w = mha(torch.randn(1, R, 16), torch.randn(1, C, 16), torch.randn(1, C, 16), need_weights=True,
+                   average_attn_weights=False)
+    return w
+
+
+def page_data(snippet: str) -> tuple[str, dict]:
+    """The page inside the snippet's iframe srcdoc and the JSON embedded in it."""
+    srcdoc = re.fullmatch(r'<iframe [^>]*srcdoc="([^"]*)"></iframe>', snippet)
+    assert srcdoc, snippet[:200]
+    page = html.unescape(srcdoc.group(1))
+    data = re.search(r'<script type="application/json" id="attnlab-data">(.*?)</script>', page, re.S)
+    return page, json.loads(data.group(1))
+
+
+@pytest.mark.parametrize("form", ["(H, R, C)", "(R, C)", "(L, H, R, C)", "huggingface tuple", "stacked (L, 1, H, R, C)",
+                                  "numpy", "list of (H, R, C)"])
+def test_attention_exploration_accepts_every_form_and_keeps_torch_mha_weights(form):
+    w = mha_weights()  # (1, H, R, C)
+    w2 = mha_weights(seed=1)
+    given, want = {"(H, R, C)": (w[0], w),
+                   "(R, C)": (w[0, 2], w[:, 2:3]),
+                   "(L, H, R, C)": (torch.cat([w, w2]), torch.cat([w, w2])),
+                   "huggingface tuple": ((w, w2), torch.cat([w, w2])),
+                   "stacked (L, 1, H, R, C)": (torch.stack([w, w2]), torch.cat([w, w2])),
+                   "numpy": (w[0].numpy(), w),
+                   "list of (H, R, C)": ([w[0], w2[0]], torch.cat([w, w2]))}[form]
+    ex = attention_exploration(given, TOKENS, title="my attention")
+    m = ex.maps["attention"]
+    assert m.weights.dtype == torch.float32 and m.rows == m.cols == TOKENS and m.title == "my attention"
+    np.testing.assert_array_equal(m.weights.numpy(), want.numpy())  # as given: not renormalised
+    assert m.q is None and summary(ex)["maps"][0]["neuron"] is False  # no neuron view
+    with pytest.raises(AttnlabError, match="no query/key vectors"):
+        neuron_payload(ex, "attention", 0, 0)
+
+
+def test_attention_exploration_cross_attention_rows_are_the_target_tokens():
+    w = mha_weights(R=4, C=7, H=2)[0]  # (H, R, C)
+    tgt = ["le", "vieux", "chat", "voit"]
+    ex = attention_exploration(w, TOKENS, tgt)
+    m = ex.maps["attention"]
+    assert (m.rows, m.cols, m.weights.shape) == (tgt, TOKENS, (1, 2, 4, 7))
+    assert weights_payload(ex, "attention", 0)["weights"] == [[[round(x, 4) for x in row] for row in h]
+                                                              for h in w.double().tolist()]
+
+
+@pytest.mark.parametrize("tokens, scheme, words", [
+    (["\u2581the", "\u2581gre", "en", "\u2581door"], "sentencepiece", ["the", "green", "door"]),
+    (["[CLS]", "the", "gre", "##en", "door", "[SEP]"], "wordpiece", ["[CLS]", "the", "green", "door", "[SEP]"]),
+    (["the", "green", "door"], "wordpiece", ["the", "green", "door"])])
+def test_attention_exploration_word_scheme_by_default(tokens, scheme, words):
+    ex = attention_exploration(torch.rand(len(tokens), len(tokens)).softmax(-1), tokens)
+    assert ex.scheme == scheme and summary(ex)["maps"][0]["row_words"] == words
+
+
+@pytest.mark.parametrize("attention, src, tgt, message", [
+    (torch.rand(2, 2, 2, 7, 7, 1), TOKENS, None, r"must be \(R, C\), \(H, R, C\).*got shape \(2, 2, 2, 7, 7, 1\)"),
+    (torch.rand(7), TOKENS, None, "got shape"),
+    (torch.rand(2, 3, 4, 7, 7), TOKENS, None, "a batch of 3 examples"),
+    ((torch.rand(2, 4, 7, 7), torch.rand(2, 4, 7, 7)), TOKENS, None, "a batch of 2 examples"),
+    ((torch.rand(1, 4, 7, 7), torch.rand(1, 2, 7, 7)), TOKENS, None, "layers' attentions differ in shape"),
+    ((torch.rand(7, 7), torch.rand(7, 7)), TOKENS, None, r"each layer's attention must be \(1, H, R, C\)"),
+    (torch.rand(4, 7), TOKENS, None, "not square: give tgt_tokens"),
+    (torch.rand(7, 7), TOKENS[:6], None, "7 columns .* src_tokens has 6"),
+    (torch.rand(4, 7), TOKENS, ["a", "b"], "4 rows .* tgt_tokens has 2"),
+    (torch.full((7, 7), float("nan")), TOKENS, None, "49 NaN or infinite"),
+    (torch.eye(7) - 0.5, TOKENS, None, "smallest is -0.5.* not the scores"),
+    (torch.rand(0, 0), [], None, "is empty"),
+    (torch.rand(7, 7, dtype=torch.complex64), TOKENS, None, "real numbers"),
+    ("weights", TOKENS, None, "not str"),
+    (torch.rand(7, 7), "the old cat sees the green door", None, "not one string"),
+    (torch.rand(7, 7), list(range(7)), None, r"src_tokens\[0\] is a int"),
+    (torch.rand(7, 7), TOKENS, None, None)])
+def test_attention_exploration_errors_are_one_line(attention, src, tgt, message):
+    if message is None:  # the valid case of the table: no error
+        assert attention_exploration(attention, src, tgt).maps["attention"].weights.shape == (1, 1, 7, 7)
+        return
+    with pytest.raises(AttnlabError, match=message) as err:
+        attention_exploration(attention, src, tgt)
+    assert "\n" not in str(err.value)
+    with pytest.raises(AttnlabError, match="scheme 'bpe' is not one of"):
+        attention_exploration(torch.rand(7, 7), TOKENS, scheme="bpe")
+
+
+def test_inline_explorer_embeds_every_payload_and_fetches_nothing():
+    ex = explore_translation(tiny_translator("pre"), SENTENCE, beam=2)
+    snippet = exploration_html(ex, title="tiny <run>")
+    page, data = page_data(snippet)
+    assert ex._repr_html_() == exploration_html(ex) and 'title="tiny &lt;run&gt;"' in snippet
+    assert data["exploration"] == json.loads(json.dumps({"id": "embedded", "model": "tiny <run>", "kind": "embedded",
+                                                         "seconds": None, **summary(ex)}))
+    assert [m["name"] for m in data["models"]] == ["tiny <run>"]
+    want_weights, want_neuron = {}, {}
+    for key, m in ex.maps.items():
+        for layer in range(m.layers):
+            for words in (False, True):
+                want_weights[f"{key}/{layer}/{str(words).lower()}"] = weights_payload(ex, key, layer, words)["weights"]
+            for head in range(m.heads if m.q is not None else 0):
+                want_neuron[f"{key}/{layer}/{head}"] = neuron_payload(ex, key, layer, head)
+    assert data["weights"] == want_weights and data["neuron"] == json.loads(json.dumps(want_neuron))
+    assert {k.split("/")[0] for k in data["neuron"]} == {"cross", "enc_self", "dec_self"}  # not the rollout
+    np.testing.assert_allclose(data["weights"]["cross/1/false"], ex.maps["cross"].weights[1].numpy(), atol=5e-5)
+    # offline: CSS and script inlined, no URL but the SVG namespace (an identifier, never fetched)
+    assert "<link" not in page and 'src="' not in page and "@import" not in page and "url(" not in page
+    assert set(re.findall(r"https?://[^\s\"'`<>)]+", page)) <= {"http://www.w3.org/2000/svg"}
+    assert page.count("<script>") == 1 and "/static/" not in page.replace('href="/openapi.json"', "")
+
+
+def test_inline_page_survives_markup_in_tokens(tmp_path):
+    tokens = ["</script>", "<!--", "\"q\"", "&amp;"]
+    ex = attention_exploration(torch.eye(4), tokens, title="</script><b>")
+    page, data = page_data(exploration_html(ex))
+    assert data["exploration"]["maps"][0]["rows"] == tokens and data["models"][0]["name"] == "</script><b>"
+    assert page.count("</script>") == 2  # the data's and app.js's own: the tokens' were escaped
+    out = ex.save_html(tmp_path / "sub" / "explorer.html")
+    assert out.read_text(encoding="utf-8") == explorer_page(ex) == page
+

@@ -21,14 +21,21 @@ columns) weights with the token pieces of its rows (queries) and columns (keys):
 `merge_words` aggregates subword pieces into words (Clark et al. 2019, "What Does BERT Look At?", sec. 2:
 attention *to* a word is the sum over its pieces, attention *from* a word the mean over its pieces).
 
+`attention_exploration` makes an Exploration of any attention a user computed (bertviz's `head_view` use), and
+`exploration_html` (`Exploration._repr_html_`) shows an exploration inline in a notebook: the explorer page with
+its data embedded, in an iframe, offline.
+
 Shape legend: L layers, H heads, R rows (query tokens), C columns (key tokens), Dh head dim, V vocabulary.
 """
 
 from __future__ import annotations
 
 import contextlib
+import html
+import json
 import math
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -39,6 +46,7 @@ from attnlab.attention import MultiHeadAttention
 from attnlab.batching import pad_sequences
 from attnlab.corpus import normalize
 from attnlab.errors import AttnlabError
+from attnlab.fileio import atomic_write_text
 from attnlab.lm import generate
 from attnlab.pairs import pair_ids
 from attnlab.plotting import clean_piece, plot_attention, plot_attention_grid, plot_head_view, plot_neuron_view
@@ -107,6 +115,14 @@ class Exploration:
     score: float | None = None
     nbest: list[tuple[str, float]] = field(default_factory=list)
     choices: list[TokenChoice] = field(default_factory=list)
+
+    def _repr_html_(self) -> str:  # Jupyter, JupyterLab, VS Code: the explorer inline
+        return exploration_html(self)
+
+    def save_html(self, path: Path | str, title: str | None = None) -> Path:
+        """The explorer of this exploration as a standalone page (offline), written atomically."""
+        atomic_write_text(path, explorer_page(self, title))
+        return Path(path)
 
 
 # ---------------------------------------------------------------------------------------------- words
@@ -524,3 +540,180 @@ def format_decoding(ex: Exploration) -> str:
         alts = ", ".join(f"{clean_piece(p)} {x:.3f}" for p, x in c.top)
         lines.append(f"  {clean_piece(c.piece):>12} p={c.prob:.3f}{'' if c.generated else ' (prompt)'}   top: {alts}")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- any attention
+SCHEMES = ("sentencepiece", "wordpiece", "char")
+ATTENTION_FORMS = "(R, C), (H, R, C), (L, H, R, C), or a list over layers of (1, H, R, C) (Hugging Face)"
+
+
+def float_tensor(x, what: str = "attention") -> Tensor:
+    """x (a torch tensor, a numpy array, nested lists) as a float32 CPU tensor; AttnlabError if it is not numbers."""
+    try:
+        t = x.detach() if isinstance(x, Tensor) else torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError):
+        raise AttnlabError(f"{what} must be a torch tensor or numpy array of numbers, not {type(x).__name__}") from None
+    if t.is_complex():
+        raise AttnlabError(f"{what} must hold real numbers, not {t.dtype}")
+    return t.to("cpu", torch.float32)
+
+
+def attention_tensor(attention) -> Tensor:
+    """Any accepted form of attention weights as (L, H, R, C): (R, C), (H, R, C), (L, H, R, C), (L, 1, H, R, C)
+    (`torch.stack(outputs.attentions)`), or a list/tuple over layers of (1, H, R, C) (`outputs.attentions`) or of
+    (H, R, C). A batch must be of one example. Values must be finite and >= 0 (weights, not scores)."""
+    if isinstance(attention, (tuple, list)) and attention and all(hasattr(a, "shape") for a in attention):
+        layers = [float_tensor(a, f"attention[{i}]") for i, a in enumerate(attention)]
+        shapes = list(dict.fromkeys(tuple(a.shape) for a in layers))
+        if len(shapes) > 1:
+            raise AttnlabError(f"the layers' attentions differ in shape: {', '.join(map(str, shapes))}")
+        if len(shapes[0]) not in (3, 4):
+            raise AttnlabError(f"each layer's attention must be (1, H, R, C) or (H, R, C), got shape {shapes[0]}")
+        w = torch.stack(layers, 1 if len(shapes[0]) == 4 else 0)  # (B, L, H, R, C) or (L, H, R, C)
+    else:
+        w = float_tensor(attention)
+        if w.dim() == 5:
+            w = w.transpose(0, 1)  # (L, B, H, R, C) -> (B, L, H, R, C)
+    if w.dim() == 5:
+        if w.size(0) != 1:
+            raise AttnlabError(f"attention of a batch of {w.size(0)} examples: pass one, e.g. "
+                               "[a[i:i + 1] for a in outputs.attentions]")
+        w = w[0]  # (L, H, R, C)
+    if w.dim() not in (2, 3, 4):
+        raise AttnlabError(f"attention must be {ATTENTION_FORMS}; got shape {tuple(w.shape)}")
+    w = w.reshape((1,) * (4 - w.dim()) + tuple(w.shape))  # (L, H, R, C)
+    if w.numel() == 0:
+        raise AttnlabError(f"attention of shape {tuple(w.shape)} is empty")
+    bad = int((~torch.isfinite(w)).sum())
+    if bad:
+        raise AttnlabError(f"attention holds {bad} NaN or infinite value(s) of {w.numel()}")
+    if float(w.min()) < 0:
+        raise AttnlabError(f"attention weights must be >= 0 (the smallest is {float(w.min()):.4g}): pass the weights "
+                           "after the softmax, not the scores")
+    return w
+
+
+def token_list(tokens, what: str) -> list[str]:
+    if isinstance(tokens, str):
+        raise AttnlabError(f"{what} must be a list of token strings, not one string: split it first "
+                           "(e.g. sentence.split(), or tokenizer.tokenize(sentence))")
+    try:
+        out = list(tokens)
+    except TypeError:
+        raise AttnlabError(f"{what} must be a list of token strings, not {type(tokens).__name__}") from None
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise AttnlabError(f"{what}[{i}] is a {type(t).__name__}, not a token string: give the tokens, e.g. "
+                               "tokenizer.convert_ids_to_tokens(ids)")
+    return out
+
+
+def attention_exploration(attention, src_tokens: Sequence[str], tgt_tokens: Sequence[str] | None = None, *,
+                          title: str = "attention", scheme: str | None = None) -> Exploration:
+    """An Exploration of attention weights a user computed (any model: the use of bertviz's `head_view`), to show
+    with `exploration_html` (a notebook displays it inline) or `Exploration.save_html`.
+
+    Args:
+        attention: a torch tensor or numpy array (R, C), (H, R, C) or (L, H, R, C); or Hugging Face's
+            `outputs.attentions` (a tuple over layers of (1, H, R, C)) or its `torch.stack` (L, 1, H, R, C).
+            Shown as given: not renormalised; finite and >= 0.
+        src_tokens: the C key tokens (columns); with tgt_tokens None also the R query tokens (self-attention).
+        tgt_tokens: the R query tokens (rows) of a cross-attention (e.g. decoder tokens attending to the source).
+        title: the map's name on the page.
+        scheme: how tokens form words for the word toggle: "sentencepiece" (U+2581 starts a word), "wordpiece"
+            (## continues one) or "char"; default "sentencepiece" if any token starts with U+2581, else
+            "wordpiece" (plain words are a word each).
+
+    Returns an Exploration with one map, "attention" (L, H, R, C), without queries and keys: the neuron view says
+    it is unavailable. Shape: L layers, H heads, R rows (queries), C columns (keys).
+    """
+    w = attention_tensor(attention)  # (L, H, R, C)
+    cols = token_list(src_tokens, "src_tokens")
+    rows = cols if tgt_tokens is None else token_list(tgt_tokens, "tgt_tokens")
+    R, C = w.shape[2:]  # w (L, H, R, C)
+    if tgt_tokens is None and R != C:
+        raise AttnlabError(f"attention is {R} x {C} (rows x columns), not square: give tgt_tokens for its {R} rows "
+                           "(a cross-attention), src_tokens for its columns")
+    if len(cols) != C:
+        raise AttnlabError(f"attention has {C} columns (keys) but src_tokens has {len(cols)} tokens")
+    if len(rows) != R:
+        raise AttnlabError(f"attention has {R} rows (queries) but tgt_tokens has {len(rows)} tokens")
+    if scheme is None:
+        scheme = "sentencepiece" if any(t.startswith("\u2581") for t in rows + cols) else "wordpiece"
+    if scheme not in SCHEMES:
+        raise AttnlabError(f"scheme {scheme!r} is not one of {', '.join(SCHEMES)}")
+    return Exploration(family="custom", output="", scheme=scheme,
+                       maps={"attention": AttentionMap("attention", str(title), w, rows, cols)})
+
+
+# ---------------------------------------------------------------------------------------------- inline (notebooks)
+STATIC = files("attnlab") / "static"
+
+
+def embedded_data(ex: Exploration, title: str) -> dict:
+    """What the explorer page asks the server for, answered in advance (app.js's embedded mode): the models list,
+    the summary, every layer's weights (pieces and words) and every head's neuron payload."""
+    weights, neuron = {}, {}
+    for key, m in ex.maps.items():
+        for layer in range(m.layers):
+            for words in (False, True):
+                weights[f"{key}/{layer}/{str(words).lower()}"] = weights_payload(ex, key, layer, words)["weights"]
+            if m.q is not None:
+                for head in range(m.heads):
+                    neuron[f"{key}/{layer}/{head}"] = neuron_payload(ex, key, layer, head)
+    first = next(iter(ex.maps.values()), None)
+    model = {"name": title, "family": ex.family, "kind": "embedded", "attention": "embedded",
+             "layers": first.layers if first else 0, "heads": first.heads if first else 0, "beam": None}
+    exploration = {"id": "embedded", "model": title, "kind": "embedded", "seconds": None, **summary(ex)}
+    return {"models": [model], "exploration": exploration, "weights": weights, "neuron": neuron}
+
+
+def default_title(ex: Exploration) -> str:
+    """A user's attention (`attention_exploration`) is named by its map's title, a run's exploration by family."""
+    if ex.family == "custom" and ex.maps:
+        return next(iter(ex.maps.values())).title
+    return f"attnlab explorer, {ex.family} run"
+
+
+def explorer_page(ex: Exploration, title: str | None = None) -> str:
+    """The explorer page (static/index.html) with its CSS, its script and `ex` inlined: a standalone HTML
+    document that shows the exploration without a server or a network."""
+    title = title or default_title(ex)
+    page, css, js = ((STATIC / name).read_text(encoding="utf-8") for name in ("index.html", "style.css", "app.js"))
+    assert "</script" not in js.lower() and "</style" not in css.lower(), "app.js/style.css cannot be inlined"
+    # "<" escaped: no "</script>" or "<!--" inside the JSON can end its script element
+    data = json.dumps(embedded_data(ex, title), separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    parts = {'<link rel="stylesheet" href="/static/style.css">': f"<style>\n{css}</style>",
+             '<script src="/static/app.js"></script>':
+                 f'<script type="application/json" id="attnlab-data">{data}</script>\n<script>\n{js}</script>',
+             "<title>attnlab attention explorer</title>": f"<title>{html.escape(title)}</title>"}
+    for old, new in parts.items():
+        assert page.count(old) == 1, f"static/index.html no longer has {old}"
+        page = page.replace(old, new)
+    return page
+
+
+def frame_height(ex: Exploration) -> int:
+    """A first height (px) for the iframe, before its page resizes it to its content (where the host lets it)."""
+    rows = max((len(m.rows) for m in ex.maps.values()), default=0)
+    label = max((len(clean_piece(t)) for m in ex.maps.values() for t in m.cols), default=0)
+    return min(1400, 200 + 22 * rows + 7 * label)
+
+
+def exploration_html(ex: Exploration, title: str | None = None, height: int | None = None) -> str:
+    """The explorer of `ex` as an HTML snippet for a notebook output: an <iframe srcdoc> holding the explorer page
+    (`explorer_page`: index.html, style.css and app.js inlined, the data embedded as JSON). No CDN, no network:
+    it works in Jupyter, JupyterLab, VS Code and in a notebook exported to HTML (nbconvert). The frame follows
+    its content's height where the host lets it (`height` px at first; default from the token count).
+
+    Size: the page itself (~48 KB), then every layer of every map twice, pieces and words, at 4 decimals
+    (`rounded`): about 14 bytes per weight of a map with the HTML escaping, plus, for maps with queries and keys
+    (a run's Transformer maps), every head's neuron payload (q, k, scores, weights). Measured for
+    `attention_exploration`: 2 layers x 4 heads x 12 x 12 tokens 65 KB, 6 x 12 x 13 x 13 220 KB, 6 x 8 x 50 x 50
+    1.7 MB; all of it is stored in the notebook file. Explore long inputs with `attnlab serve` instead.
+    """
+    title = title or default_title(ex)
+    doc = explorer_page(ex, title)
+    h = height if height is not None else frame_height(ex)
+    return (f'<iframe class="attnlab-explorer" title="{html.escape(title)}" '
+            f'style="width: 100%; height: {int(h)}px; border: 0;" srcdoc="{html.escape(doc, quote=True)}"></iframe>')

@@ -2,6 +2,9 @@
 // four views of any of its attention maps: heatmap, model view (layers x heads), head view (lines), neuron view
 // (queries and keys), a word-level toggle, and PNG/SVG export. Weights are fetched a layer at a time.
 // Plain DOM, SVG and canvas: no libraries, no build step, no network beyond this server's own /api.
+// Embedded (a notebook's inline explorer, `attnlab.explore.exploration_html`): the page carries one exploration
+// as JSON in <script id="attnlab-data">; the data layer below answers from it, never the network, and one panel
+// shows it at once. Everything else is the same code.
 "use strict";
 
 let MODELS = [];
@@ -39,11 +42,40 @@ function labels(panel, map) {
   return wordsOn(panel) ? [map.row_words, map.col_words] : [map.rows, map.cols];
 }
 
+// {models, exploration, weights: {"map/layer/words": [head][row][col]}, neuron: {"map/layer/head": payload}}
+const EMBEDDED = (() => {
+  const node = document.getElementById("attnlab-data");
+  return node ? JSON.parse(node.textContent) : null;
+})();
+
+function embedded(table, id) {
+  if (!(id in EMBEDDED[table])) throw new Error(`${table} ${id} is not in this page's data`);
+  return EMBEDDED[table][id];
+}
+
 async function getJSON(url) {
   const resp = await fetch(url);
   const data = await resp.json();
   if (!resp.ok) throw new Error(data.error || `HTTP ${resp.status}`);
   return data;
+}
+
+async function getModels() {
+  return EMBEDDED ? EMBEDDED.models : (await fetch("/api/models")).json();
+}
+
+async function postExplore(body) {
+  if (EMBEDDED) return EMBEDDED.exploration;
+  const resp = await fetch("/api/explore", {method: "POST", headers: {"Content-Type": "application/json"},
+                                            body: JSON.stringify(body)});
+  const data = await resp.json();
+  if (!resp.ok) throw new Error(data.error || `HTTP ${resp.status}`);
+  return data;
+}
+
+async function getNeuron(panel, key, layer, head) {
+  if (EMBEDDED) return embedded("neuron", `${key}/${layer}/${head}`);
+  return getJSON(`/api/explore/${panel.result.id}/neuron?map=${encodeURIComponent(key)}&layer=${layer}&head=${head}`);
 }
 
 // one layer of one map, [head][row][col]; cached per exploration
@@ -52,7 +84,7 @@ async function layerWeights(panel, key, layer) {
   const id = `${key}/${layer}/${words}`;
   if (!panel.cache.has(id)) {
     const url = `/api/explore/${panel.result.id}/weights?map=${encodeURIComponent(key)}&layer=${layer}&words=${words}`;
-    panel.cache.set(id, getJSON(url).then(d => d.weights));
+    panel.cache.set(id, EMBEDDED ? Promise.resolve(embedded("weights", id)) : getJSON(url).then(d => d.weights));
   }
   return panel.cache.get(id);
 }
@@ -321,15 +353,15 @@ function colorOf(v, vmax) {
 async function renderNeuron(panel, box) {
   const map = currentMap(panel);
   if (!map.neuron) {
-    box.append(el("p", {class: "note"}, `The neuron view needs queries and keys: ${map.title} is not a dot-product ` +
-                                        "attention of one head. Pick an encoder, decoder or cross-attention map."));
+    box.append(el("p", {class: "note"}, `The neuron view needs queries and keys: ${map.title} has none (not a ` +
+                                        "dot-product attention of one head, or weights given without them). Pick " +
+                                        "an encoder, decoder or cross-attention map of a run."));
     panel.exporter = null;
     return;
   }
   const layer = Number(q(panel, ".layer").value);
   const head = q(panel, ".head").value === "mean" ? 0 : Number(q(panel, ".head").value);
-  const n = await getJSON(`/api/explore/${panel.result.id}/neuron?map=${encodeURIComponent(map.key)}` +
-                          `&layer=${layer}&head=${head}`);
+  const n = await getNeuron(panel, map.key, layer, head);
   const info = el("p", {class: "note"}, `layer ${layer + 1}, head ${head + 1} (pieces, not words). Hover a query ` +
                   `token: its query q, each key k, their elementwise product q\u00d7k; sum(q\u00d7k) \u00d7 ` +
                   `${n.scale.toFixed(4)} (1/\u221ad) is the score before the softmax.`);
@@ -584,16 +616,14 @@ async function explorePanel(panel, sentence, sentenceB) {
   if (model.kind === "generation") body.max_new = Number(q(panel, ".max-new").value) || 40;
   const t0 = performance.now();
   try {
-    const resp = await fetch("/api/explore", {method: "POST", headers: {"Content-Type": "application/json"},
-                                              body: JSON.stringify(body)});
-    const data = await resp.json();
-    if (!resp.ok) throw new Error(data.error || `HTTP ${resp.status}`);
+    const data = await postExplore(body);
     panel.result = data;
     panel.cache = new Map();
     q(panel, ".translation").textContent = data.output;
     const shape = data.maps.map(m => `${m.key} ${m.layers}\u00d7${m.heads}`).join(", ");
-    status.textContent = `${name} (${data.family}${data.kind === "translation" ? `, beam ${data.beam}` : ""}): ` +
-                         `${shape}; ${data.seconds.toFixed(2)} s`;
+    const family = EMBEDDED ? "" : ` (${data.family}${data.kind === "translation" ? `, beam ${data.beam}` : ""})`;
+    status.textContent = `${name}${family}: ` +
+                         `${shape}${data.seconds == null ? "" : `; ${data.seconds.toFixed(2)} s`}`;
     renderDecoding(panel, data);
     const select = q(panel, ".map");
     select.replaceChildren(...data.maps.map(m => el("option", {value: m.key}, m.title)));
@@ -639,9 +669,28 @@ function setupPanel(panel, index) {
   q(panel, `.views button[data-view="heatmap"]`).classList.add("active");
 }
 
+// embedded: one panel, no form, the exploration shown at once; inside an iframe (a notebook's output) the frame
+// follows the page's height (a srcdoc frame is of its parent's origin; elsewhere its fixed height stays)
+async function showEmbedded(panels) {
+  for (const e of [document.querySelector("header"), document.getElementById("form"), document.querySelector("footer"),
+                   ...panels.slice(1)]) e.hidden = true;
+  document.body.classList.add("embedded");
+  setupPanel(panels[0], 0);
+  q(panels[0], ".controls").hidden = true;
+  const fit = () => {
+    try {
+      if (window.frameElement) window.frameElement.style.height = `${document.documentElement.offsetHeight + 8}px`;
+    } catch (err) { /* a cross-origin host: keep the frame's own height */ }
+  };
+  new ResizeObserver(fit).observe(document.body);
+  await explorePanel(panels[0], "", null);
+  document.body.dataset.ready = "1";
+}
+
 async function main() {
-  MODELS = await (await fetch("/api/models")).json();
+  MODELS = await getModels();
   const panels = [...document.querySelectorAll(".panel")];
+  if (EMBEDDED) { await showEmbedded(panels); return; }
   panels.forEach(setupPanel);
   const m = MODELS[0];
   document.getElementById("limits").textContent =
