@@ -2,7 +2,7 @@
 """Runs the lecture notebooks (notebooks/*.ipynb) top to bottom, and keeps the committed ones free of outputs.
 
     python scripts/run_notebooks.py --quick                      # every notebook, small budgets (what make test runs)
-    python scripts/run_notebooks.py --full --out runs/notebooks  # the lecture budgets, executed copies kept (make notebooks)
+    python scripts/run_notebooks.py --full --out runs/notebooks  # lecture budgets, executed copies (make notebooks)
     python scripts/run_notebooks.py --quick notebooks/03_transformer.ipynb --json times.jsonl
     python scripts/run_notebooks.py --strip                      # remove outputs and execution counts in place
     python scripts/run_notebooks.py --check-stripped             # exit 1 if a notebook holds outputs
