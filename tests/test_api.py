@@ -14,7 +14,7 @@ from attnlab import api
 from attnlab.cli import main
 from attnlab.config import PACKAGED_CONFIGS, resolve_config, to_dict
 from attnlab.errors import AttnlabError
-from attnlab.explore import Exploration
+from attnlab.views import Exploration
 from attnlab.translate import Translator
 from conftest import tiny_experiment
 

@@ -15,9 +15,9 @@ import torch
 from attnlab.decomposable import DecomposableAttention, DecomposableConfig
 from attnlab.errors import AttnlabError
 from attnlab.translate import DecodeConfig
-from attnlab.explore import (attention_exploration, attention_rollout, explore_generation, explore_pair,
-                             explore_translation, exploration_html, explorer_page, merge_words, neuron_payload,
-                             summary, weights_payload, word_groups, word_labels)
+from attnlab.explore import attention_rollout, explore_generation, explore_pair, explore_translation
+from attnlab.views import (attention_exploration, exploration_html, explorer_page, merge_words, neuron_payload, summary,
+                           weights_payload, word_groups, word_labels)
 from attnlab.lm import LMModelConfig, TransformerLM
 from attnlab.pairs import ParaphraseConfig
 from attnlab.tokenizers import CharTokenizer, TokenizerPair

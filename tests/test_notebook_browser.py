@@ -1,6 +1,6 @@
 """The inline explorer in a notebook exported to HTML, in a real headless Chromium: a notebook whose cells compute
 attention with torch.nn.MultiheadAttention (fixed seed, given tokens) and display
-`attnlab.explore.attention_exploration(...)` (the `_repr_html_` route) is executed with nbclient, exported with
+`attnlab.views.attention_exploration(...)` (the `_repr_html_` route) is executed with nbclient, exported with
 nbconvert's HTMLExporter and opened from disk; inside each output's iframe the heatmap has rows x columns cells
 equal to the token counts with the tensor's weights (each head, two layers, the word toggle), PNG and SVG export
 make files, the model view has layers x heads thumbnails, the head view one line per token pair and head, the
@@ -67,20 +67,21 @@ with torch.no_grad():
 cross_w = cross_w[0]  # (H, R, C)
 """
 SHOW = """\
+import attnlab
 from IPython.display import display
-from attnlab.explore import attention_exploration
-display(attention_exploration(weights, tokens, title="self-attention"))
-display(attention_exploration(cross_w, src_tokens, tgt_tokens, title="cross-attention"))
+from attnlab.views import attention_exploration
+attnlab.show(weights, tokens, title="self-attention")  # the public call, like bertviz's head_view
+display(attention_exploration(cross_w, src_tokens, tgt_tokens, title="cross-attention"))  # _repr_html_
 """
 MINILM = """\
-import torch
-from attnlab.explore import attention_exploration, encoder_self_attention
+import attnlab, torch
+from attnlab.explore import encoder_self_attention
 from attnlab.pretrained import load_minilm
 encoder, tokenizer = load_minilm()
 encoded = tokenizer.tok.encode("The cat sat on the mat because it was tired.")
 with torch.no_grad():  # (6 layers, 12 heads, T, T)
     weights = encoder_self_attention(encoder.embeddings(torch.tensor([encoded.ids])), encoder.layers)
-attention_exploration(weights, encoded.tokens, title="all-MiniLM-L6-v2 self-attention")
+attnlab.show(weights, encoded.tokens, title="all-MiniLM-L6-v2 self-attention")
 """
 
 

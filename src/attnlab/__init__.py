@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 from attnlab.api import ConfigInfo, Run, config_path, configs, corpus, load, show, train  # noqa: E402
 from attnlab.errors import AttnlabError  # noqa: E402
-from attnlab.explore import Exploration  # noqa: E402
+from attnlab.views import Exploration  # noqa: E402
 
 __all__ = ["AttnlabError", "ConfigInfo", "Exploration", "Run", "config_path", "configs", "corpus", "load", "show",
            "train", "__version__"]

@@ -26,7 +26,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from attnlab import explore
+from attnlab import views
+from attnlab.explore import explore_run
 from attnlab.config import PACKAGED_CONFIGS, apply_overrides, packaged_configs, read_config_file, resolve_config
 from attnlab.corpus import normalize
 from attnlab.errors import AttnlabError
@@ -229,15 +230,15 @@ class Run:
         return texts[0] if one else texts
 
     def explore(self, sentence: str, sentence_b: str | None = None, beam: int | None = None,
-                max_new: int = 40) -> explore.Exploration:
-        """Every attention map of one input (`attnlab.explore.Exploration`, what `attnlab serve` shows): the
+                max_new: int = 40) -> views.Exploration:
+        """Every attention map of one input (`attnlab.views.Exploration`, what `attnlab serve` shows): the
         translation of a sentence (beam: the run's by default), a language model's greedy continuation of a
         prompt (max_new tokens), or a sentence pair (sentence_b). In a notebook it displays the explorer."""
         text = normalize(sentence)
         if not text and self.family != "lm":
             raise AttnlabError("the sentence is empty")
         second = normalize(sentence_b) if sentence_b is not None else None
-        return explore.explore_run(self.loaded, text, second, beam, max_new, self._explorer)
+        return explore_run(self.loaded, text, second, beam, max_new, self._explorer)
 
     def generate(self, prompt: str = "", num: int = 1, max_len: int | None = None,
                  temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
@@ -358,19 +359,21 @@ def _is_data_file(path: Path) -> bool:
 
 # ---------------------------------------------------------------------------------------------- show
 def show(attention: Any, src_tokens: Sequence[str] | None = None, tgt_tokens: Sequence[str] | None = None, *,
-         title: str = "attention", out: Path | str | None = None) -> Path | None:
+         title: str = "attention", scheme: str | None = None, out: Path | str | None = None) -> Path | None:
     """Shows attention in the explorer (heatmap, model, head and neuron views), inline in a notebook, like
     bertviz's head_view: an `attnlab.Exploration` (from `run.explore`), or any attention you computed, shaped
     (R, C), (H, R, C), (L, H, R, C) or a Hugging Face tuple over layers of (1, H, R, C), with its source tokens
-    (the columns) and target tokens (the rows; None: self-attention over src_tokens). out: write the page as a
-    standalone HTML file instead (returns its path); outside a notebook `out` is needed."""
-    if isinstance(attention, explore.Exploration):
+    (the columns) and target tokens (the rows; None: self-attention over src_tokens); scheme: how pieces join
+    into words for the word toggle ("sentencepiece", "wordpiece", "char"; default: from the tokens). out: write
+    the page as a standalone HTML file instead (returns its path); outside a notebook `out` is needed."""
+    if isinstance(attention, views.Exploration):
         ex = attention
     else:
         if src_tokens is None:
             raise AttnlabError("show(attention, src_tokens, tgt_tokens): give the tokens of the attention's columns")
-        ex = explore.attention_exploration(attention, list(src_tokens),
-                                           None if tgt_tokens is None else list(tgt_tokens), title=title)
+        ex = views.attention_exploration(attention, list(src_tokens),
+                                           None if tgt_tokens is None else list(tgt_tokens), title=title,
+                                           scheme=scheme)
     if out is not None:
         out = Path(out)
         ex.save_html(out)

@@ -26,7 +26,7 @@ from attnlab.config import MAX_BEAM, MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SEED, M
 from attnlab.corpus import bible_corpus, cache_dir, corpus_stats, file_corpus, format_stats, normalize
 from attnlab.errors import AttnlabError
 from attnlab.experiment import format_seq2seq_eval, prepare_corpus
-from attnlab.explore import format_decoding, write_views
+from attnlab.views import format_decoding, write_views
 from attnlab.families import load_family_config
 from attnlab.fileio import atomic_write_text, make_dirs, read_json, read_lines
 from attnlab.logs import setup_logging

@@ -53,7 +53,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from attnlab import explore
+from attnlab import views
 from attnlab.api import Run, load
 from attnlab.corpus import normalize
 from attnlab.errors import AttnlabError
@@ -159,7 +159,7 @@ class ServedModel:
                                f"{self.info.max_src_tokens}")
         return sum(lengths)
 
-    def explore(self, items: list[tuple[str, str | None, int, int]]) -> list[explore.Exploration]:
+    def explore(self, items: list[tuple[str, str | None, int, int]]) -> list[views.Exploration]:
         """Explorations of (sentence, sentence_b, beam, max_new) items, one at a time."""
         return [self.run.explore(sentence, sentence_b, beam, max_new) for sentence, sentence_b, beam, max_new in items]
 
@@ -293,10 +293,10 @@ class Explorations:
 
     def __init__(self, size: int = MAX_EXPLORATIONS) -> None:
         self.size = size
-        self._items: collections.OrderedDict[str, explore.Exploration] = collections.OrderedDict()
+        self._items: collections.OrderedDict[str, views.Exploration] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def add(self, ex: explore.Exploration) -> str:
+    def add(self, ex: views.Exploration) -> str:
         eid = secrets.token_hex(8)
         with self._lock:
             self._items[eid] = ex
@@ -304,7 +304,7 @@ class Explorations:
                 self._items.popitem(last=False)
         return eid
 
-    def get(self, eid: str) -> explore.Exploration:
+    def get(self, eid: str) -> views.Exploration:
         with self._lock:
             ex = self._items.get(eid)
         if ex is None:
@@ -415,7 +415,7 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
         except AttnlabError as e:  # too many tokens, no sentence_b for a pair model
             raise HTTPException(422, str(e)) from None
         return JSONResponse({"id": store.add(ex), "model": req.model, "kind": served.info.kind,
-                             "sentence": sentence, "sentence_b": sentence_b, "beam": beam, **explore.summary(ex),
+                             "sentence": sentence, "sentence_b": sentence_b, "beam": beam, **views.summary(ex),
                              "seconds": time.perf_counter() - t0})
 
     @app.get("/api/explore/{eid}/weights", responses={404: {"description": "unknown or expired exploration id"},
@@ -424,7 +424,7 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
                     words: bool = False) -> JSONResponse:
         """One layer of one map: weights [head][row][column] rounded to 4 decimals; words=true merges pieces."""
         try:
-            return JSONResponse(explore.weights_payload(store.get(eid), map_key, layer, words))
+            return JSONResponse(views.weights_payload(store.get(eid), map_key, layer, words))
         except AttnlabError as e:
             raise HTTPException(422, str(e)) from None
 
@@ -434,7 +434,7 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
                    head: int = 0) -> JSONResponse:
         """One head's query and key vectors (W^Q x, W^K x), pre-softmax scores and weights (the neuron view)."""
         try:
-            return JSONResponse(explore.neuron_payload(store.get(eid), map_key, layer, head))
+            return JSONResponse(views.neuron_payload(store.get(eid), map_key, layer, head))
         except AttnlabError as e:
             raise HTTPException(422, str(e)) from None
 
