@@ -9,7 +9,8 @@
 
 Each notebook runs in a fresh kernel of this interpreter (not whatever "python3" kernel Jupyter would pick), with
 its working directory at notebooks/ and ATTNLAB_QUICK=1 (--quick) or unset (--full) in its environment. The runs a
-notebook trains go to ATTNLAB_NOTEBOOK_RUNS: OUT/runs with --out, else a temporary folder removed afterwards.
+notebook trains go to ATTNLAB_NOTEBOOK_RUNS: OUT/<notebook name>/ with --out (where the notebook, opened in Jupyter
+from notebooks/, puts them too when OUT is runs/notebooks), else a temporary folder removed afterwards.
 One JSON line per notebook (name, mode, seconds, cells, ok, error) is printed and, with --json, written to FILE.
 The exit status is 1 if any notebook fails; the failing cell's source and error are printed.
 """
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--full", action="store_true", help="the lecture budgets (the default)")
     mode.add_argument("--strip", action="store_true", help="remove outputs and execution counts in place, run nothing")
     mode.add_argument("--check-stripped", action="store_true", help="exit 1 if a notebook holds outputs")
-    p.add_argument("--out", type=Path, help="write the executed notebooks here (and the runs they train to OUT/runs)")
+    p.add_argument("--out", type=Path, help="write the executed notebooks here, and the runs they train to OUT/NAME/")
     p.add_argument("--json", type=Path, help="write one JSON line per notebook to this file")
     p.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     args = p.parse_args(argv)
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     tmp = None
     if args.out is not None:
-        runs = args.out / "runs"
+        runs = args.out
     else:
         tmp = tempfile.mkdtemp(prefix="attnlab-notebook-runs-")
         runs = Path(tmp)
