@@ -40,7 +40,7 @@ e2e: $(STAMP)
 # The lecture notebooks (notebooks/*.ipynb) top to bottom with their full budgets; `make test` runs them in quick
 # mode (ATTNLAB_QUICK=1). Executed copies go to runs/notebooks/, the committed notebooks stay without outputs.
 notebooks: $(STAMP) sysdeps
-	$(PY) scripts/run_notebooks.py --full --out runs/notebooks
+	$(PY) scripts/run_notebooks.py --full --out runs/notebooks --json runs/notebooks/timings.jsonl
 
 # The API reference, generated from the docstrings by pdoc, into build/api/ (open build/api/index.html): the
 # public API (`attnlab`, `attnlab.api`) and every module under it.
