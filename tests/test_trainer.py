@@ -453,3 +453,55 @@ def test_a_device_this_machine_or_torch_lacks_is_one_line(monkeypatch, name, mes
                                                                        torch.device("cuda:0")]
     with pytest.raises(AttnlabError, match=message):
         resolve_device(name)
+
+
+@pytest.mark.parametrize("amp, flags, expected", [
+    ("none", {"avx512_bf16"}, None),
+    ("auto", {"avx512f", "avx512_bf16"}, torch.bfloat16),
+    ("auto", {"amx_bf16", "amx_tile"}, torch.bfloat16),
+    ("auto", {"avx512f", "avx2"}, None),  # no native bf16: fp32
+    ("auto", set(), None),  # no /proc/cpuinfo (macOS, Windows): fp32
+    ("bf16", set(), torch.bfloat16),  # forced
+])
+def test_amp_on_the_cpu_follows_its_flags(monkeypatch, amp, flags, expected):
+    from attnlab import trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "cpu_flags", lambda: flags)
+    assert trainer_module.amp_dtype(amp, torch.device("cpu")) == expected
+
+
+def test_fp16_on_the_cpu_is_refused():
+    from attnlab.trainer import amp_dtype
+
+    with pytest.raises(AttnlabError, match="fp16.*CUDA"):
+        amp_dtype("fp16", torch.device("cpu"))
+
+
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+def test_bf16_on_the_cpu_autocasts_the_matrix_products(tiny_tsv, tmp_path, family):
+    """train.amp = bf16 on the CPU runs the model's linear layers in bf16 (it was silently fp32 before), keeps the
+    weights, their gradients and the loss in fp32, and the step's loss and gradients stay close to fp32's."""
+    from attnlab.batching import Seq2SeqDataset, collate_seq2seq
+    from attnlab.experiment import build_model
+
+    data = Seq2SeqDataset([[5, 6, 7], [8, 9], [5, 5, 5, 5], [7]], [[4, 5], [6, 7, 8], [9], [4, 4, 4]])
+    batch = collate_seq2seq([data[i] for i in range(4)])
+    results = {}
+    for amp in ("none", "bf16"):
+        cfg = _tiny_transformer(tiny_tsv, amp=amp) if family == "transformer" else tiny_config(tiny_tsv, amp=amp)
+        torch.manual_seed(0)
+        model = build_model(cfg.model, 12, 12)
+        seen = set()
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.register_forward_hook(lambda mod, inp, out: seen.add(out.dtype))
+        trainer = Trainer(model, cfg.train, data, data, tmp_path / amp)
+        trainer.optimizer.step = lambda: None  # compare the gradients of the same weights
+        trainer.optimizer.zero_grad = lambda set_to_none=True: None
+        loss, _ = trainer.train_step([batch])
+        assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in model.parameters())
+        results[amp] = (loss, seen, torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert results["none"][1] == {torch.float32} and results["bf16"][1] == {torch.bfloat16}
+    assert results["bf16"][0] == pytest.approx(results["none"][0], rel=0.02)  # bf16 has 8 bits of mantissa
+    g32, g16 = results["none"][2], results["bf16"][2]
+    assert torch.nn.functional.cosine_similarity(g32, g16, dim=0) > 0.99

@@ -68,14 +68,14 @@ class TrainConfig:
     log_every: int = 50
     tensorboard: bool = False
     device: str = "auto"  # auto | cpu | cuda | mps
-    amp: str = "none"  # none | bf16 | fp16 (CUDA)
+    amp: str = "none"  # none | auto (bf16 where the device computes it natively) | bf16 | fp16 (CUDA)
     num_threads: int = 0  # CPU threads for torch (0: torch's default)
     compile: bool = False  # torch.compile the model (dynamic shapes; worth it for long GPU runs)
     progress: bool = True  # a progress bar on a terminal; elsewhere one plain line every log_every steps
 
     CHOICES: ClassVar[dict] = {"optimizer": ("adam", "adamw"),
                                "schedule": ("constant", "inverse_sqrt", "noam", "plateau"),
-                               "device": ("auto", "cpu", "cuda", "mps"), "amp": ("none", "bf16", "fp16")}
+                               "device": ("auto", "cpu", "cuda", "mps"), "amp": ("none", "auto", "bf16", "fp16")}
     LIMITS: ClassVar[dict] = {
         "seed": (0, MAX_SEED), "max_steps": (0, MAX_COUNT), "max_epochs": (0, MAX_COUNT),
         "max_minutes": (0.0, 1e7), "max_tokens": (1, 2**24), "pack_length": (0, MAX_LEN), "accum_steps": (1, 2**16),
@@ -140,6 +140,41 @@ def available_devices() -> list[str]:
     if xpu is not None and xpu.is_available():
         devices += [f"xpu:{i}" for i in range(xpu.device_count())]
     return devices
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as Linux reports them (/proc/cpuinfo); empty where it does not."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    line = next((x for x in text.splitlines() if x.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` computes bf16 matrix products natively: a CUDA GPU with bf16 (Ampere or later), a CPU
+    with AVX512_BF16 or AMX-BF16 (detected from the CPU's flags, not guessed from its name). Elsewhere bf16
+    autocast runs, but through conversions that make it slower than fp32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+    return False
+
+
+def amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of train.amp on `device` (None: fp32). "auto": bf16 where `native_bf16`, else fp32;
+    "bf16": bf16 on CUDA or the CPU; "fp16": CUDA only (with a gradient scaler)."""
+    if amp == "none" or (amp == "auto" and not native_bf16(device)):
+        return None
+    if device.type not in ("cuda", "cpu"):
+        if amp == "auto":
+            return None
+        raise AttnlabError(f"train.amp = {amp!r} runs on CUDA or the CPU, not {device.type}; use none")
+    if amp == "fp16" and device.type != "cuda":
+        raise AttnlabError("train.amp = 'fp16' needs a CUDA GPU (and a gradient scaler); on the CPU use bf16 or auto")
+    return torch.float16 if amp == "fp16" else torch.bfloat16
 
 
 def resolve_device(name: str) -> torch.device:
@@ -358,8 +393,11 @@ class Trainer:
         fused = {"fused": True} if self.device.type == "cuda" else {}
         self.optimizer = opt_cls(optimizer_groups(self.raw_model, cfg.weight_decay), lr=cfg.lr,
                                  betas=(cfg.adam_beta1, cfg.adam_beta2), **fused)
-        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.amp)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp == "fp16" and self.device.type == "cuda")
+        self.amp_dtype = amp_dtype(cfg.amp, self.device)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        if self.is_main and cfg.amp != "none":
+            log.info("precision: %s autocast on %s (train.amp = %s)", {torch.bfloat16: "bf16", torch.float16: "fp16",
+                     None: "fp32, no"}[self.amp_dtype], self.device.type, cfg.amp)
         self.state = TrainerState()
         self.tb = self._tensorboard_writer()
         self._t_start = time.perf_counter()
@@ -392,8 +430,9 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------ steps
     def _autocast(self):
-        enabled = self.amp_dtype is not None and self.device.type == "cuda"
-        return torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=enabled)
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def current_lr(self) -> float:
         lr = self.cfg.lr * lr_factor(self.cfg, self.state.step + 1, self.d_model) * self.state.lr_scale
