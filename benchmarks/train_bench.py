@@ -7,12 +7,15 @@ The batches are the trainer's own: the config's corpus and tokenizer, `TokenBudg
 train.max_tokens (length-bucketed), collated by `collate_seq2seq`. The variants run the same batches in turn, step
 by step, so machine noise hits all alike. Reported per variant: real target tokens/s (padding excluded), the
 padding fraction of the batches, FLOPs counted with `torch.utils.flop_counter` on the real shapes and the achieved
-TFLOP/s (MFU when --peak-tflops is given), peak memory (CUDA only). With --pack, attnlab also runs on packed
+TFLOP/s and the MFU: the achieved FLOP/s as a fraction of the device's peak for the variant's precision, either
+given (--peak-tflops) or measured here (`matmul_peak`: the best fp32 and bf16 matrix-product FLOP/s this machine
+reaches at the model's own shapes, batch tokens x d_model x d_ff, x vocab, ..., and at 2048^3), peak memory (CUDA
+only). --amp both runs every variant in fp32 and under bf16 autocast, side by side. With --pack, attnlab also runs on packed
 batches (`train.pack`: several sentences per row with per-sentence masks, `PackedBatchSampler` under the same
 token budget): other batches than the bucketed ones, so each variant reports its own real tokens and padding.
 
     python benchmarks/train_bench.py [--config configs/bible-transformer-small.toml] [--steps 30] [--compile]
-        [--pack] [--device cuda --amp bf16 --peak-tflops 989] [--json docs/results/issue11_train_bench_cpu.json]
+        [--pack] [--amp none|bf16|fp16|both] [--device cuda --peak-tflops 989] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -53,6 +56,29 @@ def real_batches(cfg, n: int, max_tokens: int, seed: int = 0, pack_length: int =
     return batches, toks.tgt.vocab_size
 
 
+def matmul_peak(dtype: torch.dtype, shapes: list[tuple[int, int, int]], device: torch.device,
+                seconds: float = 0.5) -> dict[str, float]:
+    """TFLOP/s of (m x k) @ (k x n) products in `dtype` on `device`, for each (m, k, n), each timed for about
+    `seconds` after a warm-up: what this machine's matrix units reach at these shapes."""
+    out = {}
+    for m, k, n in shapes:
+        a = torch.randn(m, k, device=device).to(dtype)
+        b = torch.randn(k, n, device=device).to(dtype)
+        for _ in range(3):
+            a @ b
+        iters, t0 = 0, time.perf_counter()
+        while True:
+            a @ b
+            iters += 1
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            elapsed = time.perf_counter() - t0
+            if elapsed >= seconds and iters >= 3:
+                break
+        out[f"{m}x{k}x{n}"] = round(2 * m * k * n * iters / elapsed / 1e12, 4)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="configs/bible-transformer-small.toml")
@@ -60,12 +86,14 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=30, help="measured steps per variant")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=0, help="token budget of a batch (default: the config's)")
-    ap.add_argument("--amp", choices=("none", "bf16", "fp16"), default="none")
+    ap.add_argument("--amp", choices=("none", "bf16", "fp16", "both"), default="none",
+                    help="autocast precision of the variants; both: each variant in fp32 and in bf16")
     ap.add_argument("--compile", action="store_true", help="also torch.compile both models (dynamic shapes)")
     ap.add_argument("--pack", action="store_true", help="also attnlab on packed batches (train.pack)")
     ap.add_argument("--pack-length", type=int, default=0, help="tokens per packed row (0: the longest example)")
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--peak-tflops", type=float, default=0.0, help="the device's peak dense TFLOP/s: prints MFU")
+    ap.add_argument("--peak-tflops", type=float, default=0.0,
+                    help="the device's peak dense TFLOP/s for the precision run (default: measured, `matmul_peak`)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.threads:
@@ -78,26 +106,35 @@ def main() -> int:
     bucketed, vocab = real_batches(cfg, n, max_tokens)
     packed = real_batches(cfg, n, max_tokens, pack_length=args.pack_length)[0] if args.pack else []
     bucketed, packed = [b.to(device) for b in bucketed], [b.to(device) for b in packed]
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
+    precisions = {"none": [None], "bf16": [torch.bfloat16], "fp16": [torch.float16],
+                  "both": [None, torch.bfloat16]}[args.amp]
+    label = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
     torch.manual_seed(0)
     ours = TransformerSeq2Seq(vocab, vocab, tcfg).to(device)
     torch.manual_seed(0)
     theirs = TorchTransformerMT(vocab, tcfg).to(device)
-    variants = {"attnlab eager": ours, "torch.nn.Transformer eager": theirs}
+    base_variants = {"attnlab eager": ours, "torch.nn.Transformer eager": theirs}
     if args.pack:
-        variants["attnlab eager packed"] = ours
+        base_variants["attnlab eager packed"] = ours
     if args.compile:
-        variants["attnlab compiled"] = torch.compile(ours, dynamic=True)
-        variants["torch.nn.Transformer compiled"] = torch.compile(theirs, dynamic=True)
+        base_variants["attnlab compiled"] = torch.compile(ours, dynamic=True)
+        base_variants["torch.nn.Transformer compiled"] = torch.compile(theirs, dynamic=True)
         if args.pack:
-            variants["attnlab compiled packed"] = torch.compile(ours, dynamic=True)
-    batches = {name: packed if name.endswith("packed") else bucketed for name in variants}
+            base_variants["attnlab compiled packed"] = torch.compile(ours, dynamic=True)
+    # every variant in each precision: "attnlab eager" (the first precision) and "attnlab eager bf16"
+    variants, dtypes = {}, {}
+    for i, dt in enumerate(precisions):
+        for name, model in base_variants.items():
+            full = name if i == 0 else f"{name} {label[dt]}"
+            variants[full], dtypes[full] = model, dt
+    batches = {name: packed if "packed" in name else bucketed for name in variants}
     fused = {"fused": True} if device.type == "cuda" else {}
     optims = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, **fused) for name, m in variants.items()}
 
     def step(name, b):
         model = variants[name]
+        dtype = dtypes[name]
         segments = () if b.src_segments is None else (b.src_segments, b.tgt_segments)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             logits = model(b.src, b.src_lengths, b.tgt_in, *segments)  # (B, T, V)
@@ -115,7 +152,7 @@ def main() -> int:
                 for b in batches[name][args.warmup:]:
                     step(name, b)
             flops[name] = counter.get_total_flops()
-    for name in list(variants):
+    for name in list(variants):  # a compiled variant computes the FLOPs of its eager twin
         flops.setdefault(name, flops[name.replace("compiled", "eager")])
     seconds = {name: 0.0 for name in variants}
     t_compile = {}
@@ -139,22 +176,32 @@ def main() -> int:
             seconds[name] += time.perf_counter() - t0
     if device.type == "cuda":
         peak["all variants"] = torch.cuda.max_memory_allocated() / 2**30
+    tokens = sum(int(b.num_tgt_tokens) for b in bucketed) // max(len(bucketed), 1)  # target tokens of a batch
+    d, ff = tcfg.d_model, tcfg.d_ff
+    shapes = [(tokens, d, ff), (tokens, ff, d), (tokens, d, vocab), (tokens, d, d), (2048, 2048, 2048)]
+    peaks = {}
+    for dt in precisions:
+        if args.peak_tflops:
+            peaks[label[dt]] = {"given": args.peak_tflops, "peak": args.peak_tflops}
+        else:
+            measured = matmul_peak(dt or torch.float32, shapes, device)
+            peaks[label[dt]] = {**measured, "peak": max(measured.values())}
     base = seconds["torch.nn.Transformer eager"]
     result = {"config": args.config, "device": str(device), "cpu": platform.processor() or platform.machine(),
               "threads": torch.get_num_threads(), "torch": torch.__version__, "amp": args.amp,
               "dims": {k: getattr(tcfg, k) for k in ("d_model", "h", "d_ff", "enc_layers", "dec_layers", "norm")},
-              "vocab": vocab, "max_tokens": max_tokens, "steps": args.steps,
+              "vocab": vocab, "max_tokens": max_tokens, "steps": args.steps, "matmul_tflops": peaks,
               "peak_memory_gib": {k: round(v, 2) for k, v in peak.items()}, "variants": {}}
     for name, s in seconds.items():
         measured = batches[name][args.warmup:]
         real = sum(int((b.tgt_out != PAD_ID).sum()) for b in measured)
-        row = {"batching": "packed" if name.endswith("packed") else "bucketed", "real_target_tokens": real,
+        row = {"precision": label[dtypes[name]], "batching": "packed" if "packed" in name else "bucketed",
+               "real_target_tokens": real,
                "padding_fraction": round(padding_fraction(measured), 4),
                "seconds": round(s, 3), "target_tokens_per_s": round(real / s, 1),
                "tflops_per_s": round(flops[name] / s / 1e12, 4), "speed_vs_torch_eager": round(base / s, 3),
                "warmup_s": round(t_compile[name], 1)}
-        if args.peak_tflops:
-            row["mfu"] = round(flops[name] / s / 1e12 / args.peak_tflops, 4)
+        row["mfu"] = round(flops[name] / s / 1e12 / peaks[label[dtypes[name]]]["peak"], 4)
         result["variants"][name] = row
     print(json.dumps(result, indent=1))
     if args.json:
