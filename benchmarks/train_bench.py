@@ -10,8 +10,8 @@ padding fraction of the batches, FLOPs counted with `torch.utils.flop_counter` o
 TFLOP/s and the MFU: the achieved FLOP/s as a fraction of the device's peak for the variant's precision, either
 given (--peak-tflops) or measured here (`matmul_peak`: the best fp32 and bf16 matrix-product FLOP/s this machine
 reaches at the model's own shapes, batch tokens x d_model x d_ff, x vocab, ..., and at 2048^3), peak memory (CUDA
-only). --amp both runs every variant in fp32 and under bf16 autocast, side by side. With --pack, attnlab also runs on packed
-batches (`train.pack`: several sentences per row with per-sentence masks, `PackedBatchSampler` under the same
+only). --amp both runs every variant in fp32 and under bf16 autocast, side by side. With --pack, attnlab also runs
+on packed batches (`train.pack`: several sentences per row with per-sentence masks, `PackedBatchSampler` under the same
 token budget): other batches than the bucketed ones, so each variant reports its own real tokens and padding.
 
     python benchmarks/train_bench.py [--config configs/bible-transformer-small.toml] [--steps 30] [--compile]
