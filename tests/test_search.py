@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.search import (Hypothesis, beam_init, beam_search, beam_step, greedy_search, length_penalty,
-                            max_output_length, select_batch)
+                            max_output_length, select_batch, trace_tokens)
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
 V, SRC_V = 6, 7  # target vocabulary: PAD, BOS, EOS and 3 real tokens
@@ -296,3 +296,71 @@ def test_invalid_arguments():
         greedy_search(model, src, lengths, torch.tensor([3, 0, 1, 1]))
     with pytest.raises(ValueError, match="max_len"):
         greedy_search(model, src, lengths, torch.tensor([3, 2]))
+
+
+# ------------------------------------------------------------------------------------------------ trace
+def _walk(trace, step: int, j: int) -> list[int]:
+    """Tokens of candidate j at `step`, walked back by hand: its parent is the candidate that filled that slot."""
+    tokens = [trace[step].token[j]]
+    while step > 0:
+        parent = trace[step].parent[j]
+        step -= 1
+        (j,) = [i for i, slot in enumerate(trace[step].slot) if slot == parent and trace[step].status[i] == "kept"]
+        tokens.append(trace[step].token[j])
+    return tokens[::-1]
+
+
+def _ends(trace, status: str) -> list[tuple[list[int], float, float]]:
+    return [(_walk(trace, rec.step, j), rec.score[j], rec.log_prob[j]) for rec in trace
+            for j, st in enumerate(rec.status) if st == status]
+
+
+@pytest.mark.parametrize("seed,beam_size,n_best,alpha", [(0, 2, 1, 0.6), (1, 3, 2, 0.0), (2, 5, 5, 1.0),
+                                                         (3, 4, 3, 0.6)])
+def test_trace_is_the_searchs_own_record(seed, beam_size, n_best, alpha):
+    """With a trace the results are bit for bit those without one; the trace's finished hypotheses are the
+    finished ones the search ranked (its n-best, in order), the kept beams' parents rebuild every hypothesis, and
+    each step lists at most 2K candidates, best first, K kept while the sentence runs."""
+    model = MarkovLM(seed, eos_bias=-0.3, heads=2)
+    src, lengths = _batch(seed)
+    limits = torch.tensor([6, 3, 9, 5])
+    plain = beam_search(model, src, lengths, beam_size, limits, alpha, n_best, need_weights=True)
+    trace = []
+    traced = beam_search(model, src, lengths, beam_size, limits, alpha, n_best, need_weights=True, trace=trace)
+    assert len(trace) == 4
+    for b, (x, y) in enumerate(zip(plain, traced)):
+        assert [(h.tokens, h.score, h.log_prob, h.finished) for h in x] == \
+            [(h.tokens, h.score, h.log_prob, h.finished) for h in y]
+        assert all(torch.equal(h.attention, g.attention) for h, g in zip(x, y))
+        steps = trace[b]
+        assert [rec.step for rec in steps] == list(range(len(steps))) and len(steps) <= limits[b]
+        for rec in steps:
+            assert len(rec.token) <= 2 * beam_size and rec.log_prob == sorted(rec.log_prob, reverse=True)
+            kept = sorted(s for s, st in zip(rec.slot, rec.status) if st in ("kept", "unfinished"))
+            assert kept == list(range(len(kept))) and len(kept) <= beam_size
+            assert rec.score == pytest.approx([lp / length_penalty(rec.step + 1, alpha) for lp in rec.log_prob])
+            assert all((tok == EOS_ID) == (st == "finished") for tok, st in zip(rec.token, rec.status)
+                       if st != "pruned")
+            for j in range(len(rec.token)):
+                assert trace_tokens(steps, rec.step, j) == _walk(steps, rec.step, j)
+        finished = sorted(_ends(steps, "finished"), key=lambda e: e[1], reverse=True)
+        unfinished = sorted(_ends(steps, "unfinished"), key=lambda e: e[1], reverse=True)
+        ranked = [(t[:-1], s, lp, True) for t, s, lp in finished] + [(t, s, lp, False) for t, s, lp in unfinished]
+        assert [(h.tokens, h.score, h.log_prob, h.finished) for h in y] == ranked[:n_best]
+        assert all(t[-1] == EOS_ID for t, _, _ in finished)
+
+
+def test_trace_marks_unfinished_at_the_limit_and_pruned_eos():
+    a = 3
+    model = TableLM({BOS_ID: {EOS_ID: 0.5, a: 0.5}, a: {a: 1.0}})  # after a, EOS is impossible
+    trace = []
+    ((done, cut),) = beam_search(model, torch.tensor([[3]]), torch.tensor([1]), 2, 3, length_penalty=0.0, n_best=2,
+                                 trace=trace)
+    (steps,) = trace
+    assert [rec.status for rec in steps] == [["finished", "kept"], ["kept"], ["unfinished"]]
+    assert [rec.token for rec in steps] == [[EOS_ID, a], [a], [a]]
+    assert trace_tokens(steps, 2, 0) == cut.tokens and steps[2].slot == [0]
+    # greedy-like beam 1: an EOS ranked second of 2K is pruned, never finished
+    model = TableLM({BOS_ID: {a: 0.6, EOS_ID: 0.4}, a: {EOS_ID: 1.0}})
+    beam_search(model, torch.tensor([[3]]), torch.tensor([1]), 1, 4, length_penalty=0.0, trace=trace)
+    assert [rec.status for rec in trace[0]] == [["kept", "pruned"], ["finished"]]

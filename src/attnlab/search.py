@@ -23,6 +23,9 @@ Conventions:
   result is then the same as searching to max_len. Stopped sentences keep their rows in the batch, masked
   to -inf, until every sentence is done (simpler than shrinking the batch).
 - Call the model in eval mode; search runs under torch.no_grad().
+- Tracing (``beam_search(..., trace=[])``): the search's own record of every step of every sentence
+  (`TraceStep`: the 2K candidates, the beam each extends, token, scores, and whether it was kept, finished or
+  pruned), written while it prunes. Off by default; with it off, nothing is recorded and the results are the same.
 
 Shape legend: B sentences, K beam size, N = B * K rows, V vocabulary, S source length, t steps so far,
 ``...`` extra attention dims (heads, layers).
@@ -157,6 +160,27 @@ class Beams:
     unfinished: list[list[Hypothesis]]  # alive beams of a sentence that hit its limit: the fallback
     n_best: int
     alpha: float
+    trace: list[list[TraceStep]] | None = None  # per sentence, when tracing
+
+
+@dataclass
+class TraceStep:
+    """Beam search's own record of one sentence at one step: its candidates, the 2K best continuations of the
+    K beams (best first, those with log-prob -inf left out), and what became of each.
+
+    A candidate extends the beam in slot `parent` of the previous step (step 0: the empty hypothesis, slot 0);
+    a kept one fills slot `slot` of this step. status: "kept" (a beam of the next step), "finished" (EOS among
+    the K best: a finished hypothesis), "pruned" (dropped), "unfinished" (kept at the sentence's step limit:
+    a fallback hypothesis without EOS).
+    """
+
+    step: int  # 0-based; a candidate's hypothesis has step + 1 tokens, EOS included
+    parent: list[int]
+    token: list[int]
+    log_prob: list[float]  # raw log P of the hypothesis
+    score: list[float]  # log_prob / lp(step + 1): a finished hypothesis' ranking score
+    status: list[str]
+    slot: list[int]  # -1 unless kept or unfinished
 
 
 class Candidates(NamedTuple):
@@ -213,6 +237,8 @@ def beam_prune(beams: Beams, cand: Candidates, weights: Tensor | None, t: int) -
         beams.finished[b].append(Hypothesis(beams.tokens[row].tolist(), raw / length_penalty(t + 1, beams.alpha),
                                             raw, attention, finished=True))
     alive, pick = cand.scores.masked_fill(is_eos, NEG_INF).topk(K, dim=-1)  # (B, K)
+    if beams.trace is not None:
+        beam_record(beams, cand, pick, t)
     rows = parent.gather(1, pick).view(-1)  # (N,)
     prev = cand.token.gather(1, pick).view(-1)  # (N,)
     beams.tokens = torch.cat([beams.tokens[rows], prev[:, None]], dim=1)  # (N, t + 1)
@@ -222,6 +248,48 @@ def beam_prune(beams: Beams, cand: Candidates, weights: Tensor | None, t: int) -
     beams.scores = alive
     _stop_sentences(beams, t + 1)
     return rows, prev
+
+
+def beam_record(beams: Beams, cand: Candidates, pick: Tensor, t: int) -> None:
+    """Appends step t's `TraceStep` of each sentence with a finite candidate to beams.trace, as `beam_prune`
+    decides: EOS among the first K finishes, the candidates at `pick` (B, K) fill the K slots in order, the
+    rest are pruned; kept ones at the sentence's limit (t + 1) are the unfinished fallbacks."""
+    K = beams.scores.size(1)
+    scores, beam, token, picked = (x.tolist() for x in (cand.scores, cand.beam, cand.token, pick))  # (B, 2K) ...
+    lp = length_penalty(t + 1, beams.alpha)
+    for b, (row_scores, row_beam, row_token) in enumerate(zip(scores, beam, token)):
+        if row_scores[0] == NEG_INF:  # best first: no finite candidate (a stopped sentence)
+            continue
+        slot_of = {j: k for k, j in enumerate(picked[b])}
+        at_limit = t + 1 >= int(beams.limits[b])
+        rec = TraceStep(t, [], [], [], [], [], [])
+        for j, (raw, parent, tok) in enumerate(zip(row_scores, row_beam, row_token)):
+            if raw == NEG_INF:
+                continue
+            if tok == EOS_ID:
+                status, slot = ("finished" if j < K else "pruned"), -1
+            elif j in slot_of:
+                status, slot = ("unfinished" if at_limit else "kept"), slot_of[j]
+            else:
+                status, slot = "pruned", -1
+            for column, value in zip((rec.parent, rec.token, rec.log_prob, rec.score, rec.status, rec.slot),
+                                     (parent, tok, raw, raw / lp, status, slot)):
+                column.append(value)
+        beams.trace[b].append(rec)
+
+
+def trace_tokens(trace: list[TraceStep], step: int, index: int) -> list[int]:
+    """The tokens of candidate `index` of step `step` in one sentence's trace, its own token last (EOS included),
+    found by following its parents back through the slots they filled."""
+    tokens = []
+    for rec in reversed(trace[:step + 1]):
+        assert rec.step == step, f"trace step {rec.step} where {step} was expected"
+        tokens.append(rec.token[index])
+        if step == 0:
+            break
+        parent, step = rec.parent[index], step - 1
+        index = trace[step].slot.index(parent)
+    return tokens[::-1]
 
 
 def _append(history: Tensor | None, weights: Tensor, row: int) -> Tensor:
@@ -268,13 +336,15 @@ def beam_finalize(beams: Beams) -> list[list[Hypothesis]]:
 
 @torch.no_grad()
 def beam_search(model: Any, src: Tensor, src_lengths: Tensor, beam_size: int, max_len: int | Tensor,
-                length_penalty: float = 0.6, n_best: int = 1, need_weights: bool = False
-                ) -> list[list[Hypothesis]]:
+                length_penalty: float = 0.6, n_best: int = 1, need_weights: bool = False,
+                trace: list[list[TraceStep]] | None = None) -> list[list[Hypothesis]]:
     """Beam search over all sentences and beams at once: one model.step on N = B * K rows per step.
 
     Args:
         beam_size: K. length_penalty: GNMT alpha (0: none). n_best: hypotheses returned per sentence.
         max_len: step limit, an int or per sentence (B,) (see `max_output_length`).
+        trace: a list to fill with the search's record, one list of `TraceStep` per sentence (its steps in
+            order); None: nothing recorded.
     Shape: src (B, S), src_lengths (B,) -> B lists of n_best Hypothesis, best first.
     """
     if beam_size < 1:
@@ -282,6 +352,9 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor, beam_size: int, ma
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"need 1 <= n_best ({n_best}) <= beam_size ({beam_size})")
     enc, state, beams = beam_init(model, src, src_lengths, beam_size, max_len, n_best, length_penalty)
+    if trace is not None:
+        trace[:] = [[] for _ in range(src.size(0))]
+        beams.trace = trace
     prev = torch.full((src.size(0) * beam_size,), BOS_ID, dtype=torch.long, device=src.device)  # (N,)
     for t in range(int(beams.limits.max())):
         log_probs, state, weights = model.step(prev, state, enc, need_weights)  # (N, V)

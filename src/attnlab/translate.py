@@ -13,7 +13,7 @@ from torch import nn
 from attnlab.batching import pad_sequences
 from attnlab.config import MAX_BEAM, MAX_LEN
 from attnlab.errors import AttnlabError
-from attnlab.search import beam_search, greedy_search, max_output_length
+from attnlab.search import TraceStep, beam_search, greedy_search, max_output_length
 from attnlab.tokenizers import EOS_ID, TokenizerPair
 
 
@@ -58,6 +58,7 @@ class Translation:
     src_tokens: list[str]  # source pieces incl. the final </s> (the attention's columns)
     tgt_tokens: list[str]  # output pieces, + </s> if the search finished it (the attention's rows)
     attention: torch.Tensor | None  # (len(tgt_tokens), ..., len(src_tokens)) when requested
+    trace: list[TraceStep] | None = None  # beam search's record of the sentence's steps (shared by its n-best)
 
 
 class Translator:
@@ -75,8 +76,9 @@ class Translator:
 
     @torch.no_grad()
     def translate(self, sentences: list[str], beam_size: int | None = None, n_best: int = 1,
-                  need_weights: bool = False) -> list[list[Translation]]:
-        """n_best translations per sentence, in input order. beam_size 1 is greedy search."""
+                  need_weights: bool = False, trace: bool = False) -> list[list[Translation]]:
+        """n_best translations per sentence, in input order. beam_size 1 is greedy search. trace: each
+        translation carries beam search's record of its sentence (`attnlab.search.TraceStep`; greedy: None)."""
         beam = self.decode.beam_size if beam_size is None else beam_size
         if beam < 1 or n_best < 1 or n_best > beam:
             raise AttnlabError(f"need 1 <= n_best ({n_best}) <= beam size ({beam})")
@@ -88,16 +90,17 @@ class Translator:
             src = pad_sequences([ids[i] for i in chunk]).to(self.device)  # (B, S)
             lengths = torch.tensor([len(ids[i]) for i in chunk], device=self.device)  # (B,)
             limit = max_output_length(lengths, self.decode.max_len_ratio, self.decode.max_len_offset)
+            traces: list[list[TraceStep]] | None = [] if trace and beam > 1 else None
             if beam == 1:
                 hyps = greedy_search(self.model, src, lengths, limit, need_weights=need_weights)
             else:
                 hyps = beam_search(self.model, src, lengths, beam, limit, self.decode.length_penalty, n_best,
-                                   need_weights=need_weights)
-            for i, nbest in zip(chunk, hyps):
-                results[i] = [self._translation(ids[i], h) for h in nbest]
+                                   need_weights=need_weights, trace=traces)
+            for b, (i, nbest) in enumerate(zip(chunk, hyps)):
+                results[i] = [self._translation(ids[i], h, None if traces is None else traces[b]) for h in nbest]
         return results
 
-    def _translation(self, src_ids: list[int], hyp) -> Translation:
+    def _translation(self, src_ids: list[int], hyp, trace: list[TraceStep] | None = None) -> Translation:
         src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
         attention = None
         if hyp.attention is not None:
@@ -105,7 +108,7 @@ class Translator:
         return Translation(text=tgt_tok.decode(hyp.tokens), score=hyp.score,
                            src_tokens=[src_tok.id_to_piece(i) for i in src_ids],
                            tgt_tokens=[tgt_tok.id_to_piece(i) for i in hyp.tokens] + (["</s>"] if hyp.finished else []),
-                           attention=attention)
+                           attention=attention, trace=trace)
 
 
 class CTranslate2Translator:
