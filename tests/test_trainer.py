@@ -195,6 +195,25 @@ def test_torchrun_two_processes(tiny_tsv, tmp_path):
     assert [r["step"] for r in logs if "dev_loss" in r] == [5, 10]
 
 
+def test_procs_two_is_the_torchrun_line(tiny_tsv, tmp_path):
+    """`attnlab train CONFIG --procs 2` starts the two gloo ranks itself: the same weights, bit for bit, as the
+    documented torchrun line, and a resumed run continues under --procs too."""
+    from safetensors.torch import load_file
+
+    cfg = _ddp_config(tiny_tsv, tmp_path / "ddp.toml", max_steps=6, eval_every=3)
+    done = _torchrun(cfg, tmp_path / "torchrun")
+    assert done.returncode == 0, done.stderr[-2000:]
+    done = _cli("train", str(cfg), "--out", str(tmp_path / "procs"), "--procs", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "starting 2 training processes" in done.stderr and done.stderr.count("stopped after 6 steps") == 1
+    name = "checkpoints/step_00000006.safetensors"
+    a, b = load_file(str(tmp_path / "torchrun" / name)), load_file(str(tmp_path / "procs" / name))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    done = _cli("train", "--resume", str(tmp_path / "procs"), "--procs", "2", "--set", "train.max_steps=9")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "procs" / "checkpoints" / "step_00000009.safetensors").is_file()
+
+
 @pytest.mark.parametrize("key,value", [("eval_every", 0), ("max_tokens", 0), ("accum_steps", 0), ("max_steps", -1),
                                        ("label_smoothing", 1.0)])
 def test_train_config_rejects_bad_values_by_name(key, value):

@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +42,7 @@ from attnlab.store import format_store_stats
 from attnlab.study import compare, format_comparison
 from attnlab.tokenizers import cached_tokenizers, save_tokenizers
 from attnlab.trainer import read_metrics, resolve_device
-from attnlab.workflow import export_run, summary
+from attnlab.workflow import export_run, run_config, summary
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 NESTED_COMMANDS = ("data", "paraphrase", "plot")  # commands with sub-commands of their own
@@ -52,6 +53,7 @@ MAX_SUMMARY_LEN = 4096  # summary --src-len/--tgt-len: a dummy batch
 MAX_CHARS = 10**6  # serve --max-chars
 MAX_CONNECTIONS = 10**6  # serve --max-connections
 MAX_SEEDS = 1000  # series --seeds
+MAX_PROCS = 1024  # train --procs
 # Set (to anything but "" or "0") to let an unexpected exception propagate with its traceback instead of the
 # one-line internal error: the test suite sets it so that every internal error fails the test that caused it.
 RAISE_INTERNAL = "ATTNLAB_RAISE_INTERNAL"
@@ -126,12 +128,15 @@ def cmd_data_paraphrase(args: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------------------------------------- runs
 def cmd_train(args: argparse.Namespace) -> None:
-    """Any family: the config (or the resumed run) says which."""
+    """Any family: the config (or the resumed run) says which. --procs N: N data-parallel processes."""
 
     if args.resume:
         run_dir = args.out or args.config  # `attnlab train --resume RUN_DIR`
         if run_dir is None:
             raise AttnlabError("--resume needs the run directory: attnlab train --resume RUN_DIR")
+        if args.procs > 1:
+            threads = run_config(run_dir)[1].get("train", {}).get("num_threads", 0)
+            return _train_ranks(args.procs, ["--resume", str(run_dir)], args.set, threads)
         api.train(None, run_dir, resume=True, overrides=args.set)
         return
     if args.config is None:
@@ -141,8 +146,27 @@ def cmd_train(args: argparse.Namespace) -> None:
     if getattr(args, "require_family", None) and family.name != args.require_family:
         raise AttnlabError(f"{args.config} is a {family.title} config, not a paraphrase one; use attnlab train")
     out = args.out or Path("runs") / name
-    api.train(cfg, out)
+    if args.procs > 1:
+        _train_ranks(args.procs, [str(args.config), "--out", str(out)], args.set, cfg.train.num_threads)
+    else:
+        api.train(cfg, out)
     print(f"run directory: {out}")
+
+
+def _train_ranks(procs: int, train_args: list[str], sets: list[str], threads: int) -> None:
+    """`attnlab train ... --procs N` on one machine: N data-parallel ranks under torchrun (gloo on the CPU, one
+    GPU each with CUDA; the same update as one process with all their batches), each given cores / N torch
+    threads unless the config sets train.num_threads."""
+    if os.environ.get("LOCAL_RANK") is not None:
+        raise AttnlabError("--procs starts its own processes; under torchrun leave it out")
+    if not threads and not any(s.split("=", 1)[0].strip() == "train.num_threads" for s in sets):
+        sets = [*sets, f"train.num_threads={max(1, (os.cpu_count() or 1) // procs)}"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
+           "-m", "attnlab.cli", "train", *train_args, *(x for s in sets for x in ("--set", s))]
+    print(f"starting {procs} training processes: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+    rc = subprocess.call(cmd)
+    if rc != 0:
+        raise AttnlabError(f"the {procs} training processes exited with status {rc} (their messages are above)")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -333,7 +357,7 @@ def cmd_plot_explore(args: argparse.Namespace) -> None:
     sentence, sentence_b = normalize(args.sentence), normalize(args.sentence_b or "") or None
     if not sentence:
         raise AttnlabError("--sentence is empty")
-    if args.layer == 0 or args.query < 1:
+    if args.layer == 0 or (args.query is not None and args.query < 1):
         raise AttnlabError("--layer and --query count from 1 (--layer -1: the last layer)")
     head = args.head
     if head != "mean":
@@ -344,7 +368,7 @@ def cmd_plot_explore(args: argparse.Namespace) -> None:
     out = args.out or args.run_dir / "plots" / "explore"
     paths = write_views(ex, out, [k for k in (args.map or "").split(",") if k], args.view.split(","),
                         args.layer - 1 if args.layer > 0 else args.layer, head, args.words,
-                        args.formats, args.query - 1)
+                        args.formats, None if args.query is None else args.query - 1)
     print("\n".join(str(p) for p in paths))
     print(format_decoding(ex), file=sys.stderr)
 
@@ -458,6 +482,10 @@ def _option_groups() -> dict[str, argparse.ArgumentParser]:
     train.add_argument("--out", type=Path, metavar="RUN_DIR", help="run directory (default: runs/<config name>)")
     train.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR where it stopped (only "
                        "its limits may change with --set)")
+    train.add_argument("--procs", type=_int(1, MAX_PROCS), default=1, metavar="N",
+                       help="N data-parallel training processes on this machine (torchrun; gloo on the CPU, a GPU "
+                            "each with CUDA), the cores split among them; the same update as one process "
+                            "(default 1)")
     run = argparse.ArgumentParser(add_help=False, parents=[checkpoint, device])
     run.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     evaluate = argparse.ArgumentParser(add_help=False, parents=[run])
@@ -667,8 +695,9 @@ def build_parser() -> argparse.ArgumentParser:
     pexp.add_argument("--layer", type=_int(-MAX_LAYERS, MAX_LAYERS), default=-1,
                       help="layer of the heatmap, head and neuron views (1..N, -1 = last, default)")
     pexp.add_argument("--head", default="mean", help="head number from 1, or mean (default; the neuron view: 1)")
-    pexp.add_argument("--query", type=_int(1, MAX_LEN), default=1,
-                      help="neuron view: the query token, from 1 (default 1)")
+    pexp.add_argument("--query", type=_int(1, MAX_LEN), default=None,
+                      help="neuron view: the query token, from 1 (default: the last of a causal map such as "
+                           "decoder self-attention, whose first sees one key, else 1)")
     pexp.add_argument("--words", action="store_true", help="merge subword pieces into words")
     pexp.add_argument("--out", type=Path, help="output directory (default RUN_DIR/plots/explore)")
     pexp.add_argument("--formats", type=_formats, default="png", help="comma-separated formats (default png)")
