@@ -238,7 +238,9 @@ class Run:
         if not text and self.family != "lm":
             raise AttnlabError("the sentence is empty")
         second = normalize(sentence_b) if sentence_b is not None else None
-        return explore_run(self.loaded, text, second, beam, max_new, self._explorer)
+        ex = explore_run(self.loaded, text, second, beam, max_new, self._explorer)
+        ex.input = text if second is None else f"{text} / {second}"
+        return ex
 
     def generate(self, prompt: str = "", num: int = 1, max_len: int | None = None,
                  temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,

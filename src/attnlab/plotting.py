@@ -11,6 +11,14 @@ from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_bytes
 
 
+# The browser explorer's palette (static/app.js), so a file and the page it was drawn from look alike: weights on a
+# white-to-blue ramp, signed values (the neuron view's q, k, q x k) red-white-blue, one colour per head.
+ATTENTION_BLUE = "#0d47a1"
+SIGNED_COLORS = ("#b2182b", "#ffffff", "#2166ac")
+HEAD_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+               "#7f7f7f", "#393b79", "#637939")
+
+
 def _pyplot():
     """matplotlib.pyplot on the Agg backend (files only, no display). Imported when a plot is drawn: it costs
     about half a second, which every `attnlab` command (even --help) would pay at start if imported above."""
@@ -20,6 +28,20 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def attention_cmap():
+    """White (weight 0) to the explorer's blue (the largest weight shown)."""
+    from matplotlib.colors import LinearSegmentedColormap  # matplotlib: imported when needed (_pyplot)
+
+    return LinearSegmentedColormap.from_list("attnlab", ["#ffffff", ATTENTION_BLUE])
+
+
+def signed_cmap():
+    """Negative red, zero white, positive blue: the explorer's neuron-view colours."""
+    from matplotlib.colors import LinearSegmentedColormap  # matplotlib: imported when needed (_pyplot)
+
+    return LinearSegmentedColormap.from_list("attnlab_signed", list(SIGNED_COLORS))
 
 
 def plot_bleu_by_length(runs: Mapping[str, Sequence[dict]], path: Path | str, title: str = "") -> Path:
@@ -60,8 +82,9 @@ def clean_piece(piece: str) -> str:
 
 
 def plot_attention(weights, src_labels: Sequence[str], tgt_labels: Sequence[str], path: Path | str,
-                   title: str = "", ax=None, xlabel: str = "source", ylabel: str = "output"):
-    """Heatmap of attention weights: one row per target token, one column per source token.
+                   title: str = "", ax=None, xlabel: str = "source", ylabel: str = "output", vmax: float | None = None):
+    """Heatmap of attention weights: one row per target token, one column per source token, white (0) to blue
+    (vmax; default the largest weight), the browser explorer's palette.
 
     Args:
         weights: (T, S) array-like, rows = target tokens, columns = source tokens.
@@ -69,6 +92,7 @@ def plot_attention(weights, src_labels: Sequence[str], tgt_labels: Sequence[str]
         path: .png / .svg / .pdf (ignored when ax is given).
         ax: draw into this matplotlib Axes (for grids of heads) instead of a new figure.
         xlabel / ylabel: axis titles (e.g. the two sentences of a pair instead of source / output).
+        vmax: the weight drawn darkest (a shared scale for a grid of heads).
     """
     import numpy as np
 
@@ -78,7 +102,8 @@ def plot_attention(weights, src_labels: Sequence[str], tgt_labels: Sequence[str]
     own = ax is None
     if own:
         fig, ax = _pyplot().subplots(figsize=(max(4.0, 0.32 * w.shape[1] + 2), max(3.0, 0.3 * w.shape[0] + 1.5)))
-    im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=max(float(w.max()), 1e-9), aspect="auto")
+    top = max(float(w.max()) if vmax is None else vmax, 1e-9)
+    im = ax.imshow(w, cmap=attention_cmap(), vmin=0.0, vmax=top, aspect="auto")
     ax.set_xticks(range(w.shape[1]), [clean_piece(s) for s in src_labels], rotation=90, fontsize=8)
     ax.set_yticks(range(w.shape[0]), [clean_piece(t) for t in tgt_labels], fontsize=8)
     ax.set_xlabel(xlabel)
@@ -86,7 +111,7 @@ def plot_attention(weights, src_labels: Sequence[str], tgt_labels: Sequence[str]
     if title:
         ax.set_title("\n".join(textwrap.wrap(title, width=max(40, 6 * w.shape[1]))), fontsize=9)
     if own:
-        fig.colorbar(im, ax=ax, fraction=0.03)
+        fig.colorbar(im, ax=ax, fraction=0.03, label="attention weight")
         fig.tight_layout()
         return save_figure(fig, path, dpi=120)
     return im
@@ -116,8 +141,10 @@ def plot_curves(runs: Mapping[str, Sequence[dict]], path: Path | str, keys: Sequ
 
 
 def plot_attention_grid(weights, src_labels: Sequence[str], tgt_labels: Sequence[str], path: Path | str,
-                        titles: Sequence[str], ncols: int = 4, suptitle: str = "") -> Path:
-    """Several heatmaps (e.g. one per head) on one figure. weights: (K, T, S) with K titles."""
+                        titles: Sequence[str], ncols: int = 4, suptitle: str = "", xlabel: str = "source",
+                        ylabel: str = "output") -> Path:
+    """Several heatmaps (e.g. one per head) on one figure, on one shared scale (0 to the largest weight of all)
+    with one colour bar. weights: (K, T, S) with K titles; xlabel / ylabel: the axes' names."""
     import numpy as np
 
     w = np.asarray(weights, dtype=float)
@@ -125,15 +152,18 @@ def plot_attention_grid(weights, src_labels: Sequence[str], tgt_labels: Sequence
     ncols = min(ncols, k)
     nrows = (k + ncols - 1) // ncols
     cell_w, cell_h = max(3.0, 0.25 * w.shape[2] + 1.5), max(2.5, 0.22 * w.shape[1] + 1.2)
-    fig, axes = _pyplot().subplots(nrows, ncols, figsize=(cell_w * ncols, cell_h * nrows), squeeze=False)
+    fig, axes = _pyplot().subplots(nrows, ncols, figsize=(cell_w * ncols + 1, cell_h * nrows), squeeze=False,
+                                   layout="constrained")
+    vmax = float(w.max())
     for i, ax in enumerate(axes.flat):
         if i < k:
-            plot_attention(w[i], src_labels, tgt_labels, path, title=titles[i], ax=ax)
+            im = plot_attention(w[i], src_labels, tgt_labels, path, title=titles[i], ax=ax, xlabel=xlabel,
+                                ylabel=ylabel, vmax=vmax)
         else:
             ax.axis("off")
+    fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.02, label="attention weight (shared scale)")
     if suptitle:
         fig.suptitle("\n".join(textwrap.wrap(suptitle, width=40 * ncols)), fontsize=10)
-    fig.tight_layout()
     return save_figure(fig, path, dpi=110)
 
 
@@ -171,13 +201,15 @@ def save_figure(fig, path: Path | str, dpi: int = 120) -> Path:
 
 
 def plot_head_view(weights, row_labels: Sequence[str], col_labels: Sequence[str], path: Path | str,
-                   head_names: Sequence[str], title: str = "") -> Path:
+                   head_names: Sequence[str], title: str = "", row_name: str = "queries",
+                   col_name: str = "keys") -> Path:
     """The head view (bertviz's): row tokens on the left, column tokens on the right, a line per pair and head
-    with the weight as its opacity, one colour per head.
+    with the weight as its opacity, one colour per head (the explorer's colours).
 
     Args:
         weights: (K, R, C) array-like, K heads (or layers) to draw, each (rows, columns).
         head_names: K legend entries.
+        row_name / col_name: what the two sides are (e.g. "target" / "source"), written above them.
     """
     import numpy as np
 
@@ -188,19 +220,23 @@ def plot_head_view(weights, row_labels: Sequence[str], col_labels: Sequence[str]
     n = max(len(row_labels), len(col_labels))
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, max(3.0, 0.22 * n + 1.2)))
-    colors = plt.get_cmap("tab10")
+    def colors(h: int) -> str:
+        return HEAD_COLORS[h % len(HEAD_COLORS)]
+
     for h in range(w.shape[0]):
         for i in range(w.shape[1]):
             for j in range(w.shape[2]):
                 if w[h, i, j] >= 0.01:  # invisible anyway; keeps long inputs' files small
-                    ax.plot([0, 1], [i, j], color=colors(h % 10), alpha=float(min(w[h, i, j], 1.0)), lw=1.5)
-        ax.plot([], [], color=colors(h % 10), label=head_names[h])
+                    ax.plot([0, 1], [i, j], color=colors(h), alpha=float(min(w[h, i, j], 1.0)), lw=1.5)
+        ax.plot([], [], color=colors(h), label=head_names[h])
     for i, t in enumerate(row_labels):
         ax.text(-0.03, i, clean_piece(t), ha="right", va="center", fontsize=8)
     for j, t in enumerate(col_labels):
         ax.text(1.03, j, clean_piece(t), ha="left", va="center", fontsize=8)
+    ax.text(-0.03, -1.2, row_name, ha="right", va="center", fontsize=8, fontweight="bold")
+    ax.text(1.03, -1.2, col_name, ha="left", va="center", fontsize=8, fontweight="bold")
     ax.set_xlim(-0.6, 1.6)
-    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_ylim(n - 0.5, -1.7)
     ax.axis("off")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, w.shape[0]), frameon=False)
     if title:
@@ -229,12 +265,12 @@ def plot_neuron_view(q, k, scores, key_labels: Sequence[str], path: Path | str, 
                              squeeze=False)
     vmax = max(np.abs(np.concatenate([q, k.ravel()])).max(), 1e-9)
     pmax = max(np.abs(prod).max(), 1e-9)
-    axes[0][0].imshow(q[None, :], cmap="RdBu", vmin=-vmax, vmax=vmax, aspect="auto")
+    axes[0][0].imshow(q[None, :], cmap=signed_cmap(), vmin=-vmax, vmax=vmax, aspect="auto")
     axes[0][0].set_title(f"query q ({clean_piece(query_label)})", fontsize=8)
-    axes[1][0].imshow(k, cmap="RdBu", vmin=-vmax, vmax=vmax, aspect="auto")
+    axes[1][0].imshow(k, cmap=signed_cmap(), vmin=-vmax, vmax=vmax, aspect="auto")
     axes[1][0].set_yticks(range(C), [clean_piece(t) for t in key_labels], fontsize=7)
     axes[1][0].set_title("keys k", fontsize=8)
-    axes[1][1].imshow(prod, cmap="RdBu", vmin=-pmax, vmax=pmax, aspect="auto")
+    axes[1][1].imshow(prod, cmap=signed_cmap(), vmin=-pmax, vmax=pmax, aspect="auto")
     axes[1][1].set_title("q \u00d7 k (elementwise)", fontsize=8)
     axes[1][2].set_ylim(C - 0.5, -0.5)
     axes[1][2].set_xlim(0, 1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -32,6 +33,16 @@ from attnlab.plotting import clean_piece, plot_attention, plot_attention_grid, p
 from attnlab.tokenizers import SPECIALS
 
 SPECIAL_PIECES = frozenset(SPECIALS) | {"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"}
+
+log = logging.getLogger("attnlab")
+
+# What a map's rows and columns are, by its key (a rollout's are its map's): the names of the heatmap's axes and
+# of the head view's two sides, in the browser and in the files. Any other map: queries and keys.
+AXIS_NAMES = {"cross": ("target", "source"), "align": ("target", "source"),
+              "enc_self": ("queries (source)", "keys (source)"), "dec_self": ("queries (target)", "keys (target)"),
+              "a_to_b": ("sentence a", "sentence b"), "b_to_a": ("sentence b", "sentence a"),
+              "intra_a": ("queries (a)", "keys (a)"), "intra_b": ("queries (b)", "keys (b)"),
+              "a_self": ("queries (a)", "keys (a)"), "b_self": ("queries (b)", "keys (b)")}
 
 
 # ---------------------------------------------------------------------------------------------- an exploration
@@ -59,6 +70,17 @@ class AttentionMap:
     @property
     def heads(self) -> int:
         return self.weights.size(1)
+
+    @property
+    def axis_names(self) -> tuple[str, str]:
+        """What the rows and the columns are: ("target", "source") for cross-attention, ("queries (source)",
+        "keys (source)") for encoder self-attention, ("queries", "keys") when the key says nothing more."""
+        return AXIS_NAMES.get(self.key.removesuffix("_rollout"), ("queries", "keys"))
+
+    def default_query(self) -> int:
+        """The neuron view's first query row: the last one of a causal map (the first sees one key, the rest
+        masked), else the first."""
+        return len(self.rows) - 1 if self.causal else 0
 
     def scores(self, layer: int, head: int) -> Tensor:
         """Pre-softmax scores q_i . k_j * scale (R, C) of one head; -inf where the causal mask hides a key."""
@@ -92,6 +114,7 @@ class Exploration:
     score: float | None = None
     nbest: list[tuple[str, float]] = field(default_factory=list)
     choices: list[TokenChoice] = field(default_factory=list)
+    input: str = ""  # the sentence explored (a pair's two joined by " / "), for titles; "" when not known
 
     def _repr_html_(self) -> str:  # Jupyter, JupyterLab, VS Code: the explorer inline
         return exploration_html(self)
@@ -171,11 +194,11 @@ def summary(ex: Exploration) -> dict:
     for m in ex.maps.values():
         rg, cg = word_groups(m.rows, ex.scheme), word_groups(m.cols, ex.scheme)
         maps.append({"key": m.key, "title": m.title, "layers": m.layers, "heads": m.heads, "causal": m.causal,
-                     "neuron": m.q is not None, "rows": [label(p) for p in m.rows], "cols": [label(p) for p in m.cols],
+                     "neuron": m.q is not None, "row_name": m.axis_names[0], "col_name": m.axis_names[1], "rows": [label(p) for p in m.rows], "cols": [label(p) for p in m.cols],
                      "row_words": word_labels(m.rows, rg), "col_words": word_labels(m.cols, cg)})
     choices = [{"piece": c.piece, "label": label(c.piece), "prob": round(c.prob, 4), "generated": c.generated,
                 "top": [{"piece": p, "label": label(p), "prob": round(x, 4)} for p, x in c.top]} for c in ex.choices]
-    return {"family": ex.family, "output": ex.output, "score": ex.score, "scheme": ex.scheme,
+    return {"family": ex.family, "output": ex.output, "input": ex.input, "score": ex.score, "scheme": ex.scheme,
             "nbest": [{"text": t, "score": s} for t, s in ex.nbest], "choices": choices, "maps": maps}
 
 
@@ -212,10 +235,12 @@ VIEWS = ("heatmap", "model", "head", "neuron")
 
 def write_views(ex: Exploration, out: Path, keys: Sequence[str] = (), views: Sequence[str] = VIEWS,
                 layer: int = -1, head: str = "mean", words: bool = False, formats: Sequence[str] = ("png",),
-                query: int = 0) -> list[Path]:
+                query: int | None = None) -> list[Path]:
     """The explorer's views as files (`attnlab plot explore`), OUT/<map>_<view>.<format> for each map in `keys`
     (default: all): heatmap of one layer (one head or the mean), model view (every layer and head), head view
-    (the layer's heads as lines), neuron view (one head, the query token `query`). Returns the paths written."""
+    (the layer's heads as lines), neuron view (one head, the query token `query`; None: the map's
+    `default_query`, the last row of a causal map). Drawn in the browser explorer's palette, axes named by the
+    map (`AttentionMap.axis_names`), titled with the input. Returns the paths written."""
     bad = [v for v in views if v not in VIEWS]
     if bad:
         raise AttnlabError(f"view {bad[0]!r} is not one of {', '.join(VIEWS)}")
@@ -230,30 +255,38 @@ def write_views(ex: Exploration, out: Path, keys: Sequence[str] = (), views: Seq
             rows, cols = word_labels(rows, rg), word_labels(cols, cg)
         w = layer_weights(ex, key, li, words).numpy()  # (H, R, C)
         what = f"layer {li + 1}, " + ("mean of heads" if hi is None else f"head {hi + 1}")
+        row_name, col_name = m.axis_names
+        about = f"{ex.family}: {ex.input!r}, {m.title}" if ex.input else m.title
         for fmt in formats:
             def path(view: str) -> Path:
                 return out / f"{key}_{view}.{fmt.strip()}"
 
             if "heatmap" in views:
                 paths.append(plot_attention(w.mean(0) if hi is None else w[hi], cols, rows, path("heatmap"),
-                                            title=f"{m.title}, {what}", xlabel="keys", ylabel="queries"))
+                                            title=f"{about}, {what}", xlabel=col_name, ylabel=row_name))
             if "model" in views:
                 grid = [layer_weights(ex, key, lay, words).numpy()[h] for lay in range(m.layers)
                         for h in range(m.heads)]
                 names = [f"layer {lay + 1} head {h + 1}" for lay in range(m.layers) for h in range(m.heads)]
                 paths.append(plot_attention_grid(grid, cols, rows, path("model"), names, ncols=m.heads,
-                                                 suptitle=f"{m.title}: every layer and head"))
+                                                 suptitle=f"{about}: every layer and head", xlabel=col_name,
+                                                 ylabel=row_name))
             if "head" in views:
                 heads = range(m.heads) if hi is None else [hi]
                 paths.append(plot_head_view(w[list(heads)], rows, cols, path("head"),
-                                            [f"head {h + 1}" for h in heads], title=f"{m.title}, layer {li + 1}"))
+                                            [f"head {h + 1}" for h in heads], title=f"{about}, layer {li + 1}",
+                                            row_name=row_name, col_name=col_name))
+            if "neuron" in views and m.q is None:
+                log.info("no neuron view of %s: it has no queries and keys (maps that have: %s)", key,
+                         ", ".join(k for k, x in ex.maps.items() if x.q is not None) or "none in this exploration")
             if "neuron" in views and m.q is not None:
                 h = 0 if hi is None else hi
-                i = check_index(query, len(m.rows), "query token")
+                i = check_index(m.default_query() if query is None else query, len(m.rows), "query token")
                 s = m.scores(li, h)[i].double().numpy()
                 s[s == float("-inf")] = float("nan")
                 paths.append(plot_neuron_view(m.q[li, h, i].numpy(), m.k[li, h].numpy(), s, m.cols, path("neuron"),
-                                              m.rows[i], m.scale, f"{m.title}, layer {li + 1}, head {h + 1}"))
+                                              m.rows[i], m.scale, f"{about}, layer {li + 1}, head {h + 1}, "
+                                              f"query {i + 1}"))
     return paths
 
 

@@ -259,7 +259,7 @@ def test_head_view_lines_and_hover(server, browser):
         assert abs(opacity - want[h, i, j]) < 1e-3  # weight as opacity
     i = R // 2
     ActionChains(browser).move_to_element(panel.find_elements(By.CSS_SELECTOR, "text.row-token")[i]).perform()
-    shown = [g for g in panel.find_elements(By.CSS_SELECTOR, "svg.head-view g") if g.is_displayed()]
+    shown = [g for g in panel.find_elements(By.CSS_SELECTOR, "svg.head-view g.lines") if g.is_displayed()]
     assert [g.get_attribute("data-i") for g in shown] == [str(i)]
     assert len(shown[0].find_elements(By.TAG_NAME, "line")) == C * H
     assert "hl" in panel.find_elements(By.CSS_SELECTOR, "text.row-token")[i].get_attribute("class")

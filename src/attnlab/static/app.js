@@ -14,6 +14,7 @@ const HEAD_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c
 const MAX_LINES = 20000;  // head view: above this many lines, weights under MIN_LINE are not drawn
 const MIN_LINE = 0.02;
 const MAX_TABLE_CELLS = 4000;  // larger heatmaps are drawn on a canvas: a 16,000-cell table freezes the page
+const large = () => document.body.classList.contains("large");  // the "large text" switch (projectors)
 
 function el(tag, attrs = {}, text = "") {
   const e = document.createElement(tag);
@@ -101,16 +102,40 @@ function selectedMatrix(panel, heads) {
 function rowMax(row) { return Math.max(1e-9, ...row); }
 
 // ------------------------------------------------------------------------------------------ heatmap
+function axisNames(map) { return [map.row_name || "rows", map.col_name || "columns"]; }
+
+function sharedScale(panel) { return q(panel, ".scale").value === "shared"; }
+
+// the weight drawn darkest: the largest of these matrices (per map), or 1 (shared: every map, layer and head on
+// one scale, weights being probabilities)
+function scaleTop(panel, mats) {
+  return sharedScale(panel) ? 1 : Math.max(1e-9, ...mats.map(w => Math.max(...w.map(rowMax))));
+}
+
+// a colour scale: white (0) to blue (vmax; null: each map's own largest), what it colours, the axes' names
+function legend(panel, vmax, what) {
+  const [rowName, colName] = axisNames(currentMap(panel));
+  const box = el("div", {class: "legend", "data-scale": sharedScale(panel) ? "shared" : "map"});
+  const top = vmax === null ? "its largest" : vmax === 1 ? "1" : vmax.toFixed(3);
+  box.append(el("span", {}, "0"), el("span", {class: "ramp"}), el("span", {}, top),
+             el("span", {class: "note"}, `${what}; rows: ${rowName}, columns: ${colName}`));
+  return box;
+}
+
 async function renderHeatmap(panel, box) {
   const map = currentMap(panel);
   const [rows, cols] = labels(panel, map);
   const w = selectedMatrix(panel, await layerWeights(panel, map.key, Number(q(panel, ".layer").value)));
-  panel.exporter = () => heatmapSVG(w, rows, cols, `${map.title}, ${layerHeadText(panel)}`);
+  const vmax = scaleTop(panel, [w]);
+  panel.exporter = () => heatmapSVG(w, rows, cols, exportTitle(panel, layerHeadText(panel)), vmax, axisNames(map));
+  box.append(legend(panel, vmax, sharedScale(panel) ? "attention weight, shared scale" :
+                                                    "attention weight, scaled to this map's largest"));
+  const strip = q(panel, ".source-strip");
+  cols.forEach((s, j) => strip.append(el("span", {"data-j": j}, s)));
   if (rows.length * cols.length > MAX_TABLE_CELLS) {
-    canvasHeatmap(panel, box, w, rows, cols);
+    canvasHeatmap(panel, box, w, rows, cols, vmax);
     return;
   }
-  const vmax = Math.max(1e-9, ...w.map(rowMax));
   const table = el("table", {class: "heatmap"});
   const thead = el("thead");
   const top = el("tr");
@@ -124,83 +149,101 @@ async function renderHeatmap(panel, box) {
     html.push(`<tr data-i="${i}"><th class="tgt" data-i="${i}">${esc(t)}</th>`);
     w[i].forEach((x, j) => {
       html.push(`<td class="cell" data-i="${i}" data-j="${j}" data-w="${x.toFixed(4)}" title="${esc(t)} \u2192 ` +
-                `${esc(cols[j])}: ${x.toFixed(3)}" style="background: rgba(13, 71, 161, ${(x / vmax).toFixed(3)})">` +
-                "</td>");
+                `${esc(cols[j])}: ${x.toFixed(3)}" style="background: rgba(13, 71, 161, ` +
+                `${Math.min(1, x / vmax).toFixed(3)})"></td>`);
     });
     html.push("</tr>");
   });
   body.innerHTML = html.join("");  // one parse: a 100 x 160 map is 16,000 cells
   table.append(body);
-  const strip = q(panel, ".source-strip");
-  cols.forEach((s, j) => strip.append(el("span", {"data-j": j}, s)));
-  // hovering an output token (its label or any cell of its row) highlights the row, the source token it
-  // attends to most (its column) and shades the source strip by the row's weights
-  table.addEventListener("mouseover", ev => {
+  // hovering or tapping (a tap is a click) an output token (its label or any cell of its row) highlights the
+  // row, the source token it attends to most (its column) and shades the source strip by the row's weights
+  const pick = ev => {
     const target = ev.target.closest("[data-i]");
     if (target) highlight(panel, w, Number(target.dataset.i));
-  });
+  };
+  table.addEventListener("mouseover", pick);
+  table.addEventListener("click", pick);
   table.addEventListener("mouseleave", () => highlight(panel, w, -1));
+  // the grid scrolls in its own box, its labels sticky (style.css): the page never gets wider than the screen
   const wrap = el("div", {class: "heatmap-box"});
   wrap.append(table);
   box.append(wrap);
 }
 
-// a long input's heatmap on a canvas: labels and cells drawn once, the hovered row and its most-attended column
-// outlined on a second canvas above it
-function canvasHeatmap(panel, box, w, rows, cols) {
-  const cell = 12, font = "11px sans-serif";
-  const measure = el("canvas").getContext("2d");
-  measure.font = font;
-  const left = 6 + Math.max(...rows.map(t => measure.measureText(t).width));
-  const top = 6 + Math.max(...cols.map(t => measure.measureText(t).width));
-  const width = Math.ceil(left + cols.length * cell + 2), height = Math.ceil(top + rows.length * cell + 2);
-  const base = el("canvas", {class: "heatmap-canvas", width, height});
-  const over = el("canvas", {class: "heatmap-over", width, height});
-  const ctx = base.getContext("2d");
-  ctx.font = font;
-  ctx.fillStyle = "#fff";
-  ctx.fillRect(0, 0, width, height);
-  const vmax = Math.max(1e-9, ...w.map(rowMax));
-  for (let i = 0; i < rows.length; i++) {
-    for (let j = 0; j < cols.length; j++) {
-      ctx.fillStyle = `rgba(13, 71, 161, ${(w[i][j] / vmax).toFixed(3)})`;
-      ctx.fillRect(left + j * cell, top + i * cell, cell - 1, cell - 1);
+// weights as pixels, white (0) to rgb(13, 71, 161) (vmax and above): a long map's cells, the model view's thumbnails
+function paintWeights(canvas, w, vmax) {
+  const R = w.length, C = w[0].length;
+  canvas.width = C;
+  canvas.height = R;
+  const ctx = canvas.getContext("2d");
+  const img = ctx.createImageData(C, R);
+  for (let i = 0; i < R; i++) {
+    for (let j = 0; j < C; j++) {
+      const a = Math.min(1, w[i][j] / vmax), p = 4 * (i * C + j);
+      img.data[p] = 255 - Math.round(a * 242);
+      img.data[p + 1] = 255 - Math.round(a * 184);
+      img.data[p + 2] = 255 - Math.round(a * 94);
+      img.data[p + 3] = 255;
     }
   }
-  ctx.fillStyle = "#222";
-  ctx.textAlign = "right";
-  rows.forEach((t, i) => ctx.fillText(t, left - 4, top + i * cell + 10));
-  cols.forEach((t, j) => {
-    ctx.save();
-    ctx.translate(left + j * cell + 9, top - 4);
-    ctx.rotate(-Math.PI / 2);
-    ctx.textAlign = "left";
-    ctx.fillText(t, 0, 0);
-    ctx.restore();
-  });
-  const wrap = el("div", {class: "heatmap-box canvas-box", "data-rows": rows.length, "data-cols": cols.length});
-  wrap.append(base, over);
+  ctx.putImageData(img, 0, 0);
+}
+
+// a long input's heatmap: one pixel per weight on a canvas scaled up to `cell` px, the labels as elements that
+// stay beside their cells (sticky) while the box scrolls; the hovered row and its most-attended column outlined
+function canvasHeatmap(panel, box, w, rows, cols, vmax) {
+  const cell = large() ? 16 : 12, R = rows.length, C = cols.length;
+  const measure = el("canvas").getContext("2d");
+  measure.font = `${large() ? 14 : 11}px sans-serif`;
+  const left = Math.ceil(10 + Math.max(...rows.map(t => measure.measureText(t).width)));
+  const top = Math.ceil(10 + Math.max(...cols.map(t => measure.measureText(t).width)));
+  const wrap = el("div", {class: "heatmap-box canvas-box", "data-rows": R, "data-cols": C,
+                          style: `--cell: ${cell}px`});
+  const head = el("div", {class: "hm-top", style: `height: ${top}px`});
+  const colBox = el("div", {class: "hm-cols"});
+  colBox.innerHTML = cols.map((s, j) => `<span class="col-label" data-j="${j}">${esc(s)}</span>`).join("");
+  head.append(el("div", {class: "hm-corner", style: `width: ${left}px`}), colBox);
+  const rowBox = el("div", {class: "hm-rows", style: `width: ${left}px`});
+  rowBox.innerHTML = rows.map((t, i) => `<div class="row-label" data-i="${i}">${esc(t)}</div>`).join("");
+  const cells = el("div", {class: "hm-cells", style: `width: ${C * cell}px; height: ${R * cell}px`});
+  const canvas = el("canvas", {class: "heatmap-canvas"});
+  paintWeights(canvas, w, vmax);
+  const rowHl = el("div", {class: "hm-row-hl", hidden: ""}), colHl = el("div", {class: "hm-col-hl", hidden: ""});
+  cells.append(canvas, rowHl, colHl);
+  const body = el("div", {class: "hm-body"});
+  body.append(rowBox, cells);
+  const inner = el("div", {class: "hm"});
+  inner.append(head, body);
+  wrap.append(inner);
   box.append(wrap);
-  const strip = q(panel, ".source-strip");
-  cols.forEach((s, j) => strip.append(el("span", {"data-j": j}, s)));
-  const octx = over.getContext("2d");
-  over.addEventListener("mousemove", ev => {
-    const r = over.getBoundingClientRect();
-    const i = Math.floor((ev.clientY - r.top - top) / cell);
-    octx.clearRect(0, 0, width, height);
-    const spans = panel.querySelectorAll(".source-strip span");
-    if (i < 0 || i >= rows.length) { spans.forEach(s => { s.style.background = ""; }); return; }
+  const spans = q(panel, ".source-strip").children;
+  const show = i => {
+    wrap.querySelectorAll(".hl").forEach(e => e.classList.remove("hl"));
+    [...spans].forEach(s => { s.style.background = ""; });
+    rowHl.hidden = colHl.hidden = i < 0;
+    if (i < 0) return;
     const row = w[i], best = row.indexOf(Math.max(...row)), m = rowMax(row);
-    octx.strokeStyle = "#ff6f00";
-    octx.lineWidth = 2;
-    octx.strokeRect(left - 1, top + i * cell - 1, cols.length * cell + 1, cell + 1);
-    octx.strokeRect(left + best * cell - 1, top - 1, cell + 1, rows.length * cell + 1);
-    octx.fillStyle = "rgba(255, 213, 79, .6)";
-    octx.fillRect(0, top + i * cell, left - 2, cell);
-    spans.forEach((s, j) => { s.style.background = `rgba(255, 193, 7, ${(row[j] / m).toFixed(3)})`; });
-    over.title = `${rows[i]}: most attended ${cols[best]} (${row[best].toFixed(3)})`;
-  });
-  over.addEventListener("mouseleave", () => octx.clearRect(0, 0, width, height));
+    rowHl.style.top = `${i * cell}px`;
+    colHl.style.left = `${best * cell}px`;
+    rowBox.children[i].classList.add("hl");
+    colBox.children[best].classList.add("hl");
+    [...spans].forEach((s, j) => { s.style.background = `rgba(255, 193, 7, ${(row[j] / m).toFixed(3)})`; });
+    cells.title = `${rows[i]}: most attended ${cols[best]} (${row[best].toFixed(3)})`;
+  };
+  const fromCells = ev => {
+    const r = canvas.getBoundingClientRect();
+    show(Math.max(0, Math.min(R - 1, Math.floor((ev.clientY - r.top) / cell))));
+  };
+  cells.addEventListener("mousemove", fromCells);
+  cells.addEventListener("click", fromCells);
+  const fromLabel = ev => {
+    const t = ev.target.closest(".row-label");
+    if (t) show(Number(t.dataset.i));
+  };
+  rowBox.addEventListener("mouseover", fromLabel);
+  rowBox.addEventListener("click", fromLabel);
+  wrap.addEventListener("mouseleave", () => show(-1));
 }
 
 function esc(s) {
@@ -222,32 +265,17 @@ function highlight(panel, w, i) {
 }
 
 // ------------------------------------------------------------------------------------------ model view
-function drawThumb(canvas, w) {
-  const R = w.length, C = w[0].length;
-  canvas.width = C;
-  canvas.height = R;
-  const ctx = canvas.getContext("2d");
-  const img = ctx.createImageData(C, R);
-  const vmax = Math.max(1e-9, ...w.map(rowMax));
-  for (let i = 0; i < R; i++) {
-    for (let j = 0; j < C; j++) {
-      const a = w[i][j] / vmax, p = 4 * (i * C + j);
-      img.data[p] = 255 - Math.round(a * 242);  // white to rgb(13, 71, 161)
-      img.data[p + 1] = 255 - Math.round(a * 184);
-      img.data[p + 2] = 255 - Math.round(a * 94);
-      img.data[p + 3] = 255;
-    }
-  }
-  ctx.putImageData(img, 0, 0);
-}
-
 async function renderModel(panel, box) {
   const map = currentMap(panel);
+  const shared = sharedScale(panel);
+  box.append(legend(panel, shared ? 1 : null, shared ? "each thumbnail: attention weight, shared scale" :
+                                              "each thumbnail scaled to its own largest weight"));
   const grid = el("div", {class: "model-grid"});
-  grid.style.gridTemplateColumns = `auto repeat(${map.heads}, 1fr)`;
+  grid.style.gridTemplateColumns = `auto repeat(${map.heads}, minmax(0, 1fr))`;
   grid.append(el("span"));
   for (let h = 0; h < map.heads; h++) grid.append(el("span", {class: "grid-label"}, `head ${h + 1}`));
   box.append(grid);
+  box.append(el("p", {class: "note"}, "Click or tap a thumbnail to open it as a heatmap."));
   const thumbs = [];
   for (let l = 0; l < map.layers; l++) {
     grid.append(el("span", {class: "grid-label"}, `layer ${l + 1}`));
@@ -268,9 +296,11 @@ async function renderModel(panel, box) {
   // layer by layer: the first row shows before the last one has arrived
   for (let l = 0; l < map.layers; l++) {
     const heads = await layerWeights(panel, map.key, l);
-    thumbs.filter(t => t[0] === l).forEach(([, h, canvas]) => drawThumb(canvas, heads[h]));
+    thumbs.filter(t => t[0] === l).forEach(([, h, canvas]) => paintWeights(canvas, heads[h],
+                                                                           scaleTop(panel, [heads[h]])));
   }
-  panel.exporter = () => modelSVG(map, thumbs);
+  panel.exporter = () => modelSVG(map, thumbs, exportTitle(panel, "every layer and head" +
+                                                           (shared ? ", shared scale" : ", each its own scale")));
 }
 
 // ------------------------------------------------------------------------------------------ head view
@@ -281,7 +311,7 @@ function selectedHeads(panel, n) {
 
 function fillHeadPicker(panel, map) {
   const picker = q(panel, ".head-picker");
-  picker.replaceChildren(el("span", {}, "heads: "));
+  picker.replaceChildren(el("span", {}, "lines of heads (colour = head, opacity and width = weight): "));
   for (let h = 0; h < map.heads; h++) {
     const label = el("label", {style: `color: ${HEAD_COLORS[h % HEAD_COLORS.length]}`});
     const box = el("input", {type: "checkbox", value: h});
@@ -292,56 +322,119 @@ function fillHeadPicker(panel, map) {
   }
 }
 
+// bertviz's head view, both sides live: the rows' tokens on the left, the columns' on the right, a line per pair
+// and selected head (colour = head, opacity = weight, width growing with it). Hovering or tapping a token on
+// either side keeps its lines only and draws, beside the other side's tokens, bars of its weights (the mean over
+// the heads shown, each head's share in its colour). A tap pins the focus; tapping the token again frees it.
 async function renderHead(panel, box) {
   const map = currentMap(panel);
   const [rows, cols] = labels(panel, map);
-  const all = await layerWeights(panel, map.key, Number(q(panel, ".layer").value));
+  const [rowName, colName] = axisNames(map);
+  const layer = Number(q(panel, ".layer").value);
+  const all = await layerWeights(panel, map.key, layer);
   const heads = selectedHeads(panel, all.length);
-  const dy = 16, x0 = 150, x1 = 390, width = 540;
-  const height = dy * Math.max(rows.length, cols.length) + 30;
-  const svg = svgEl("svg", {class: "head-view", width, height, viewBox: `0 0 ${width} ${height}`});
+  const font = large() ? 16 : 12, dy = large() ? 24 : 17, bar = large() ? 56 : 40;
+  const measure = el("canvas").getContext("2d");
+  measure.font = `bold ${font}px sans-serif`;
+  const widest = ts => Math.ceil(Math.max(...ts.map(t => measure.measureText(t).width)));
+  const wl = widest([rowName, ...rows]), wr = widest([colName, ...cols]);
+  const avail = Math.max(300, (q(panel, ".view-box").clientWidth || 540) - 4);
+  const span = Math.max(80, Math.min(360, avail - 2 * bar - wl - wr - 28));
+  const xl = bar + 6 + wl, x0 = xl + 6, x1 = x0 + span, xr = x1 + 6, width = xr + wr + 6 + bar;
+  const yOf = k => 2 * dy + k * dy, mid = -Math.round(font / 3);
+  const height = yOf(Math.max(rows.length, cols.length)) + 4;
+  const svg = svgEl("svg", {class: "head-view", width, height, viewBox: `0 0 ${width} ${height}`,
+                            style: `font-size: ${font}px`});
+  svg.append(svgEl("text", {x: xl, y: dy, "text-anchor": "end", class: "side-name"}, rowName),
+             svgEl("text", {x: xr, y: dy, class: "side-name"}, colName));
   const total = rows.length * cols.length * heads.length;
   const floor = total > MAX_LINES ? MIN_LINE : 0;
   let skipped = 0;
-  const groups = rows.map((_, i) => svgEl("g", {"data-i": i}));
+  const groups = rows.map((_, i) => svgEl("g", {class: "lines", "data-i": i}));
   heads.forEach(h => {
     const w = all[h], color = HEAD_COLORS[h % HEAD_COLORS.length];
     rows.forEach((_, i) => {
       cols.forEach((_, j) => {
         if (w[i][j] < floor) { skipped++; return; }
-        groups[i].append(svgEl("line", {x1: x0 + 4, y1: 20 + i * dy, x2: x1 - 4, y2: 20 + j * dy, stroke: color,
-                                        "stroke-opacity": w[i][j].toFixed(3), "stroke-width": 2,
+        groups[i].append(svgEl("line", {x1: x0, y1: yOf(i) + mid, x2: x1, y2: yOf(j) + mid, stroke: color,
+                                        "stroke-opacity": w[i][j].toFixed(3),
+                                        "stroke-width": (1 + 3 * w[i][j]).toFixed(2),
                                         "data-i": i, "data-j": j, "data-h": h}));
       });
     });
   });
   groups.forEach(g => svg.append(g));
-  rows.forEach((t, i) => svg.append(svgEl("text", {x: x0, y: 24 + i * dy, "text-anchor": "end", class: "row-token",
+  rows.forEach((t, i) => svg.append(svgEl("text", {x: xl, y: yOf(i), "text-anchor": "end", class: "row-token",
                                                     "data-i": i}, t)));
-  cols.forEach((t, j) => svg.append(svgEl("text", {x: x1, y: 24 + j * dy, class: "col-token", "data-j": j}, t)));
-  svg.addEventListener("mouseover", ev => {
-    const t = ev.target.closest("text.row-token");
-    if (t) headFocus(svg, Number(t.dataset.i));
+  cols.forEach((t, j) => svg.append(svgEl("text", {x: xr, y: yOf(j), class: "col-token", "data-j": j}, t)));
+  const bars = svgEl("g", {class: "bars"});
+  svg.append(bars);
+  const geometry = {all, heads, bars, rows, cols, bar, font, yOf, left: 2, right: width - bar - 2};
+  const at = ev => {
+    const t = ev.target.closest("text.row-token, text.col-token");
+    if (!t) return null;
+    return t.classList.contains("row-token") ? ["row", Number(t.dataset.i)] : ["col", Number(t.dataset.j)];
+  };
+  let pinned = null;
+  svg.addEventListener("mouseover", ev => { const f = at(ev); if (f) headFocus(svg, geometry, ...f); });
+  svg.addEventListener("click", ev => {
+    const f = at(ev);
+    if (!f) return;
+    pinned = pinned && pinned[0] === f[0] && pinned[1] === f[1] ? null : f;
+    headFocus(svg, geometry, ...(pinned || [null, -1]));
   });
-  svg.addEventListener("mouseleave", () => headFocus(svg, -1));
+  svg.addEventListener("mouseleave", () => headFocus(svg, geometry, ...(pinned || [null, -1])));
+  const shown = heads.length ? `head${heads.length > 1 ? "s" : ""} ${heads.map(h => h + 1).join(", ")} of ` +
+                               `${all.length}` : "no head (tick one below)";
+  box.append(el("p", {class: "note head-note"}, `Layer ${layer + 1} of ${map.layers}: ${shown} as coloured lines ` +
+                `from each ${rowName} token (left) to each ${colName} token (right). Hover or tap a token on ` +
+                "either side: its lines only, and bars of its weights beside the other side (mean of the heads " +
+                "shown)."));
   if (skipped) box.append(el("p", {class: "note"}, `${skipped.toLocaleString()} lines of weight under ${MIN_LINE} ` +
                                                   "not drawn (a long input)"));
-  box.append(svg);
+  const wrap = el("div", {class: "head-box"});
+  wrap.append(svg);
+  box.append(wrap);
   panel.exporter = () => {
     const copy = svg.cloneNode(true);
     copy.setAttribute("xmlns", SVG_NS);
-    copy.classList.remove("focus");
+    copy.classList.remove("focus-row", "focus-col");
     copy.querySelectorAll(".on, .hl").forEach(e => e.classList.remove("on", "hl"));
-    return standalone(copy.outerHTML, width, height, `${map.title}, ${layerHeadText(panel)}`);
+    copy.querySelector("g.bars").replaceChildren();
+    return standalone(copy.outerHTML, width, height, exportTitle(panel, `layer ${layer + 1}, ${shown} (lines)`));
   };
 }
 
-function headFocus(svg, i) {
+// side "row" or "col" and a token's index (-1: no focus): that token's lines, bars beside the other side
+function headFocus(svg, g, side, k) {
   svg.querySelectorAll(".on, .hl").forEach(e => e.classList.remove("on", "hl"));
-  svg.classList.toggle("focus", i >= 0);
-  if (i < 0) return;
-  svg.querySelector(`g[data-i="${i}"]`).classList.add("on");
-  svg.querySelector(`text.row-token[data-i="${i}"]`).classList.add("hl");
+  svg.classList.toggle("focus-row", side === "row" && k >= 0);
+  svg.classList.toggle("focus-col", side === "col" && k >= 0);
+  g.bars.replaceChildren();
+  if (k < 0) return;
+  if (side === "row") {
+    svg.querySelector(`g.lines[data-i="${k}"]`).classList.add("on");
+    svg.querySelector(`text.row-token[data-i="${k}"]`).classList.add("hl");
+  } else {
+    svg.querySelectorAll(`line[data-j="${k}"]`).forEach(l => l.classList.add("on"));
+    svg.querySelector(`text.col-token[data-j="${k}"]`).classList.add("hl");
+  }
+  const others = side === "row" ? g.cols : g.rows;
+  others.forEach((_, m) => {
+    const weight = h => (side === "row" ? g.all[h][k][m] : g.all[h][m][k]);
+    const mean = g.heads.reduce((s, h) => s + weight(h), 0) / Math.max(1, g.heads.length);
+    const bar = svgEl("g", {class: "bar", "data-k": m, "data-w": mean.toFixed(4)});
+    bar.append(svgEl("title", {}, `${mean.toFixed(3)} (mean of the heads shown)`));
+    let x = 0;
+    g.heads.forEach(h => {
+      const len = weight(h) / g.heads.length * g.bar;
+      bar.append(svgEl("rect", {x: side === "row" ? g.right + x : g.left + g.bar - x - len,
+                                y: g.yOf(m) - g.font * 0.8, width: Math.max(0, len), height: g.font * 0.8,
+                                fill: HEAD_COLORS[h % HEAD_COLORS.length]}));
+      x += len;
+    });
+    g.bars.append(bar);
+  });
 }
 
 // ------------------------------------------------------------------------------------------ neuron view
@@ -350,40 +443,62 @@ function colorOf(v, vmax) {
   return v >= 0 ? `rgba(33, 102, 172, ${a})` : `rgba(178, 24, 43, ${a})`;
 }
 
+// why a map has no neuron view, and which maps of this exploration have one (never a map it does not have)
+function noNeuron(panel, map) {
+  const have = panel.result.maps.filter(m => m.neuron).map(m => m.title);
+  const why = panel.result.family === "rnn" ? "an RNN's attention scores are not dot products of projected " +
+                                              "queries and keys" :
+    "not a dot-product attention with its queries and keys (a rollout, an alignment, or weights given alone)";
+  return `The neuron view needs the query and key vectors of a dot-product attention; the ${map.title} has none ` +
+         `(${why}). ` + (have.length ? `Maps of this input that have them: ${have.join(", ")}.` :
+                                      "No map of this input has them: the heatmap, model and head views show it.");
+}
+
 async function renderNeuron(panel, box) {
   const map = currentMap(panel);
   if (!map.neuron) {
-    box.append(el("p", {class: "note"}, `The neuron view needs queries and keys: ${map.title} has none (not a ` +
-                                        "dot-product attention of one head, or weights given without them). Pick " +
-                                        "an encoder, decoder or cross-attention map of a run."));
+    box.append(el("p", {class: "note neuron-none"}, noNeuron(panel, map)));
     panel.exporter = null;
     return;
   }
+  const [rowName, colName] = axisNames(map);
   const layer = Number(q(panel, ".layer").value);
-  const head = q(panel, ".head").value === "mean" ? 0 : Number(q(panel, ".head").value);
+  const mean = q(panel, ".head").value === "mean";
+  const head = mean ? 0 : Number(q(panel, ".head").value);
   const n = await getNeuron(panel, map.key, layer, head);
-  const info = el("p", {class: "note"}, `layer ${layer + 1}, head ${head + 1} (pieces, not words). Hover a query ` +
-                  `token: its query q, each key k, their elementwise product q\u00d7k; sum(q\u00d7k) \u00d7 ` +
-                  `${n.scale.toFixed(4)} (1/\u221ad) is the score before the softmax.`);
+  const info = el("p", {class: "note"}, `Layer ${layer + 1}, head ${head + 1}` +
+                  `${mean ? " (the neuron view shows one head: pick it above)" : ""}; pieces, not words. Hover or ` +
+                  `tap a query (${rowName}): its query q, each key k (${colName}), their elementwise product ` +
+                  `q\u00d7k; sum(q\u00d7k) \u00d7 ${n.scale.toFixed(4)} (1/\u221ad) is the score before the ` +
+                  "softmax, the weight after it." + (map.causal ? " Causal: a query sees the keys up to its own " +
+                  "position, later ones are masked; the last query is shown first." : ""));
   const wrap = el("div", {class: "neuron"});
-  const left = el("div", {class: "queries"});
-  map.rows.forEach((t, i) => left.append(el("div", {class: "query-token", "data-i": i}, t)));
+  const strip = el("div", {class: "queries"});
+  strip.append(el("span", {class: "side-name"}, `${rowName}:`));
+  map.rows.forEach((t, i) => strip.append(el("span", {class: "query-token", "data-i": i}, t)));
   const right = el("div", {class: "neuron-detail"});
-  wrap.append(left, right);
+  wrap.append(strip, right);
   box.append(info, wrap);
   const show = i => {
-    left.querySelectorAll(".hl").forEach(e => e.classList.remove("hl"));
-    left.querySelector(`[data-i="${i}"]`).classList.add("hl");
+    strip.querySelectorAll(".hl").forEach(e => e.classList.remove("hl"));
+    strip.querySelector(`[data-i="${i}"]`).classList.add("hl");
     neuronDetail(right, n, map, i);
   };
-  left.addEventListener("mouseover", ev => {
+  const pick = ev => {
     const t = ev.target.closest(".query-token");
     if (t) show(Number(t.dataset.i));
-  });
-  show(0);
-  panel.exporter = () => neuronSVG(n, map, Number(left.querySelector(".hl").dataset.i));
+  };
+  strip.addEventListener("mouseover", pick);
+  strip.addEventListener("click", pick);
+  show(map.causal ? map.rows.length - 1 : 0);  // a causal map's first query sees one key, the rest masked
+  panel.exporter = () => {
+    const i = Number(strip.querySelector(".hl").dataset.i);
+    return neuronSVG(n, map, i, exportTitle(panel, `layer ${layer + 1}, head ${head + 1}, query ${i + 1} ` +
+                                                   `(${map.rows[i]})`));
+  };
 }
 
+// one query's detail, compact: each key with its score and weight beside it, then k and q x k
 function neuronDetail(box, n, map, i) {
   const qi = n.q[i];
   const vmax = Math.max(1e-9, ...qi.map(Math.abs), ...n.k.flat().map(Math.abs));
@@ -394,17 +509,19 @@ function neuronDetail(box, n, map, i) {
   const vec = (v, m, cls) => big ? `<canvas class="vec ${cls}" width="${v.length * 5}" height="11"></canvas>` :
     `<span class="vec ${cls}">` + v.map(x => `<span class="v" data-v="${x}" style="background:${colorOf(x, m)}" ` +
                                          `title="${x.toFixed(4)}"></span>`).join("") + "</span>";
-  const html = [`<table class="neuron-table" data-scale="${n.scale}" data-i="${i}"><thead><tr><th></th>` +
-                `<th>query q (${esc(map.rows[i])})</th><th></th><th></th><th></th></tr><tr><th></th><td>` +
-                vec(qi, vmax, "q") + "</td></tr>" +
-                "<tr><th>key</th><th>k</th><th>q\u00d7k</th><th>score</th><th>weight</th></tr></thead><tbody>"];
+  const [, colName] = axisNames(map);
+  const unmasked = n.scores[i].filter(s => s !== null).length;
+  const html = [`<table class="neuron-table" data-scale="${n.scale}" data-i="${i}"><thead>` +
+                `<tr><th>${esc(colName)}</th><th>score</th><th>weight</th><th>k</th><th>q\u00d7k</th></tr>` +
+                `<tr class="q-row"><th colspan="3">query q of ${esc(map.rows[i])} (${unmasked} of ${n.k.length} ` +
+                `keys seen)</th><td>${vec(qi, vmax, "q")}</td><td></td></tr></thead><tbody>`];
   n.k.forEach((k, j) => {
-    const s = n.scores[i][j];
+    const s = n.scores[i][j], w = n.weights[i][j];
     const prod = k.map((x, d) => x * qi[d]);
-    html.push(`<tr class="key-row" data-j="${j}"><th>${esc(map.cols[j])}</th><td>${vec(k, vmax, "k")}</td>` +
-              `<td>${vec(prod, pmax, "prod")}</td>` +
+    html.push(`<tr class="key-row${s === null ? " masked" : ""}" data-j="${j}"><th>${esc(map.cols[j])}</th>` +
               `<td class="score" data-score="${s === null ? "" : s}">${s === null ? "masked" : s.toFixed(3)}</td>` +
-              `<td class="weight">${n.weights[i][j].toFixed(3)}</td></tr>`);
+              `<td class="weight"><span class="wbar" style="width: ${(w * 40).toFixed(1)}px"></span>` +
+              `${w.toFixed(3)}</td><td>${vec(k, vmax, "k")}</td><td>${vec(prod, pmax, "prod")}</td></tr>`);
   });
   html.push("</tbody></table>");
   box.innerHTML = html.join("");
@@ -421,33 +538,57 @@ function neuronDetail(box, n, map, i) {
 }
 
 // ------------------------------------------------------------------------------------------ export
-function standalone(inner, width, height, title) {
-  // an SVG file of its own: a white background and the title above the view
-  const body = inner.replace(/^<svg[^>]*>/, "").replace(/<\/svg>$/, "");
-  return `<svg xmlns="${SVG_NS}" width="${width}" height="${height + 24}" viewBox="0 -24 ${width} ${height + 24}" ` +
-         `font-family="sans-serif" font-size="12"><rect x="0" y="-24" width="${width}" height="${height + 24}" ` +
-         `fill="#fff"/><text x="4" y="-8" font-weight="bold">${esc(title)}</text>` +
-         `<style>line{stroke-linecap:round}</style>${body}</svg>`;
+// an export's title, two lines: model, map and what is shown (layer, head); the input
+function exportTitle(panel, what) {
+  const map = currentMap(panel);
+  const input = panel.sentence || panel.result.input || "";
+  const short = input.length > 110 ? `${input.slice(0, 110)}\u2026` : input;
+  return [`${q(panel, ".model").value}: ${map.title}, ${what}`, short ? `input: \u201c${short}\u201d` : ""]
+    .filter(Boolean);
 }
 
-function heatmapSVG(w, rows, cols, title) {
+function standalone(inner, width, height, title) {
+  // an SVG file of its own: a white background and the title's lines above the view
+  const lines = Array.isArray(title) ? title : [title];
+  const head = 18 * lines.length + 8;
+  const wide = Math.max(width, ...lines.map(t => Math.ceil(6.6 * t.length) + 8));
+  const body = inner.replace(/^<svg[^>]*>/, "").replace(/<\/svg>$/, "");
+  const texts = lines.map((t, k) => `<text x="4" y="${18 * k + 14 - head}"${k ? "" : ' font-weight="bold"'}>` +
+                                    `${esc(t)}</text>`).join("");
+  return `<svg xmlns="${SVG_NS}" width="${wide}" height="${height + head}" viewBox="0 ${-head} ${wide} ` +
+         `${height + head}" font-family="sans-serif" font-size="12"><rect x="0" y="${-head}" width="${wide}" ` +
+         `height="${height + head}" fill="#fff"/>${texts}<style>line{stroke-linecap:round}</style>${body}</svg>`;
+}
+
+// an exported colour scale: white (0) to blue (top), at (x, y)
+function legendSVG(x, y, top, what) {
+  return `<defs><linearGradient id="attnlab-ramp"><stop offset="0" stop-color="#fff"/>` +
+         `<stop offset="1" stop-color="rgb(13,71,161)"/></linearGradient></defs>` +
+         `<text x="${x}" y="${y + 10}">0</text><rect x="${x + 12}" y="${y}" width="120" height="12" ` +
+         `fill="url(#attnlab-ramp)" stroke="#999" stroke-width="0.5"/><text x="${x + 138}" y="${y + 10}">` +
+         `${esc(top)}  ${esc(what)}</text>`;
+}
+
+function heatmapSVG(w, rows, cols, title, vmax, [rowName, colName]) {
   const cell = 14;
   const left = 8 + 7 * Math.max(...rows.map(s => s.length)), top = 8 + 7 * Math.max(...cols.map(s => s.length));
-  const width = left + cell * cols.length + 10, height = top + cell * rows.length + 10;
-  const vmax = Math.max(1e-9, ...w.map(rowMax));
-  const parts = [];
+  const width = Math.max(left + cell * cols.length + 10, 420), height = top + cell * rows.length + 40;
+  const parts = [`<text x="4" y="14" fill="#555">rows: ${esc(rowName)}</text>`,
+                 `<text x="4" y="30" fill="#555">columns: ${esc(colName)}</text>`];
   cols.forEach((s, j) => parts.push(`<text transform="translate(${left + j * cell + 10},${top - 4}) rotate(-90)">` +
                                     `${esc(s)}</text>`));
   rows.forEach((t, i) => {
     parts.push(`<text x="${left - 4}" y="${top + i * cell + 11}" text-anchor="end">${esc(t)}</text>`);
     w[i].forEach((x, j) => parts.push(`<rect x="${left + j * cell}" y="${top + i * cell}" width="${cell}" ` +
                                       `height="${cell}" fill="rgb(13,71,161)" ` +
-                                      `fill-opacity="${(x / vmax).toFixed(3)}"/>`));
+                                      `fill-opacity="${Math.min(1, x / vmax).toFixed(3)}"/>`));
   });
+  parts.push(legendSVG(left, top + cell * rows.length + 14, vmax === 1 ? "1" : vmax.toFixed(3),
+                       vmax === 1 ? "attention weight (shared scale)" : "attention weight (this map's largest)"));
   return standalone(`<svg>${parts.join("")}</svg>`, width, height, title);
 }
 
-function modelSVG(map, thumbs) {
+function modelSVG(map, thumbs, title) {
   const size = 96, gap = 8, left = 60, top = 20;
   const parts = [];
   for (let h = 0; h < map.heads; h++) {
@@ -459,11 +600,13 @@ function modelSVG(map, thumbs) {
                `height="${size}" preserveAspectRatio="none" style="image-rendering:pixelated" ` +
                `href="${canvas.toDataURL("image/png")}"/>`);
   });
-  return standalone(`<svg>${parts.join("")}</svg>`, left + map.heads * (size + gap), top + map.layers * (size + gap),
-                    `${map.title}: every layer and head`);
+  const bottom = top + map.layers * (size + gap);
+  parts.push(legendSVG(left, bottom + 4, title[0].includes("shared") ? "1" : "max", "attention weight"));
+  return standalone(`<svg>${parts.join("")}</svg>`, Math.max(left + map.heads * (size + gap), 360), bottom + 24,
+                    title);
 }
 
-function neuronSVG(n, map, i) {
+function neuronSVG(n, map, i, title) {
   const c = 8, left = 90, Dh = n.q[i].length, top = 30;
   const vmax = Math.max(1e-9, ...n.q[i].map(Math.abs), ...n.k.flat().map(Math.abs));
   const parts = [`<text x="4" y="${top - 12}">q (${esc(map.rows[i])})</text>`];
@@ -481,7 +624,7 @@ function neuronSVG(n, map, i) {
     parts.push(`<text x="${left + (2 * Dh + 4) * c}" y="${y + c}">${s === null ? "masked" : s.toFixed(3)}</text>`);
   });
   return standalone(`<svg>${parts.join("")}</svg>`, left + (2 * Dh + 12) * c, top + n.k.length * (c + 2) + 10,
-                    `neuron view: ${map.title}, layer ${Number(n.layer) + 1}, head ${Number(n.head) + 1}`);
+                    title);
 }
 
 function download(panel, blob, fmt) {
@@ -524,7 +667,9 @@ function renderDecoding(panel, r) {
     span.style.background = `rgba(255, 152, 0, ${(1 - c.prob).toFixed(3)})`;  // the more hesitant, the darker
     tokens.append(span);
   });
-  tokens.onmouseover = ev => {
+  // the shading explained: darker is less sure
+  decodingLegend(panel, r.choices.length > 0);
+  tokens.onmouseover = tokens.onclick = ev => {  // hover, or tap (a click)
     const span = ev.target.closest(".tok");
     if (!span) return;
     const c = r.choices[Number(span.dataset.t)];
@@ -533,14 +678,34 @@ function renderDecoding(panel, r) {
     c.top.forEach(a => list.append(el("li", {class: a.piece === c.piece ? "chosen" : "", "data-p": a.prob},
                                       `${a.label}  ${a.prob.toFixed(3)}`)));
     tip.append(list);
-    tip.style.left = `${span.offsetLeft}px`;  // under the hovered token
+    // under the hovered token, kept inside the panel on a narrow screen
+    tip.style.left = `${Math.max(0, Math.min(span.offsetLeft, tokens.clientWidth - tip.offsetWidth))}px`;
     tip.style.top = `${span.offsetTop + span.offsetHeight + 2}px`;
     tip.hidden = false;
   };
   tokens.onmouseleave = () => { tip.hidden = true; };
 }
 
+function decodingLegend(panel, shown) {
+  const box = q(panel, ".decoding");
+  box.querySelector(".prob-legend")?.remove();
+  if (!shown) return;
+  const note = el("p", {class: "prob-legend note"});
+  note.append("each token shaded by how unsure the model was: p = 1 ", el("span", {class: "ramp prob"}),
+              " p = 0 (p: its probability; hover or tap a token for the top 5)");
+  q(panel, ".tokens").after(note);
+}
+
 // ------------------------------------------------------------------------------------------ panel
+// what the layer and head selectors mean in this view: the model view shows every layer and head, the head view
+// the heads ticked in its picker (as lines), so the selectors they do not use are hidden
+function syncControls(panel) {
+  const map = currentMap(panel);
+  const single = map.layers === 1 && map.heads === 1;
+  q(panel, ".layer").closest("label").hidden = single || panel.view === "model";
+  q(panel, ".head").closest("label").hidden = single || panel.view === "model" || panel.view === "head";
+}
+
 function layerHeadText(panel) {
   const head = q(panel, ".head").value;
   const which = head === "mean" ? "mean of heads" : `head ${Number(head) + 1}`;
@@ -581,6 +746,7 @@ async function render(panel) {
   const fresh = el("div");
   strip.replaceChildren();
   q(panel, ".head-picker").hidden = panel.view !== "head";
+  syncControls(panel);
   panel.exporter = null;
   try {
     await RENDERERS[panel.view](panel, fresh);
@@ -608,6 +774,7 @@ async function explorePanel(panel, sentence, sentenceB) {
   q(panel, ".tokens").replaceChildren();
   q(panel, ".viewbar").hidden = true;
   panel.result = null;
+  panel.sentence = model && model.kind === "pair" ? `${sentence} / ${sentenceB}` : sentence;  // export titles
   if (!name) { panel.dataset.state = "idle"; status.textContent = ""; return; }
   panel.dataset.state = "loading";
   status.textContent = "exploring ...";
@@ -661,12 +828,25 @@ function setupPanel(panel, index) {
   sync();
   select.addEventListener("change", sync);
   q(panel, ".map").addEventListener("change", () => { fillLayerHead(panel); render(panel); });
-  for (const cls of [".layer", ".head", ".words"]) q(panel, cls).addEventListener("change", () => render(panel));
+  for (const cls of [".layer", ".head", ".words", ".scale"]) {
+    q(panel, cls).addEventListener("change", () => render(panel));
+  }
+  q(panel, ".large").addEventListener("change", ev => setLarge(ev.target.checked));
   panel.querySelectorAll(".views button").forEach(b => b.addEventListener("click", () => setView(panel,
                                                                                                  b.dataset.view)));
   panel.querySelectorAll("button.export").forEach(b => b.addEventListener("click", () => exportView(panel,
                                                                                                    b.dataset.format)));
   q(panel, `.views button[data-view="heatmap"]`).classList.add("active");
+}
+
+// the "large text" switch, one for the page (each panel has a copy): bigger labels, cells and lines
+function setLarge(on) {
+  document.body.classList.toggle("large", on);
+  document.querySelectorAll(".panel").forEach(p => {
+    const box = p.querySelector("input.large");
+    if (box) box.checked = on;
+    if (p.result) render(p);
+  });
 }
 
 // embedded: one panel, no form, the exploration shown at once; inside an iframe (a notebook's output) the frame
