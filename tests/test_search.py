@@ -354,8 +354,8 @@ def test_trace_marks_unfinished_at_the_limit_and_pruned_eos():
     a = 3
     model = TableLM({BOS_ID: {EOS_ID: 0.5, a: 0.5}, a: {a: 1.0}})  # after a, EOS is impossible
     trace = []
-    ((done, cut),) = beam_search(model, torch.tensor([[3]]), torch.tensor([1]), 2, 3, length_penalty=0.0, n_best=2,
-                                 trace=trace)
+    ((_, cut),) = beam_search(model, torch.tensor([[3]]), torch.tensor([1]), 2, 3, length_penalty=0.0, n_best=2,
+                              trace=trace)
     (steps,) = trace
     assert [rec.status for rec in steps] == [["finished", "kept"], ["kept"], ["unfinished"]]
     assert [rec.token for rec in steps] == [[EOS_ID, a], [a], [a]]

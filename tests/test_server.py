@@ -110,11 +110,11 @@ def test_body_limit_without_content_length(client):
 def test_openapi_and_page(client):
     schema = client.get("/openapi.json").json()
     assert {"/api/models", "/api/translate", "/api/explore", "/api/explore/{eid}/weights",
-            "/api/explore/{eid}/neuron"} <= set(schema["paths"])
+            "/api/explore/{eid}/neuron", "/api/explore/{eid}/steps"} <= set(schema["paths"])
     assert "TranslateResponse" in schema["components"]["schemas"]
     page = client.get("/")
     assert page.status_code == 200 and "/static/app.js" in page.text
-    for asset in ("app.js", "style.css"):
+    for asset in ("app.js", "player.js", "style.css"):
         text = client.get(f"/static/{asset}").text.replace("http://www.w3.org/2000/svg", "")  # a namespace name
         assert "http://" not in text and "https://" not in text  # offline: no CDN
     assert "http://" not in page.text and "https://" not in page.text

@@ -16,7 +16,10 @@ columns) weights with the token pieces of its rows (queries) and columns (keys):
 - for multi-head maps, the queries and keys of every head (each layer's attention inputs captured with forward
   pre-hooks and projected with the layer's own W^Q and W^K) for the neuron view: q_i . k_j * scale is the
   pre-softmax score whose softmax is the weight;
-- the decoding: the n-best list with scores, and per output token its probability and the top 5 alternatives.
+- the decoding: the n-best list with scores, and per output token its probability and the top 5 alternatives;
+- the decoding step by step (translation runs with attention, `views.DecodingSteps`): each step's context vector,
+  captured by hooks in the teacher-forced pass (RNN: the attention module's output c_t; Transformer: each
+  cross-attention's W^O input, the heads concatenated), and beam search's own trace (`attnlab.search.TraceStep`).
 
 The exploration's types, the page's payloads, the word toggle, the files and the inline notebook view are
 `attnlab.views`.
@@ -40,10 +43,11 @@ from attnlab.errors import AttnlabError
 from attnlab.lm import generate
 from attnlab.pairs import pair_ids
 from attnlab.runs import LoadedRun
+from attnlab.search import trace_tokens
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIALS
 from attnlab.transformer import TransformerSeq2Seq
 from attnlab.translate import Translator
-from attnlab.views import AttentionMap, Exploration, TokenChoice
+from attnlab.views import AttentionMap, DecodingSteps, Exploration, TokenChoice
 
 MAX_NBEST = 5
 TOP_K = 5
@@ -140,6 +144,24 @@ def capture(self_attns: Sequence[MultiHeadAttention] = (), cross_attns: Sequence
         cap.remove()
 
 
+@contextlib.contextmanager
+def captured(modules: Sequence[nn.Module], inputs: bool) -> Iterator[list[list[Tensor]]]:
+    """Per module, its first input (inputs=True, a forward pre-hook) or its output's first tensor (a forward hook)
+    of each call while the context is open; hooks removed on exit."""
+    seen: list[list[Tensor]] = [[] for _ in modules]
+
+    def keep(i: int, x) -> None:
+        seen[i].append((x[0] if isinstance(x, tuple) else x).detach())
+
+    handles = [m.register_forward_pre_hook(lambda mod, args, i=i: keep(i, args)) if inputs
+               else m.register_forward_hook(lambda mod, args, out, i=i: keep(i, out)) for i, m in enumerate(modules)]
+    try:
+        yield seen
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def stacked_qk(cap: QKCapture, indices: Sequence[int]) -> tuple[Tensor, Tensor, float]:
     """q (L, H, R, Dh), k (L, H, C, Dh) of the first sentence of the batch, and the scale 1/sqrt(Dh)."""
     qs, ks = zip(*(cap.projected(i) for i in indices))
@@ -175,7 +197,8 @@ def explore_translation(translator, sentence: str, beam: int) -> Exploration:
     up to MAX_NBEST hypotheses, the best one's token probabilities from a teacher-forced pass."""
 
     model, tgt = translator.model, translator.tokenizers.tgt
-    nbest = translator.translate([sentence], beam_size=beam, n_best=min(beam, MAX_NBEST), need_weights=True)[0]
+    nbest = translator.translate([sentence], beam_size=beam, n_best=min(beam, MAX_NBEST), need_weights=True,
+                                 trace=True)[0]
     best = nbest[0]
     src_ids = translator.encode_source([sentence])[0]
     piece_ids = {tgt.id_to_piece(i): i for i in range(tgt.vocab_size)}
@@ -186,10 +209,12 @@ def explore_translation(translator, sentence: str, beam: int) -> Exploration:
     tgt_in = pad_sequences([[BOS_ID] + out_ids[:-1]]).to(device)  # (1, T)
     tgt_in_pieces = [SPECIALS[BOS_ID]] + best.tgt_tokens[:-1]
     maps: dict[str, AttentionMap] = {}
+    steps = None
     if isinstance(model, TransformerSeq2Seq):
         n_enc, n_dec = len(model.encoder), len(model.decoder)
         with capture([l.self_attn for l in model.encoder] + [l.self_attn for l in model.decoder],
-                     [l.cross_attn for l in model.decoder]) as cap:
+                     [l.cross_attn for l in model.decoder]) as cap, \
+                captured([l.cross_attn.W_O for l in model.decoder], inputs=True) as heads:
             memory = []
             hook = model.enc_norm.register_forward_hook(lambda m, i, o: memory.append(o.detach()))
             try:
@@ -209,13 +234,27 @@ def explore_translation(translator, sentence: str, beam: int) -> Exploration:
                                          scale)
         with_rollout(maps, "enc_self")
         maps = {k: maps[k] for k in ("cross", "enc_self", "enc_self_rollout", "dec_self")}
+        context = torch.stack([seen[-1][0] for seen in heads]).float().cpu()  # (L, T, D): Concat(heads) per layer
+        steps = DecodingSteps("cross", context, "cross-attention output before W^O (heads concatenated; head h: "
+                              "sum_j a_hj v_hj)", heads=model.decoder[0].cross_attn.h)
     elif best.attention is not None:
         maps["align"] = AttentionMap("align", f"{model.cfg.attention} attention", best.attention[None, None].float(),
                                      best.tgt_tokens, best.src_tokens)
-    log_probs = model(src, lengths, tgt_in)[0].log_softmax(-1).cpu()  # (T, V)
+    rnn_attention = [] if steps is not None or "align" not in maps else [model.attention]
+    with captured(rnn_attention, inputs=False) as contexts:
+        log_probs = model(src, lengths, tgt_in)[0].log_softmax(-1).cpu()  # (T, V)
+    if rnn_attention:
+        context = torch.cat(contexts[0], dim=1)[0].float().cpu()  # one (1, T or 1, He) per call -> (T, He)
+        steps = DecodingSteps("align", context[None], "attention context c_t = sum_j a_tj v_j the decoder uses "
+                              "(v_j: encoder output j; parameterized attention: W_V of it)")
+    if steps is not None and best.trace is not None:
+        trace = steps.tree = best.trace
+        steps.pieces = {i: tgt.id_to_piece(i) for rec in trace for i in rec.token}
+        steps.texts = {(rec.step, j): tgt.decode([i for i in trace_tokens(trace, rec.step, j) if i != EOS_ID])
+                       for rec in trace for j, status in enumerate(rec.status) if status in ("finished", "unfinished")}
     return Exploration(family="transformer" if isinstance(model, TransformerSeq2Seq) else "rnn", output=best.text,
                        maps=maps, scheme=scheme_of(tgt), score=best.score, nbest=[(t.text, t.score) for t in nbest],
-                       choices=token_choices(log_probs, out_ids, tgt.id_to_piece))
+                       choices=token_choices(log_probs, out_ids, tgt.id_to_piece), steps=steps)
 
 
 @torch.no_grad()

@@ -8,6 +8,7 @@ A FastAPI app with a JSON API and one static page (`attnlab/static/`, no CDN ass
                           input (`attnlab.explore`): shapes and labels, n-best, token probabilities, and an id
     GET  /api/explore/{id}/weights?map=&layer=&words=   one layer of one map (heads x rows x columns, rounded)
     GET  /api/explore/{id}/neuron?map=&layer=&head=     one head's queries, keys and pre-softmax scores
+    GET  /api/explore/{id}/steps?layer=                 a translation's context vector at each decoding step
     GET  /openapi.json    the API's OpenAPI schema
 
 Translation runs (RNN, Transformer) are translated and explored; language-model runs (a prompt and its greedy
@@ -435,6 +436,16 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
         """One head's query and key vectors (W^Q x, W^K x), pre-softmax scores and weights (the neuron view)."""
         try:
             return JSONResponse(views.neuron_payload(store.get(eid), map_key, layer, head))
+        except AttnlabError as e:
+            raise HTTPException(422, str(e)) from None
+
+    @app.get("/api/explore/{eid}/steps", responses={404: {"description": "unknown or expired exploration id"},
+                                                    422: {"description": "no decoding steps, layer out of range"}})
+    def api_steps(eid: str, layer: int = 0) -> JSONResponse:
+        """The step player's context vectors of one layer, [step][dim] rounded to 4 decimals (what they are: the
+        exploration's steps.context); the rest of the steps (map, beam tree) is in the exploration."""
+        try:
+            return JSONResponse(views.steps_payload(store.get(eid), layer))
         except AttnlabError as e:
             raise HTTPException(422, str(e)) from None
 

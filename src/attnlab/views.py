@@ -30,6 +30,7 @@ from torch import Tensor
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_text
 from attnlab.plotting import clean_piece, plot_attention, plot_attention_grid, plot_head_view, plot_neuron_view
+from attnlab.search import TraceStep
 from attnlab.tokenizers import SPECIALS
 
 SPECIAL_PIECES = frozenset(SPECIALS) | {"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"}
@@ -104,6 +105,27 @@ class TokenChoice:
 
 
 @dataclass
+class DecodingSteps:
+    """The decoder's steps of a translation's best hypothesis, for the step player: step t's attention is row t of
+    the map `map`, its output distribution `Exploration.choices[t]`, its context vector row t of `context`.
+
+    context (L, T, Dc): per layer, the context vector of each step. RNN (L = 1): the attention context c_t the
+    decoder uses, sum_j a_tj v_j over the encoder outputs. Transformer: each decoder layer's cross-attention
+    output before W^O, the H heads concatenated (Dc = D; head h's segment of Dh values is sum_j a_htj v_hj).
+    tree: beam search's own record (`attnlab.search.TraceStep`, one per step; None for greedy search), with
+    `pieces` the target pieces of its token ids and `texts` the detokenized text of each ended hypothesis, keyed
+    (step, candidate index)."""
+
+    map: str
+    context: Tensor
+    context_title: str
+    heads: int = 1  # segments of a context vector (one per head)
+    tree: list[TraceStep] | None = None
+    pieces: dict[int, str] = field(default_factory=dict)
+    texts: dict[tuple[int, int], str] = field(default_factory=dict)
+
+
+@dataclass
 class Exploration:
     """Everything the explorer shows for one input of one run."""
 
@@ -115,6 +137,7 @@ class Exploration:
     nbest: list[tuple[str, float]] = field(default_factory=list)
     choices: list[TokenChoice] = field(default_factory=list)
     input: str = ""  # the sentence explored (a pair's two joined by " / "), for titles; "" when not known
+    steps: DecodingSteps | None = None  # translation runs with attention: the step player
 
     def _repr_html_(self) -> str:  # Jupyter, JupyterLab, VS Code: the explorer inline
         return exploration_html(self)
@@ -199,7 +222,42 @@ def summary(ex: Exploration) -> dict:
     choices = [{"piece": c.piece, "label": label(c.piece), "prob": round(c.prob, 4), "generated": c.generated,
                 "top": [{"piece": p, "label": label(p), "prob": round(x, 4)} for p, x in c.top]} for c in ex.choices]
     return {"family": ex.family, "output": ex.output, "input": ex.input, "score": ex.score, "scheme": ex.scheme,
-            "nbest": [{"text": t, "score": s} for t, s in ex.nbest], "choices": choices, "maps": maps}
+            "nbest": [{"text": t, "score": s} for t, s in ex.nbest], "choices": choices, "maps": maps,
+            "steps": steps_summary(ex.steps)}
+
+
+def steps_summary(steps: DecodingSteps | None) -> dict | None:
+    """The step player's part of the summary: which map, the context's shape and meaning, and beam search's tree:
+    a list over steps of {"step", "candidates": [{"parent", "piece", "label", "log_prob", "score", "status",
+    "slot"} (+ "text" for finished and unfinished ones)]}, candidates best first, parent and slot as in
+    `attnlab.search.TraceStep`."""
+    if steps is None:
+        return None
+    tree = None
+    if steps.tree is not None:
+        tree = []
+        for rec in steps.tree:
+            cands = []
+            for j, (parent, tok, lp, score, status, slot) in enumerate(zip(rec.parent, rec.token, rec.log_prob,
+                                                                          rec.score, rec.status, rec.slot)):
+                piece = steps.pieces[tok]
+                c = {"parent": parent, "piece": piece, "label": clean_piece(piece), "log_prob": round(lp, 4),
+                     "score": round(score, 4), "status": status, "slot": slot}
+                if (rec.step, j) in steps.texts:
+                    c["text"] = steps.texts[rec.step, j]
+                cands.append(c)
+            tree.append({"step": rec.step, "candidates": cands})
+    L, T, D = steps.context.shape  # context (L, T, Dc)
+    return {"map": steps.map, "layers": L, "steps": T, "dim": D, "heads": steps.heads,
+            "context": steps.context_title, "tree": tree}
+
+
+def steps_payload(ex: Exploration, layer: int) -> dict:
+    """The context vector of every step at one layer: context (T, Dc) rounded to 4 decimals."""
+    if ex.steps is None:
+        raise AttnlabError("this exploration has no decoding steps (only translation runs with attention have)")
+    L = ex.steps.context.size(0)
+    return {"layer": layer, "context": rounded(ex.steps.context[check_index(layer, L, "layer")])}
 
 
 def layer_weights(ex: Exploration, key: str, layer: int, words: bool = False) -> Tensor:
@@ -413,8 +471,10 @@ STATIC = files("attnlab") / "static"
 
 def embedded_data(ex: Exploration, title: str) -> dict:
     """What the explorer page asks the server for, answered in advance (app.js's embedded mode): the models list,
-    the summary, every layer's weights (pieces and words) and every head's neuron payload."""
+    the summary, every layer's weights (pieces and words), every head's neuron payload and every layer's
+    decoding steps."""
     weights, neuron = {}, {}
+    steps = {str(layer): steps_payload(ex, layer) for layer in range(ex.steps.context.size(0))} if ex.steps else {}
     for key, m in ex.maps.items():
         for layer in range(m.layers):
             for words in (False, True):
@@ -426,7 +486,7 @@ def embedded_data(ex: Exploration, title: str) -> dict:
     model = {"name": title, "family": ex.family, "kind": "embedded", "attention": "embedded",
              "layers": first.layers if first else 0, "heads": first.heads if first else 0, "beam": None}
     exploration = {"id": "embedded", "model": title, "kind": "embedded", "seconds": None, **summary(ex)}
-    return {"models": [model], "exploration": exploration, "weights": weights, "neuron": neuron}
+    return {"models": [model], "exploration": exploration, "weights": weights, "neuron": neuron, "steps": steps}
 
 
 def default_title(ex: Exploration) -> str:
@@ -440,11 +500,14 @@ def explorer_page(ex: Exploration, title: str | None = None) -> str:
     """The explorer page (static/index.html) with its CSS, its script and `ex` inlined: a standalone HTML
     document that shows the exploration without a server or a network."""
     title = title or default_title(ex)
-    page, css, js = ((STATIC / name).read_text(encoding="utf-8") for name in ("index.html", "style.css", "app.js"))
-    assert "</script" not in js.lower() and "</style" not in css.lower(), "app.js/style.css cannot be inlined"
+    page, css, player, app = ((STATIC / name).read_text(encoding="utf-8")
+                              for name in ("index.html", "style.css", "player.js", "app.js"))
+    js = f"{player}\n{app}"  # one script: player.js defines what app.js's views use
+    assert "</script" not in js.lower() and "</style" not in css.lower(), "the scripts/style.css cannot be inlined"
     # "<" escaped: no "</script>" or "<!--" inside the JSON can end its script element
     data = json.dumps(embedded_data(ex, title), separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     parts = {'<link rel="stylesheet" href="/static/style.css">': f"<style>\n{css}</style>",
+             '<script src="/static/player.js"></script>\n': "",
              '<script src="/static/app.js"></script>':
                  f'<script type="application/json" id="attnlab-data">{data}</script>\n<script>\n{js}</script>',
              "<title>attnlab attention explorer</title>": f"<title>{html.escape(title)}</title>"}

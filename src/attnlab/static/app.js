@@ -74,14 +74,23 @@ async function postExplore(body) {
   return data;
 }
 
+// the step player's context vectors of one layer, {layer, context: [step][dim]}; cached per exploration
+async function getSteps(panel, layer) {
+  const id = `steps/${layer}`;
+  if (!panel.cache.has(id)) {
+    panel.cache.set(id, EMBEDDED ? Promise.resolve(embedded("steps", String(layer)))
+                                 : getJSON(`/api/explore/${panel.result.id}/steps?layer=${layer}`));
+  }
+  return panel.cache.get(id);
+}
+
 async function getNeuron(panel, key, layer, head) {
   if (EMBEDDED) return embedded("neuron", `${key}/${layer}/${head}`);
   return getJSON(`/api/explore/${panel.result.id}/neuron?map=${encodeURIComponent(key)}&layer=${layer}&head=${head}`);
 }
 
 // one layer of one map, [head][row][col]; cached per exploration
-async function layerWeights(panel, key, layer) {
-  const words = wordsOn(panel);
+async function layerWeights(panel, key, layer, words = wordsOn(panel)) {
   const id = `${key}/${layer}/${words}`;
   if (!panel.cache.has(id)) {
     const url = `/api/explore/${panel.result.id}/weights?map=${encodeURIComponent(key)}&layer=${layer}&words=${words}`;
@@ -732,7 +741,8 @@ function setView(panel, view) {
   render(panel);
 }
 
-const RENDERERS = {heatmap: renderHeatmap, model: renderModel, head: renderHead, neuron: renderNeuron};
+const RENDERERS = {heatmap: renderHeatmap, model: renderModel, head: renderHead, neuron: renderNeuron,
+                   player: renderPlayer};  // player.js
 
 async function render(panel) {
   if (!panel.result) return;
@@ -792,6 +802,7 @@ async function explorePanel(panel, sentence, sentenceB) {
     status.textContent = `${name}${family}: ` +
                          `${shape}${data.seconds == null ? "" : `; ${data.seconds.toFixed(2)} s`}`;
     renderDecoding(panel, data);
+    q(panel, '.views button[data-view="player"]').hidden = !data.steps;  // translations with attention
     const select = q(panel, ".map");
     select.replaceChildren(...data.maps.map(m => el("option", {value: m.key}, m.title)));
     select.value = data.maps[0].key;
