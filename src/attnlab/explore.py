@@ -245,8 +245,9 @@ def explore_translation(translator, sentence: str, beam: int) -> Exploration:
         log_probs = model(src, lengths, tgt_in)[0].log_softmax(-1).cpu()  # (T, V)
     if rnn_attention:
         context = torch.cat(contexts[0], dim=1)[0].float().cpu()  # one (1, T or 1, He) per call -> (T, He)
-        steps = DecodingSteps("align", context[None], "attention context c_t = sum_j a_tj v_j the decoder uses "
-                              "(v_j: encoder output j; parameterized attention: W_V of it)")
+        values = "W_V h_j" if model.cfg.attention == "parameterized" else "h_j, the encoder output j"
+        steps = DecodingSteps("align", context[None], f"attention context the decoder uses, c_t = sum_j a_tj v_j "
+                              f"(v_j = {values})")
     if steps is not None and best.trace is not None:
         trace = steps.tree = best.trace
         steps.pieces = {i: tgt.id_to_piece(i) for rec in trace for i in rec.token}

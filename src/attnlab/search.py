@@ -250,32 +250,31 @@ def beam_prune(beams: Beams, cand: Candidates, weights: Tensor | None, t: int) -
     return rows, prev
 
 
+STATUS = ("pruned", "kept", "finished", "unfinished")  # TraceStep.status, by code
+
+
 def beam_record(beams: Beams, cand: Candidates, pick: Tensor, t: int) -> None:
     """Appends step t's `TraceStep` of each sentence with a finite candidate to beams.trace, as `beam_prune`
     decides: EOS among the first K finishes, the candidates at `pick` (B, K) fill the K slots in order, the
-    rest are pruned; kept ones at the sentence's limit (t + 1) are the unfinished fallbacks."""
-    K = beams.scores.size(1)
-    scores, beam, token, picked = (x.tolist() for x in (cand.scores, cand.beam, cand.token, pick))  # (B, 2K) ...
+    rest are pruned; kept ones at the sentence's limit (t + 1) are the unfinished fallbacks. The statuses are
+    computed on the (B, 2K) tensors at once: one device sync per step."""
+    B, K = beams.scores.shape
+    finite = torch.isfinite(cand.scores)  # (B, 2K); best first, so the finite ones are a prefix of each row
+    is_eos = cand.token == EOS_ID
+    picked = torch.zeros_like(finite).scatter_(1, pick, True)  # (B, 2K)
+    kept = picked & ~is_eos & finite
+    slot = torch.full_like(cand.token, -1).scatter_(1, pick, torch.arange(K, device=pick.device).expand(B, K))
+    slot = slot.masked_fill(~kept, -1)  # (B, 2K)
+    first_k = torch.arange(cand.token.size(1), device=pick.device) < K  # (2K,)
+    at_limit = (beams.limits.to(pick.device) <= t + 1)[:, None]  # (B, 1)
+    code = (kept.long() + 2 * (is_eos & finite & first_k).long() + 2 * (kept & at_limit).long())  # STATUS index
     lp = length_penalty(t + 1, beams.alpha)
-    for b, (row_scores, row_beam, row_token) in enumerate(zip(scores, beam, token)):
-        if row_scores[0] == NEG_INF:  # best first: no finite candidate (a stopped sentence)
-            continue
-        slot_of = {j: k for k, j in enumerate(picked[b])}
-        at_limit = t + 1 >= int(beams.limits[b])
-        rec = TraceStep(t, [], [], [], [], [], [])
-        for j, (raw, parent, tok) in enumerate(zip(row_scores, row_beam, row_token)):
-            if raw == NEG_INF:
-                continue
-            if tok == EOS_ID:
-                status, slot = ("finished" if j < K else "pruned"), -1
-            elif j in slot_of:
-                status, slot = ("unfinished" if at_limit else "kept"), slot_of[j]
-            else:
-                status, slot = "pruned", -1
-            for column, value in zip((rec.parent, rec.token, rec.log_prob, rec.score, rec.status, rec.slot),
-                                     (parent, tok, raw, raw / lp, status, slot)):
-                column.append(value)
-        beams.trace[b].append(rec)
+    rows = zip(finite.sum(1).tolist(), cand.beam.tolist(), cand.token.tolist(), cand.scores.tolist(), code.tolist(),
+               slot.tolist())
+    for b, (n, parent, token, raw, status, slots) in enumerate(rows):
+        if n:
+            beams.trace[b].append(TraceStep(t, parent[:n], token[:n], raw[:n], [x / lp for x in raw[:n]],
+                                            [STATUS[c] for c in status[:n]], slots[:n]))
 
 
 def trace_tokens(trace: list[TraceStep], step: int, index: int) -> list[int]:

@@ -112,3 +112,28 @@ def test_greedy_has_no_tree_and_the_lm_no_player(server, browser):
     panel, api = _explore(browser, server, "lm", "the cat")
     assert api["steps"] is None
     assert not panel.find_element(By.CSS_SELECTOR, '.views button[data-view="player"]').is_displayed()
+
+
+def test_step_player_in_the_inline_page_offline(browser, tmp_path):
+    """The notebook's inline explorer (`Exploration.save_html`, opened from a file: no server) carries the steps:
+    the player reaches the last step with the translation's tokens and draws the beam tree."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from test_explore import SENTENCE, tiny_translator
+
+    from attnlab.explore import explore_translation
+
+    ex = explore_translation(tiny_translator("pre"), SENTENCE, beam=3)
+    page = ex.save_html(tmp_path / "explorer.html")
+    browser.get(page.as_uri())
+    WebDriverWait(browser, 60).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")
+    panel = browser.find_element(By.ID, "panel-0")
+    player = _player(browser, panel)
+    _click(player, "last")
+    state = _step_state(browser, player)
+    assert state["step"] == len(ex.choices) - 1 and state["chosen"] == ex.choices[-1].piece
+    assert len(state["shown"]) == len(ex.choices) and len(state["strip"]) == 16
+    ended = [li.get_attribute("textContent") for li in player.find_elements(By.CSS_SELECTOR, "ol.ended li")]
+    assert ended[:3] == [li.get_attribute("textContent") for li in panel.find_elements(By.CSS_SELECTOR, ".nbest li")]

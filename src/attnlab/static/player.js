@@ -163,8 +163,8 @@ async function renderPlayer(panel, box) {
   });
   const play = playerButton("play", "\u25b6 play", "play the steps (pause: click again)");
   const controls = el("div", {class: "pl-controls"});
-  controls.append(playerButton("first", "\u23ee", "first step"), playerButton("back", "\u25c0", "step back"), play,
-                  playerButton("forward", "\u25b6|", "step forward"), playerButton("last", "\u23ed", "last step"),
+  controls.append(playerButton("first", "|\u25c0", "first step"), playerButton("back", "\u25c0", "step back"), play,
+                  playerButton("forward", "\u25b6", "step forward"), playerButton("last", "\u25b6|", "last step"),
                   speed, scrub, label);
   const which = map.heads > 1 ? (head === "mean" ? `mean of ${map.heads} heads` : `head ${Number(head) + 1}`) : "";
   const what = map.layers > 1 || map.heads > 1 ? ` (layer ${layer + 1}${which ? `, ${which}` : ""})` : "";
@@ -266,7 +266,7 @@ async function renderPlayer(panel, box) {
 
   function start() {
     if (panel.playerStep >= T - 1) show(0);
-    play.textContent = "\u23f8 pause";
+    play.textContent = "\u275a\u275a pause";
     root.dataset.playing = "1";
     panel.playerTimer = setInterval(() => {
       if (panel.playerRoot !== root || panel.view !== "player") { clearInterval(panel.playerTimer); return; }
