@@ -19,6 +19,7 @@ import html
 import json
 import logging
 import math
+import re
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -514,7 +515,8 @@ def explorer_page(ex: Exploration, title: str | None = None) -> str:
     for old, new in parts.items():
         assert page.count(old) == 1, f"static/index.html no longer has {old}"
         page = page.replace(old, new)
-    return page
+    # the served page's icon (a data URI, so the browser asks for no /favicon.ico); an inline frame needs none
+    return re.sub(r'<link rel="icon" href="data:[^"]*">\n', "", page, count=1)
 
 
 def frame_height(ex: Exploration) -> int:

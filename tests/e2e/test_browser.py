@@ -10,14 +10,12 @@ Skipped (with the reason) only when chromium, chromedriver or selenium are missi
 (scripts/system-deps.sh e2e needs root; otherwise it prints the apt-get command).
 """
 
+import importlib.util
 import json
 import os
-import re
 import shutil
-import subprocess
-import sys
-import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,6 +39,10 @@ from selenium.webdriver.support.select import Select  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 SENTENCE = "my old cat sees the green door"
+_spec = importlib.util.spec_from_file_location("explorer_screenshots", Path(__file__).resolve().parents[2] / "scripts" /
+                                               "explorer_screenshots.py")
+SHOTS = importlib.util.module_from_spec(_spec)  # serve, chrome, explore: shared with test_layout.py
+_spec.loader.exec_module(SHOTS)
 
 
 def _api(url: str, payload: dict | None = None):
@@ -52,35 +54,14 @@ def _api(url: str, payload: dict | None = None):
 
 @pytest.fixture(scope="module")
 def server(tiny_runs, tiny_lm_run, tmp_path_factory):
-    """`attnlab serve` (the real command) on a free loopback port; yields its base URL. --port 0: the server binds
-    a port the system picks and logs it (a port found free here and handed over could be taken in between)."""
-    log = open(tmp_path_factory.mktemp("serve") / "serve.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "serve", str(tiny_runs["rnn"]),
-                             str(tiny_runs["transformer"]), str(tiny_lm_run), "--port", "0"], stdout=log,
-                            stderr=log,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})  # tiny models: see conftest.one_thread
+    """`attnlab serve` (the real command) on a free loopback port (scripts/explorer_screenshots.serve: --port 0,
+    the port the server logs); yields its base URL."""
     try:
-        deadline, url = time.monotonic() + 120, None
-        while True:
-            try:
-                if url is None:
-                    log.seek(0)
-                    found = re.search(r"at (http://127\.0\.0\.1:\d+)/", log.read())
-                    url = found and found.group(1)
-                if url is not None:
-                    _api(url + "/api/models")
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                pytest.fail(f"attnlab serve did not start: {log.read()}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+        with SHOTS.serve([tiny_runs["rnn"], tiny_runs["transformer"], tiny_lm_run],
+                         tmp_path_factory.mktemp("serve") / "serve.log") as url:
+            yield url
+    except RuntimeError as e:  # it did not start: its log
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="module")

@@ -458,7 +458,7 @@ function noNeuron(panel, map) {
   const why = panel.result.family === "rnn" ? "an RNN's attention scores are not dot products of projected " +
                                               "queries and keys" :
     "not a dot-product attention with its queries and keys (a rollout, an alignment, or weights given alone)";
-  return `The neuron view needs the query and key vectors of a dot-product attention; the ${map.title} has none ` +
+  return `The neuron view needs queries and keys (the vectors of a dot-product attention); the ${map.title} has none ` +
          `(${why}). ` + (have.length ? `Maps of this input that have them: ${have.join(", ")}.` :
                                       "No map of this input has them: the heatmap, model and head views show it.");
 }
@@ -571,10 +571,10 @@ function standalone(inner, width, height, title) {
 
 // an exported colour scale: white (0) to blue (top), at (x, y)
 function legendSVG(x, y, top, what) {
-  return `<defs><linearGradient id="attnlab-ramp"><stop offset="0" stop-color="#fff"/>` +
-         `<stop offset="1" stop-color="rgb(13,71,161)"/></linearGradient></defs>` +
-         `<text x="${x}" y="${y + 10}">0</text><rect x="${x + 12}" y="${y}" width="120" height="12" ` +
-         `fill="url(#attnlab-ramp)" stroke="#999" stroke-width="0.5"/><text x="${x + 138}" y="${y + 10}">` +
+  const steps = [...Array(24).keys()].map(k => `<rect x="${x + 12 + 5 * k}" y="${y}" width="5" height="12" ` +
+                                               `fill="rgb(13,71,161)" fill-opacity="${(k / 23).toFixed(3)}"/>`);
+  return `<text x="${x}" y="${y + 10}">0</text>${steps.join("")}<rect x="${x + 12}" y="${y}" width="120" ` +
+         `height="12" fill="none" stroke="#999" stroke-width="0.5"/><text x="${x + 138}" y="${y + 10}">` +
          `${esc(top)}  ${esc(what)}</text>`;
 }
 
