@@ -119,6 +119,7 @@ def test_openapi_and_page(client):
         assert "http://" not in text and "https://" not in text  # offline: no CDN
     assert "http://" not in page.text and "https://" not in page.text
     assert client.get("/docs").status_code == 404  # Swagger UI would load from a CDN
+    assert client.get("/favicon.ico").status_code == 204  # the icon is inline in the page; no 404 for the file
 
 
 def _free_socket() -> socket.socket:

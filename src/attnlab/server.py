@@ -49,7 +49,7 @@ import uvicorn
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -448,6 +448,10 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
             return JSONResponse(views.steps_payload(store.get(eid), layer))
         except AttnlabError as e:
             raise HTTPException(422, str(e)) from None
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:  # the page carries its icon inline; a tool asking for the file gets no 404
+        return Response(status_code=204)
 
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
