@@ -243,7 +243,7 @@ REQUIRED = {("data", "bible"): [], ("data", "tsv"): ["x.tsv"], ("data", "files")
             ("paraphrase", "plot"): ["RUN", "--a", "x", "--b", "y"], ("translate",): ["RUN"], ("evaluate",): ["RUN"],
             ("generate",): ["RUN"], ("plot", "attention"): ["RUN", "--sentence", "x"],
             ("plot", "explore"): ["RUN", "--sentence", "x"], ("summary",): ["CFG"], ("report",): ["RUN"],
-            ("serve",): ["RUN"], ("series",): ["fib"], ("demo",): []}
+            ("serve",): ["RUN"], ("series",): ["fib"], ("demo",): [], ("train",): [], ("paraphrase", "train"): []}
 
 
 def numeric_options(parser, words: tuple = ()):
