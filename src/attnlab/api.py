@@ -39,7 +39,8 @@ from attnlab.runs import EvalOptions, LoadedRun
 from attnlab.store import Store
 from attnlab.trainer import TrainerState, read_metrics
 from attnlab.translate import CTranslate2Translator, Translation, Translator
-from attnlab.workflow import count_parameters, ctranslate2_model, load_run, run_config, summary
+from attnlab.workflow import (count_parameters, ctranslate2_translator, evaluate_run, load_run, run_config,
+                              summary)
 from attnlab.workflow import train as train_run
 
 log = logging.getLogger("attnlab")
@@ -151,9 +152,8 @@ class Run:
             self._explorer = Translator(loaded.model, loaded.tokenizers, loaded.cfg.decode, loaded.device)
             self._translator = self._explorer
             if engine == "ctranslate2":
-                model_dir = model_dir if model_dir is not None else ctranslate2_model(loaded.run_dir,
-                                                                                      loaded.checkpoint)
-                self._translator = CTranslate2Translator(model_dir, loaded.tokenizers, loaded.cfg.decode)
+                self._translator = ctranslate2_translator(loaded.run_dir, loaded.checkpoint, loaded.tokenizers,
+                                                          loaded.cfg.decode, model_dir)
         elif engine != "torch":
             raise AttnlabError(f"{loaded.run_dir}: engine {engine!r} decodes translation runs only")
 
@@ -260,9 +260,7 @@ class Run:
         """The family's evaluation on a split (what `attnlab evaluate --json` prints): BLEU, chrF and BLEU by
         source length for translation, perplexity for a language model, accuracy for pairs, MSE for series. It
         is also written under RUN_DIR/eval/."""
-        if split not in ("train", "dev", "test"):
-            raise AttnlabError(f"unknown split {split!r}; choose train, dev or test")
-        return self.loaded.family.evaluate(self.loaded, split, EvalOptions(beam, max_sentences, hard_negatives))
+        return evaluate_run(self.loaded, split, EvalOptions(beam, max_sentences, hard_negatives))
 
     def format_eval(self, result: dict) -> str:
         """An evaluation result as the text `attnlab evaluate` prints."""

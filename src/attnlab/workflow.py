@@ -183,12 +183,20 @@ def load_translator(run_dir: Path | str, checkpoint: str = "best", device: str =
     if engine == "ctranslate2":
         family, raw = run_config(run_dir)
         require(family, "translate", run_dir)
-        model_dir = model_dir if model_dir is not None else ctranslate2_model(run_dir, checkpoint)
-        return CTranslate2Translator(model_dir, run_tokenizers(Path(run_dir)), family.from_dict(raw).decode)
+        return ctranslate2_translator(run_dir, checkpoint, run_tokenizers(Path(run_dir)), family.from_dict(raw).decode,
+                                      model_dir)
     if engine != "torch":
         raise AttnlabError(f"unknown engine {engine!r}; choose torch or ctranslate2")
     run = load_run(run_dir, checkpoint, device, ability="translate")
     return Translator(run.model, run.tokenizers, run.cfg.decode, run.device)
+
+
+def ctranslate2_translator(run_dir: Path | str, checkpoint: str, tokenizers: TokenizerPair, decode: Any,
+                           model_dir: Path | str | None = None) -> CTranslate2Translator:
+    """A translation run decoded by CTranslate2 with its tokenizers and decode settings, from `model_dir` or the
+    run's own float32 export (`ctranslate2_model`, made on first use)."""
+    model_dir = model_dir if model_dir is not None else ctranslate2_model(run_dir, checkpoint)
+    return CTranslate2Translator(model_dir, tokenizers, decode)
 
 
 def export_run(run_dir: Path | str, out: Path | str | None = None, quantization: str = "float32",
@@ -211,10 +219,15 @@ def evaluate(run_dir: Path | str, split: str = "test", checkpoint: str = "best",
              options: EvalOptions = EvalOptions()) -> tuple[Family, dict]:
     """The family's evaluation of a run on a split (BLEU/chrF, perplexity, accuracy, MSE); it writes its result
     under RUN_DIR/eval/. Returns (family, result) so the caller can format it."""
+    run = load_run(run_dir, checkpoint, device)
+    return run.family, evaluate_run(run, split, options)
+
+
+def evaluate_run(run: LoadedRun, split: str = "test", options: EvalOptions = EvalOptions()) -> dict:
+    """The family's evaluation of a loaded run on a split (`evaluate` for a run already in memory)."""
     if split not in ("train", "dev", "test"):
         raise AttnlabError(f"unknown split {split!r}; choose train, dev or test")
-    run = load_run(run_dir, checkpoint, device)
-    return run.family, run.family.evaluate(run, split, options)
+    return run.family.evaluate(run, split, options)
 
 
 def summary(target: Path, overrides: list[str] | None = None, src_len: int = 7, tgt_len: int = 6) -> str:
