@@ -18,7 +18,8 @@ weights are all zero and its context vector is the zero vector.
 
 When the weights are not requested, the dot-product family runs through
 `torch.nn.functional.scaled_dot_product_attention` (flash / memory-efficient kernels where the hardware has
-them); when they are, the explicit path computes the same numbers and returns the weights.
+them), except on the CPU for short sequences, where the explicit path is faster (`explicit_is_faster`); when
+they are, the explicit path computes the same numbers and returns the weights.
 
 Shape legend: B batch, H heads, T query length, S key length, D model dim, Dh head dim,
 Dq / Dk / Dv query / key / value feature dims, A attention (hidden) dim.
@@ -34,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.dropout import dropout
 from attnlab.errors import AttnlabError
 
 SCORE_KINDS = ("dot", "general", "additive", "scaled_dot", "parameterized")
@@ -147,7 +149,7 @@ def attend(scores: Tensor, values: Tensor, mask: Tensor | None = None,
         context (..., T, Dv) and weights (..., T, S) (before dropout).
     """
     weights = masked_softmax(scores, mask)
-    dropped = F.dropout(weights, dropout_p, training) if dropout_p > 0 else weights
+    dropped = dropout(weights, dropout_p, training) if dropout_p > 0 else weights
     if weights.size(-2) == 1:
         # One query (step-wise decoding): a broadcast product. As a matmul, its backward is a batched outer
         # product with inner dimension 1, which CPU BLAS runs about 10x slower.
@@ -155,19 +157,41 @@ def attend(scores: Tensor, values: Tensor, mask: Tensor | None = None,
     return dropped @ values, weights  # (..., T, Dv)
 
 
+# Longest key sequence for which the explicit path beats `F.scaled_dot_product_attention` on the CPU, forward and
+# backward, by the query dtype (benchmarks/attention_bench.py --cpu-kernels: with 3,000 tokens per batch, 4 heads of
+# 64, the CPU's flash kernel takes 17 ms in bf16 at 30 keys where the explicit path takes 3.4 ms; in fp32 the two
+# cross near 100 keys). Above `EXPLICIT_MAX_SCORES` score elements the fused kernel runs whatever the length, so the
+# explicit path never holds an unbounded (B, H, T, S) tensor.
+EXPLICIT_MAX_KEYS = {torch.bfloat16: 512, torch.float16: 512, torch.float32: 96}
+EXPLICIT_MAX_SCORES = 2**25
+
+
+def explicit_is_faster(q: Tensor, k: Tensor) -> bool:
+    """Whether the explicit path computes softmax(q k^T) v faster than the fused kernel for these shapes: on the CPU,
+    for short key sequences (`EXPLICIT_MAX_KEYS`, by dtype) and at most `EXPLICIT_MAX_SCORES` scores."""
+    if q.device.type != "cpu":
+        return False
+    S = k.size(-2)
+    return S <= EXPLICIT_MAX_KEYS.get(q.dtype, 0) and q.numel() // q.size(-1) * S <= EXPLICIT_MAX_SCORES
+
+
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
                                  scale: float | None = None, dropout_p: float = 0.0, training: bool = False,
-                                 need_weights: bool = False, causal: bool = False) -> tuple[Tensor, Tensor | None]:
+                                 need_weights: bool = False, causal: bool = False, kernel: str = "auto"
+                                 ) -> tuple[Tensor, Tensor | None]:
     """softmax(q k^T * scale) v (Vaswani et al. 2017, eq. 1); scale defaults to 1/sqrt(Dh).
 
     Args:
         q: (B, H, T, Dh); k: (B, H, S, Dh); v: (B, H, S, Dv).
         mask: bool broadcastable to (B, H, T, S), True = may attend; or None.
-        need_weights: if False, the fused kernel runs and weights are None.
+        need_weights: if True, the explicit path runs and returns the weights.
         causal: query t attends keys 0..t + (S - T) only: aligned bottom-right, so with S > T the queries are
             the last T positions of the keys (a decoder continuing after S - T cached keys), as `causal_mask`
             says; S < T is refused. With S == T and no other mask the fused kernel uses its built-in causal
             mode (flash attention on GPUs, which aligns top-left and so is used only when both agree).
+        kernel: without need_weights, which path computes the context: "fused"
+            (`F.scaled_dot_product_attention`), "explicit" (the weights written out, then dropped), or "auto":
+            the explicit path where `explicit_is_faster` (short sequences on the CPU), else the fused one.
     Returns:
         context (B, H, T, Dv) and weights (B, H, T, S) or None.
     """
@@ -175,16 +199,20 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     if causal and q.size(-2) > k.size(-2):
         raise AttnlabError(f"causal attention needs at least as many keys as queries, got T={q.size(-2)} queries "
                            f"and S={k.size(-2)} keys")
-    if causal and mask is None and not need_weights and q.size(-2) == k.size(-2):
+    if kernel not in ("auto", "fused", "explicit"):
+        raise AttnlabError(f"attention kernel {kernel!r} is not one of 'auto', 'fused', 'explicit'")
+    explicit = need_weights or kernel == "explicit" or (kernel == "auto" and explicit_is_faster(q, k))
+    if causal and mask is None and not explicit and q.size(-2) == k.size(-2):
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p if training else 0.0, scale=scale,
                                              is_causal=True)
         return out, None
     if causal:
         tri = causal_mask(q.size(-2), k.size(-2), device=q.device)  # (T, S)
         mask = tri if mask is None else mask & tri
-    if need_weights:
+    if explicit:
         scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S)
-        return attend(scores, v, mask, dropout_p, training)
+        context, weights = attend(scores, v, mask, dropout_p, training)
+        return context, weights if need_weights else None
     if mask is None:
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p if training else 0.0, scale=scale)
         return out, None

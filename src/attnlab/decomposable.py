@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from attnlab.attention import attend
 from attnlab.config import MAX_DIM, MAX_LEN
+from attnlab.dropout import Dropout
 from attnlab.errors import AttnlabError
 
 
@@ -58,8 +59,8 @@ class DecomposableConfig:
 
 def feed_forward(in_dim: int, hidden_dim: int, dropout: float) -> nn.Sequential:
     """Two ReLU layers with dropout on each layer's input (F, G, H of sec. 4.1): (..., in_dim) -> (..., hidden)."""
-    return nn.Sequential(nn.Dropout(dropout), nn.Linear(in_dim, hidden_dim), nn.ReLU(),
-                         nn.Dropout(dropout), nn.Linear(hidden_dim, hidden_dim), nn.ReLU())
+    return nn.Sequential(Dropout(dropout), nn.Linear(in_dim, hidden_dim), nn.ReLU(),
+                         Dropout(dropout), nn.Linear(hidden_dim, hidden_dim), nn.ReLU())
 
 
 @dataclass

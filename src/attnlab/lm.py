@@ -34,6 +34,7 @@ from attnlab.attention import Segments, segment_mask
 from attnlab.batching import pack_rows, pad_sequences
 from attnlab.config import MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SEED, MAX_VOCAB, load_config
 from attnlab.corpus import bible_corpus, holdout, normalize, subsample
+from attnlab.dropout import Dropout
 from attnlab.errors import AttnlabError
 from attnlab.fileio import read_lines, write_json
 from attnlab.runs import EvalOptions, LoadedRun
@@ -180,7 +181,7 @@ class TransformerLM(nn.Module):
         D = cfg.d_model
         self.embed = nn.Embedding(vocab, D, padding_idx=PAD_ID)
         self.pos = PositionalEncoding(D, cfg.max_len, learned=cfg.positions == "learned")
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.layers = nn.ModuleList(DecoderLayer(tcfg, cross_attention=False) for _ in range(cfg.layers))
         self.norm = nn.LayerNorm(D, eps=cfg.layer_norm_eps, bias=cfg.bias) if cfg.norm == "pre" else nn.Identity()
         self.generator = nn.Linear(D, vocab, bias=not cfg.tie_embeddings)

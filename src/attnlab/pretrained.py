@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from attnlab.batching import pad_with_mask
 from attnlab.config import MAX_LAYERS
+from attnlab.dropout import Dropout
 from attnlab.errors import AttnlabError
 from attnlab.transformer import EncoderLayer, TransformerConfig
 
@@ -111,7 +112,7 @@ class BertEmbeddings(nn.Module):
         self.position = nn.Embedding(cfg.layers.max_len, D)
         self.token_type = nn.Embedding(cfg.type_vocab_size, D)
         self.norm = nn.LayerNorm(D, eps=cfg.layers.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.layers.dropout)
+        self.dropout = Dropout(cfg.layers.dropout)
 
     def forward(self, tokens: Tensor, token_types: Tensor | None = None) -> Tensor:
         L = tokens.size(1)

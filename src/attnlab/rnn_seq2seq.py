@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from attnlab.attention import Attention, padding_mask
 from attnlab.config import MAX_DIM, MAX_LAYERS
+from attnlab.dropout import Dropout
 from attnlab.errors import AttnlabError
 from attnlab.rnn import RNNLayer
 
@@ -121,7 +122,7 @@ class RNNEncoder(nn.Module):
     def __init__(self, vocab_size: int, cfg: RNNModelConfig) -> None:
         super().__init__()
         self.embed = token_embedding(vocab_size, cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.rnn = RNNLayer(cfg.cell, self.embed.embedding_dim, cfg.hidden_dim, cfg.enc_layers, dropout=cfg.dropout,
                             bidirectional=cfg.bidirectional, impl=cfg.impl, keras_bias=cfg.keras_bias)
         self.dirs = 2 if cfg.bidirectional else 1
@@ -151,7 +152,7 @@ class RNNSeq2Seq(nn.Module):
         He = self.encoder.out_dim
         self.embed = token_embedding(tgt_vocab, cfg)
         E = self.embed.embedding_dim
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         # the bridge: decoder initial state from the encoder summary (Bahdanau et al. 2015, A.2.2: tanh(W_s h)),
         # or the encoder's final state itself (Sutskever et al. 2014; the Keras example)
         copy = cfg.bridge == "copy"

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -33,6 +32,7 @@ from attnlab.config import MAX_COUNT, MAX_LEN, MAX_SEED, MAX_THREADS, from_dict
 from attnlab.errors import AttnlabError
 from attnlab.fileio import append_line, atomic_write_text, make_dirs
 from attnlab.logs import Progress
+from attnlab.loss import smoothed_cross_entropy
 from attnlab.tokenizers import PAD_ID
 
 log = logging.getLogger("attnlab")
@@ -217,8 +217,7 @@ def lr_factor(cfg: TrainConfig, step: int, d_model: int = 512) -> float:
 
 def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float) -> torch.Tensor:
     """Summed label-smoothed cross-entropy over non-pad targets. logits (B, T, V), targets (B, T)."""
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
-                           ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
+    return smoothed_cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), label_smoothing, PAD_ID)
 
 
 class Task(Protocol):

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from attnlab.attention import MultiHeadAttention, Segments, padding_mask, segment_mask
 from attnlab.config import MAX_DIM, MAX_LAYERS, MAX_LEN
+from attnlab.dropout import Dropout
 from attnlab.errors import AttnlabError
 
 
@@ -131,7 +132,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
         self.linear2 = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.activation = F.gelu if cfg.activation == "gelu" else F.relu
 
     def forward(self, x: Tensor) -> Tensor:
@@ -145,7 +146,7 @@ class _Residual(nn.Module):
     def __init__(self, cfg: TransformerConfig, n_norms: int) -> None:
         super().__init__()
         self.pre = cfg.norm == "pre"
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         for i in range(1, n_norms + 1):  # norm1, norm2, (norm3): torch's names
             self.add_module(f"norm{i}", nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps, bias=cfg.bias))
 
@@ -321,7 +322,7 @@ class TransformerSeq2Seq(nn.Module):
         self.tgt_embed = nn.Embedding(tgt_vocab, D, padding_idx=0)
         self.src_pos = PositionalEncoding(D, cfg.max_len, learned=cfg.positions == "learned")
         self.tgt_pos = PositionalEncoding(D, cfg.max_len, learned=cfg.positions == "learned")
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.enc_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
         pre = cfg.norm == "pre"  # pre-norm leaves the residual stream unnormalized: normalize the stack output
