@@ -163,18 +163,24 @@ def native_bf16(device: torch.device) -> bool:
     return False
 
 
-def amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of train.amp on `device` (None: fp32). "auto": bf16 where `native_bf16`, else fp32;
-    "bf16": bf16 on CUDA or the CPU; "fp16": CUDA only (with a gradient scaler)."""
+def amp_dtype(amp: str, device: torch.device, key: str = "train.amp") -> torch.dtype | None:
+    """The autocast dtype of train.amp (or decode.amp, named by `key` in errors) on `device` (None: fp32).
+    "auto": bf16 where `native_bf16`, else fp32; "bf16": bf16 on CUDA or the CPU; "fp16": CUDA only (with a
+    gradient scaler)."""
     if amp == "none" or (amp == "auto" and not native_bf16(device)):
         return None
     if device.type not in ("cuda", "cpu"):
         if amp == "auto":
             return None
-        raise AttnlabError(f"train.amp = {amp!r} runs on CUDA or the CPU, not {device.type}; use none")
+        raise AttnlabError(f"{key} = {amp!r} runs on CUDA or the CPU, not {device.type}; use none")
     if amp == "fp16" and device.type != "cuda":
-        raise AttnlabError("train.amp = 'fp16' needs a CUDA GPU (and a gradient scaler); on the CPU use bf16 or auto")
+        raise AttnlabError(f"{key} = 'fp16' needs a CUDA GPU (and a gradient scaler); on the CPU use bf16 or auto")
     return torch.float16 if amp == "fp16" else torch.bfloat16
+
+
+def autocast(dtype: torch.dtype | None, device: torch.device) -> contextlib.AbstractContextManager:
+    """torch.autocast on `device` in `dtype` (an `amp_dtype`), or a context that changes nothing for None."""
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -428,10 +434,8 @@ class Trainer:
         return SummaryWriter(str(self.run_dir / "tensorboard"))
 
     # ------------------------------------------------------------------------------------------ steps
-    def _autocast(self):
-        if self.amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        return autocast(self.amp_dtype, self.device)
 
     def current_lr(self) -> float:
         lr = self.cfg.lr * lr_factor(self.cfg, self.state.step + 1, self.d_model) * self.state.lr_scale

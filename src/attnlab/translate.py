@@ -15,6 +15,7 @@ from attnlab.config import MAX_BEAM, MAX_LEN
 from attnlab.errors import AttnlabError
 from attnlab.search import TraceStep, beam_search, greedy_search, max_output_length
 from attnlab.tokenizers import EOS_ID, TokenizerPair
+from attnlab.trainer import amp_dtype, autocast
 
 
 @dataclass
@@ -27,6 +28,9 @@ class DecodeConfig:
     max_len_offset: int = 10
     batch_size: int = 64  # sentences per decoding batch
     max_src_tokens: int = 400  # longer inputs are refused with a clear error
+    amp: str = "none"  # none | auto (bf16 where the device computes it natively) | bf16: autocast of the search
+
+    CHOICES: ClassVar[dict] = {"amp": ("none", "auto", "bf16")}
 
     LIMITS: ClassVar[dict] = {"beam_size": (1, MAX_BEAM), "length_penalty": (0.0, 100.0), "max_len_ratio": (0.0, 100.0),
                               "max_len_offset": (0, MAX_LEN), "batch_size": (1, 2**16), "max_src_tokens": (1, MAX_LEN)}
@@ -70,6 +74,7 @@ class Translator:
         `attnlab.runs.LoadedRun`, or `attnlab.workflow.load_translator(run_dir)`."""
         self.model = model.to(device).eval()
         self.tokenizers, self.decode, self.device = tokenizers, decode, torch.device(device)
+        self.amp_dtype = amp_dtype(decode.amp, self.device, key="decode.amp")  # None: fp32
 
     def encode_source(self, sentences: list[str]) -> list[list[int]]:
         return encode_source(self.tokenizers, self.decode, sentences)
@@ -91,11 +96,12 @@ class Translator:
             lengths = torch.tensor([len(ids[i]) for i in chunk], device=self.device)  # (B,)
             limit = max_output_length(lengths, self.decode.max_len_ratio, self.decode.max_len_offset)
             traces: list[list[TraceStep]] | None = [] if trace and beam > 1 else None
-            if beam == 1:
-                hyps = greedy_search(self.model, src, lengths, limit, need_weights=need_weights)
-            else:
-                hyps = beam_search(self.model, src, lengths, beam, limit, self.decode.length_penalty, n_best,
-                                   need_weights=need_weights, trace=traces)
+            with autocast(self.amp_dtype, self.device):  # decode.amp; the log-probs are float32 either way
+                if beam == 1:
+                    hyps = greedy_search(self.model, src, lengths, limit, need_weights=need_weights)
+                else:
+                    hyps = beam_search(self.model, src, lengths, beam, limit, self.decode.length_penalty, n_best,
+                                       need_weights=need_weights, trace=traces)
             for b, (i, nbest) in enumerate(zip(chunk, hyps)):
                 results[i] = [self._translation(ids[i], h, None if traces is None else traces[b]) for h in nbest]
         return results
