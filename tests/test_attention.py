@@ -8,8 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.attention import (SCORE_KINDS, Attention, LearnedQueryAttention, MultiHeadAttention, causal_mask,
-                               masked_softmax, padding_mask, scaled_dot_product_attention)
+import attnlab.attention as attention_module
+from attnlab.attention import (EXPLICIT_MAX_KEYS, EXPLICIT_MAX_SCORES, SCORE_KINDS, Attention, LearnedQueryAttention,
+                               MultiHeadAttention, causal_mask, explicit_is_faster, masked_softmax, padding_mask,
+                               scaled_dot_product_attention)
 from attnlab.errors import AttnlabError
 
 B, T, S, D, H = 3, 4, 6, 16, 4
@@ -77,7 +79,7 @@ def test_sdpa_explicit_and_fused_match_torch(use_mask):
     q, k, v = torch.randn(B, H, T, 8), torch.randn(B, H, S, 8), torch.randn(B, H, S, 5)
     mask = padding_mask(torch.tensor([6, 3, 1]), S)[:, None, None, :] if use_mask else None
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    fused, w_none = scaled_dot_product_attention(q, k, v, mask)
+    fused, w_none = scaled_dot_product_attention(q, k, v, mask, kernel="fused")
     explicit, w = scaled_dot_product_attention(q, k, v, mask, need_weights=True)
     assert w_none is None
     torch.testing.assert_close(fused, ref)
@@ -153,7 +155,8 @@ def test_mha_gradcheck():
 
 
 @pytest.mark.parametrize("kind", ["dot", "general", "scaled_dot", "parameterized"])
-def test_fused_and_explicit_agree(kind):
+def test_fused_and_explicit_agree(monkeypatch, kind):
+    monkeypatch.setattr(attention_module, "explicit_is_faster", lambda q, k: False)  # "auto" picks the fused kernel
     dq, dk = _dims(kind)
     att = Attention(kind, dq, dk)
     query, keys = torch.randn(B, T, dq), torch.randn(B, S, dk)
@@ -253,7 +256,7 @@ def test_causal_with_fewer_queries_than_keys_is_bottom_right_on_both_paths(T_q, 
     q = torch.randn(2, H, T_q, D // H, dtype=torch.float64)
     k = torch.randn(2, H, S_k, D // H, dtype=torch.float64)
     v = torch.randn(2, H, S_k, D // H, dtype=torch.float64)
-    fused, _ = scaled_dot_product_attention(q, k, v, causal=True)
+    fused, _ = scaled_dot_product_attention(q, k, v, causal=True, kernel="fused")
     explicit, w = scaled_dot_product_attention(q, k, v, causal=True, need_weights=True)
     expected = torch.empty_like(fused)
     for i in range(T_q):
@@ -271,3 +274,125 @@ def test_causal_with_more_queries_than_keys_is_refused():
     q, k = torch.randn(1, 1, 5, 4), torch.randn(1, 1, 3, 4)
     with pytest.raises(AttnlabError, match="T=5 queries and S=3 keys"):
         scaled_dot_product_attention(q, k, k, causal=True)
+
+
+# ---------------------------------------------------------------------------------------------- kernels
+KERNELS = ("auto", "fused", "explicit")
+_TORCH_SDPA = F.scaled_dot_product_attention
+
+
+def _kernel_case(case: str, dtype: torch.dtype):
+    """q (B, H, T, 8), k (B, H, Sk, 8), v (B, H, Sk, 5); the bool mask to pass (or None) and causal flag; the full
+    (B, 1|H, T, Sk) mask they mean, written out here (bottom-right causal: query t sees keys 0 .. t + Sk - T)."""
+    Sk = T if case == "causal-square" else S
+    q, k, v = (torch.randn(B, H, n, d, dtype=torch.float64).to(dtype) for n, d in ((T, 8), (Sk, 8), (Sk, 5)))
+    pad = torch.arange(Sk)[None, :] < torch.tensor([Sk, 3, 1])[:, None]  # (B, Sk)
+    tri = torch.arange(Sk)[None, :] <= torch.arange(T)[:, None] + (Sk - T)  # (T, Sk)
+    if case == "padding":
+        return (q, k, v), pad[:, None, None, :], False, pad[:, None, None, :].expand(B, 1, T, Sk)
+    if case in ("causal-square", "causal-cached"):
+        return (q, k, v), None, True, tri.expand(B, 1, T, Sk)
+    if case == "padding-causal":
+        return (q, k, v), pad[:, None, None, :], True, pad[:, None, None, :] & tri
+    # fully masked rows: batch 1 query 2 and batch 2 query 0 see no key, every head
+    mask = torch.rand(B, 1, T, Sk) > 0.3
+    mask[..., 0] = True
+    mask[1, :, 2] = False
+    mask[2, :, 0] = False
+    return (q, k, v), mask, False, mask
+
+
+def _reference_context(q, k, v, full_mask):
+    """torch's F.scaled_dot_product_attention in float64 with fully masked rows set to zero (the attnlab
+    convention; torch gives NaN there)."""
+    has_key = full_mask.any(-1, keepdim=True)
+    ref = _TORCH_SDPA(q.double(), k.double(), v.double(), attn_mask=full_mask)
+    return torch.where(has_key, ref, torch.zeros(()))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("case", ["padding", "causal-square", "causal-cached", "padding-causal", "fully-masked"])
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_kernels_match_torch_sdpa(kernel, case, dtype, tol):
+    (q, k, v), mask, causal, full_mask = _kernel_case(case, dtype)
+    q.requires_grad_(True)
+    out, w = scaled_dot_product_attention(q, k, v, mask, causal=causal, kernel=kernel)
+    assert w is None and out.dtype == dtype and out.shape == (B, H, T, 5)
+    torch.testing.assert_close(out.double(), _reference_context(q, k, v, full_mask), atol=tol, rtol=tol)
+    out.double().pow(2).sum().backward()
+    assert torch.isfinite(q.grad).all()
+    empty_rows = ~full_mask.any(-1).expand(B, H, T)  # (B, H, T)
+    assert torch.all(out[empty_rows] == 0) and torch.all(q.grad[empty_rows] == 0)
+
+
+@pytest.mark.parametrize("case", ["padding", "causal-cached", "padding-causal"])
+def test_kernel_gradients_match_torch_float64(case):
+    (q, k, v), mask, causal, full_mask = _kernel_case(case, torch.float64)
+    ref_inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    _TORCH_SDPA(*ref_inputs, attn_mask=full_mask).sum().backward()
+    for kernel in KERNELS:
+        inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+        scaled_dot_product_attention(*inputs, mask, causal=causal, kernel=kernel)[0].sum().backward()
+        for mine, ref in zip(inputs, ref_inputs):
+            torch.testing.assert_close(mine.grad, ref.grad, msg=lambda m: f"kernel={kernel}: {m}")
+
+
+def test_unknown_kernel_is_refused_by_name():
+    q = torch.randn(1, 1, 2, 4)
+    with pytest.raises(AttnlabError, match="'flash'.*'auto', 'fused', 'explicit'"):
+        scaled_dot_product_attention(q, q, q, kernel="flash")
+
+
+def _shape(B_, H_, L, Dh=8, dtype=torch.bfloat16, device="cpu"):
+    """A (B_, H_, L, Dh) tensor without the memory: explicit_is_faster reads only shapes, dtype and device."""
+    return torch.zeros((), dtype=dtype, device=device).expand(B_, H_, L, Dh)
+
+
+def test_explicit_is_faster_for_short_cpu_sequences_only():
+    q = _shape(8, 4, 30)
+    assert explicit_is_faster(q, _shape(8, 4, 30))
+    for dtype in (torch.bfloat16, torch.float32):
+        top = EXPLICIT_MAX_KEYS[dtype]
+        assert explicit_is_faster(_shape(2, 4, 10, dtype=dtype), _shape(2, 4, top, dtype=dtype))
+        assert not explicit_is_faster(_shape(2, 4, 10, dtype=dtype), _shape(2, 4, top + 1, dtype=dtype))
+    assert not explicit_is_faster(_shape(2, 4, 10, dtype=torch.float64), _shape(2, 4, 10, dtype=torch.float64))
+    # B H T S score elements: exactly EXPLICIT_MAX_SCORES is allowed, one more query row is not
+    rows = EXPLICIT_MAX_SCORES // 32
+    assert explicit_is_faster(_shape(1, 4, rows // 4), _shape(1, 4, 32))
+    assert not explicit_is_faster(_shape(1, 4, rows // 4 + 1), _shape(1, 4, 32))
+    assert not explicit_is_faster(_shape(8, 4, 30, device="meta"), _shape(8, 4, 30, device="meta"))
+
+
+@pytest.mark.parametrize("dtype, Sk, fused_expected", [
+    (torch.bfloat16, S, False),  # short bf16 on the CPU: the explicit path
+    (torch.float32, 200, True),  # beyond EXPLICIT_MAX_KEYS[float32]
+    (torch.float64, S, True),  # no explicit threshold for float64
+])
+def test_auto_kernel_follows_explicit_is_faster_and_returns_no_weights(monkeypatch, dtype, Sk, fused_expected):
+    calls = []
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(1) or _TORCH_SDPA(*a, **kw))
+    q, k, v = torch.randn(B, H, T, 8, dtype=dtype), torch.randn(B, H, Sk, 8, dtype=dtype), torch.randn(B, H, Sk, 8,
+                                                                                                     dtype=dtype)
+    mask = padding_mask(torch.tensor([Sk, 3, 1]), Sk)[:, None, None, :]
+    out, w = scaled_dot_product_attention(q, k, v, mask, kernel="auto")
+    assert w is None
+    assert bool(calls) == fused_expected
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(out.double(), _reference_context(q, k, v, mask.expand(B, 1, T, Sk)), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["auto-explicit", "auto-fused"])
+def test_kernel_choice_runs_that_kernel(monkeypatch, dtype):
+    """fused: F.scaled_dot_product_attention; explicit, or any kernel with need_weights: not (weights returned);
+    whichever kernel "auto" would pick for these inputs."""
+    calls = []
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(1) or _TORCH_SDPA(*a, **kw))
+    q, k, v = (torch.randn(B, H, L, 8, dtype=dtype) for L in (T, S, S))
+    for causal in (False, True):
+        calls.clear()
+        assert scaled_dot_product_attention(q, k, v, causal=causal, kernel="fused")[1] is None and calls == [1]
+        calls.clear()
+        assert scaled_dot_product_attention(q, k, v, causal=causal, kernel="explicit")[1] is None and calls == []
+        for kernel in KERNELS:
+            _, w = scaled_dot_product_attention(q, k, v, causal=causal, kernel=kernel, need_weights=True)
+            assert w.shape == (B, H, T, S) and calls == []

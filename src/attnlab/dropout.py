@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 LEVELS = 65536  # 16 random bits per element
 
@@ -40,6 +41,7 @@ class _MaskedScale(torch.autograd.Function):
         return x.mul(keep).mul_(scale)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
         (keep,) = ctx.saved_tensors
         return grad.mul(keep).mul_(ctx.scale), None, None
@@ -48,6 +50,8 @@ class _MaskedScale(torch.autograd.Function):
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """Zeroes each element of x with probability p (rounded to 1/65536 on the CPU) and scales the rest by
     1 / (1 - p): `F.dropout`, with the faster mask on the CPU. x (...) -> (...)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu" or p >= 1.0 or not x.is_floating_point():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 BLOCK_ELEMENTS = 2**19  # float32 elements per block of rows: 2 MiB, so a block's passes stay in the CPU's cache
 
@@ -39,7 +40,7 @@ class FusedSmoothedCE(torch.autograd.Function):
         rows = max(1, BLOCK_ELEMENTS // V)
         for start in range(0, N, rows):
             block = slice(start, start + rows)
-            x = logits[block].float()  # (n, V), a copy: changed in place below
+            x = logits[block].to(torch.float32, copy=True)  # (n, V), always a copy: changed in place below
             t, k = safe[block], keep[block, None]  # (n, 1) each
             lse = torch.logsumexp(x, dim=1, keepdim=True)  # (n, 1)
             row_loss = lse - (1.0 - eps) * x.gather(1, t) - (eps / V) * x.sum(dim=1, keepdim=True)  # (n, 1)
@@ -51,6 +52,7 @@ class FusedSmoothedCE(torch.autograd.Function):
         return total
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out: Tensor) -> tuple[Tensor, None, None, None]:
         (grad,) = ctx.saved_tensors
         return grad * grad_out.to(grad.dtype), None, None, None
