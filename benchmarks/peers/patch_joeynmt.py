@@ -37,7 +37,7 @@ def main() -> None:
         path = package / name
         text = path.read_text(encoding="utf-8")
         unpatched = text.count(old) - new.count(old) * text.count(new)  # a replacement may contain `old`
-        if unpatched == 1 and new not in text:
+        if unpatched == 1:  # (`new` may itself be part of `old`, as when a line is deleted)
             path.write_text(text.replace(old, new), encoding="utf-8")
             print(f"patch_joeynmt: {name}: patched ({why})")
         elif unpatched == 0 and new in text:
