@@ -68,7 +68,7 @@ class TrainConfig:
     log_every: int = 50
     tensorboard: bool = False
     device: str = "auto"  # auto | cpu | cuda | mps
-    amp: str = "none"  # none | auto (bf16 where the device computes it natively) | bf16 | fp16 (CUDA)
+    amp: str = "auto"  # auto (bf16 where the device computes it natively, else fp32) | none | bf16 | fp16 (CUDA)
     num_threads: int = 0  # CPU threads for torch (0: torch's default)
     compile: bool = False  # torch.compile the model (dynamic shapes; worth it for long GPU runs)
     progress: bool = True  # a progress bar on a terminal; elsewhere one plain line every log_every steps
