@@ -55,7 +55,7 @@ def main() -> int:
     translators = {amp: Translator(run.model, run.tokenizers, dataclasses.replace(run.cfg.decode, amp=amp), run.device)
                    for amp in ("none", "bf16")}
     out: dict = {"run": str(args.run_dir), "checkpoint": args.checkpoint, "split": args.split,
-                 "sentences": len(pairs), "beam": beam, "threads": torch.get_num_threads(), "torch": torch.__version__,
+                 "sentences": len(pairs), "beam_size": beam, "threads": torch.get_num_threads(), "torch": torch.__version__,
                  "cpu": platform.processor() or platform.machine(),
                  "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                           text=True).stdout.strip()}
