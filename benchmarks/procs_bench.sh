@@ -16,7 +16,7 @@ for spec in "${runs[@]}"; do
   config="${spec%%:*}" steps="${spec##*:}"
   for procs in 1 "$cores"; do
     dir="runs/procs_bench/$config-$procs"
-    rm -rf "$dir"
+    rm -rf "$dir" && mkdir -p "$(dirname "$dir")"
     "$attnlab" train "$config" --procs "$procs" --out "$dir" --set train.max_steps="$steps" \
       --set train.max_minutes=0 --set train.log_every=10 --set train.eval_every=100000 > "$dir.log" 2>&1
     "$python" - "$dir/metrics.jsonl" "$out" "$config" "$procs" "$cores" <<'PY'

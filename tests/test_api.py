@@ -49,6 +49,26 @@ def test_translations_equal_the_translator(rnn):
         torch.testing.assert_close(a[0].attention, b[0].attention)
 
 
+def test_decode_amp_of_a_loaded_run(tiny_runs, tmp_path, capsys):
+    """`attnlab.load(..., decode_amp=)` and `translate/evaluate --amp` set the search's precision of that load
+    only: bf16 runs the output layer in bf16; none is fp32; a wrong choice is one line."""
+    run = attnlab.load(tiny_runs["transformer"], decode_amp="bf16")
+    assert run.config.decode.amp == "bf16"
+    seen = set()
+    hook = run.model.generator.register_forward_hook(lambda m, a, out: seen.add(out.dtype))
+    run.translate(SENTENCES, beam=2)
+    hook.remove()
+    assert seen == {torch.bfloat16}
+    assert attnlab.load(tiny_runs["transformer"]).config.decode.amp == "none"  # the run's own setting is kept
+    with pytest.raises(AttnlabError, match="decode amp 'fp16' is not one of"):
+        attnlab.load(tiny_runs["transformer"], decode_amp="fp16")
+    (tmp_path / "in.txt").write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
+    assert main(["translate", str(tiny_runs["transformer"]), str(tmp_path / "in.txt"), "--amp", "bf16"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    assert main(["evaluate", str(tiny_runs["transformer"]), "--amp", "none", "--max-sentences", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sentences"] == 3
+
+
 def test_empty_sentences_get_no_translation(rnn):
     assert rnn.translate(["", "   ", SENTENCES[1]])[:2] == ["", ""]
     assert rnn.translations(["  "]) == [[]]

@@ -38,7 +38,7 @@ from attnlab.logs import in_notebook
 from attnlab.runs import EvalOptions, LoadedRun
 from attnlab.store import Store
 from attnlab.trainer import TrainerState, read_metrics
-from attnlab.translate import CTranslate2Translator, Translation, Translator
+from attnlab.translate import CTranslate2Translator, DecodeConfig, Translation, Translator
 from attnlab.workflow import (count_parameters, ctranslate2_translator, evaluate_run, load_run, run_config,
                               summary)
 from attnlab.workflow import train as train_run
@@ -300,14 +300,22 @@ class Run:
 
 
 def load(run_dir: Path | str, checkpoint: str = "best", device: str = "cpu", engine: str = "torch",
-         model_dir: Path | str | None = None) -> Run:
+         model_dir: Path | str | None = None, decode_amp: str | None = None) -> Run:
     """A trained run directory of any family with its "best" or "last" weights, in eval mode on `device`
     ("cpu", "cuda", "mps" or "auto"). engine="ctranslate2": a Transformer translation run decodes with its
-    CTranslate2 export (`model_dir`, or RUN_DIR's own, exported on first use)."""
+    CTranslate2 export (`model_dir`, or RUN_DIR's own, exported on first use). decode_amp ("none", "auto",
+    "bf16"; None: the run's decode.amp): the precision of a translation run's search (translate, evaluate)."""
     if engine not in ("torch", "ctranslate2"):
         raise AttnlabError(f"unknown engine {engine!r}; choose torch or ctranslate2")
     run_config(run_dir)  # a clear error for a folder that is no run, before anything is loaded
-    return Run(load_run(run_dir, checkpoint, device), engine, model_dir)
+    loaded = load_run(run_dir, checkpoint, device)
+    if decode_amp is not None:
+        if "translate" not in loaded.family.abilities:
+            raise AttnlabError(f"{loaded.run_dir}: decode amp applies to translation runs only")
+        if decode_amp not in DecodeConfig.CHOICES["amp"]:
+            raise AttnlabError(f"decode amp {decode_amp!r} is not one of {', '.join(DecodeConfig.CHOICES['amp'])}")
+        loaded.cfg.decode = dataclasses.replace(loaded.cfg.decode, amp=decode_amp)
+    return Run(loaded, engine, model_dir)
 
 
 def train(config: Any, out: Path | str | None = None, *, resume: bool = False,

@@ -172,7 +172,7 @@ def _train_ranks(procs: int, train_args: list[str], sets: list[str], threads: in
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Any family: BLEU/chrF, perplexity, accuracy or MSE, as the run's family evaluates."""
 
-    run = api.load(args.run_dir, args.checkpoint, args.device)
+    run = api.load(args.run_dir, args.checkpoint, args.device, decode_amp=getattr(args, "amp", None))
     result = run.evaluate(args.split, getattr(args, "beam", None), getattr(args, "max_sentences", 0),
                           getattr(args, "hard_negatives", None))
     print(json.dumps(result, indent=2) if args.json else run.format_eval(result))
@@ -264,7 +264,7 @@ def _read_inputs(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
-    run = api.load(args.run_dir, args.checkpoint, args.device, args.engine, args.ct2_model)
+    run = api.load(args.run_dir, args.checkpoint, args.device, args.engine, args.ct2_model, args.amp)
     run.require("translate")
     lines = _read_inputs(args)
     rows = []
@@ -612,6 +612,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--n-best", type=_int(1, MAX_BEAM), default=1, help="print the N best (line, score, text)")
     tr.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch",
                     help="decode with attnlab's PyTorch search (default) or a CTranslate2 export of the run")
+    tr.add_argument("--amp", choices=("none", "auto", "bf16"), default=None,
+                    help="translation: the precision of the search: none (fp32), auto (bf16 where the device "
+                         "computes it natively), bf16 (default: the run's decode.amp, none unless set)")
     tr.add_argument("--ct2-model", type=Path, metavar="DIR",
                     help="the CTranslate2 model to use (default: RUN_DIR/ctranslate2-<checkpoint>-float32, exported "
                          "on first use)")
@@ -641,6 +644,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="translation: beam size; 1 = greedy (default: the run's)")
     ev.add_argument("--max-sentences", type=_int(0, MAX_COUNT), default=0,
                     help="translation: only the first N sentences (0: all)")
+    ev.add_argument("--amp", choices=("none", "auto", "bf16"), default=None,
+                    help="translation: the precision of the search: none (fp32), auto (bf16 where the device "
+                         "computes it natively), bf16 (default: the run's decode.amp, none unless set)")
     ev.set_defaults(func=cmd_evaluate)
 
     gen = sub.add_parser("generate", parents=[opts["run"]],
