@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One 2-thread training process against two 1-thread processes (`attnlab train --procs 2`, gloo) on this machine,
 # for the demo GRU and the small Transformer (issue 23, item 2). Each run's metrics.jsonl lines are appended to
-# OUT tagged with config, procs and threads, and a summary line per config gives the mean target tokens/s after
-# the first 20 updates (under --procs 2: rank 0's rate x 2, since every rank trains the same number of tokens).
+# OUT tagged with config, procs and threads, and a summary line per run gives the mean target tokens/s after the
+# first 20 updates (the trainer logs the rate of all ranks together: rank 0's tokens x the number of ranks).
 #   bash benchmarks/procs_bench.sh OUT.jsonl [demo:100 bible-transformer-small:40 ...]
 set -euo pipefail
 out="${1:?usage: procs_bench.sh OUT.jsonl [CONFIG:STEPS ...]}"
@@ -28,7 +28,7 @@ with open(out, "a", encoding="utf-8") as f:
         f.write(json.dumps({**r, "config": config, "procs": procs, "threads_each": cores // procs}) + "\n")
     rate = [r["tokens_per_s"] for r in rows if r["step"] > 20]
     summary = {"summary": True, "config": config, "procs": procs, "threads_each": cores // procs,
-               "target_tokens_per_s": round(procs * sum(rate) / len(rate), 1), "last_loss": rows[-1]["loss"]}
+               "target_tokens_per_s": round(sum(rate) / len(rate), 1), "last_loss": rows[-1]["loss"]}
     f.write(json.dumps(summary) + "\n")
     print(json.dumps(summary))
 PY
