@@ -199,3 +199,19 @@ def test_float8_weights_in_a_run(tiny_runs, tmp_path, capsys):
     (run / "in.txt").write_text("the cat\n")
     line = one_error_line(capsys, main(["translate", str(run), str(run / "in.txt"), "--checkpoint", "last"]))
     assert "is torch.float8_e4m3fn; weights must be one of torch.float32, torch.float16" in line
+
+
+def test_the_demo_trains_with_two_processes_on_a_multicore_cpu(monkeypatch):
+    """`attnlab demo` without --procs: two 1-thread processes on a CPU with 2+ cores (measured better there), one
+    process on a single core or a GPU."""
+    from attnlab import cli
+
+    monkeypatch.setattr(cli.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(cli.os, "cpu_count", lambda: 2)
+    assert cli.demo_procs() == 2
+    monkeypatch.setattr(cli.os, "cpu_count", lambda: 1)
+    assert cli.demo_procs() == 1
+    monkeypatch.setattr(cli.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(cli.torch.cuda, "is_available", lambda: True)
+    assert cli.demo_procs() == 1
+    assert cli.build_parser().parse_args(["demo"]).procs == 0
