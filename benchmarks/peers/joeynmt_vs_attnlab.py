@@ -256,12 +256,14 @@ def decode_joeynmt(python: Path, config: dict, out: Path, threads: int) -> tuple
 
 
 def run_attnlab(config: Path, run_dir: Path, minutes: float, threads: int, overrides: list[str], max_test: int,
-                load: LoadSampler) -> dict:
+                load: LoadSampler, procs: int = 1) -> dict:
     attnlab = Path(sys.executable).parent / "attnlab"
     if run_dir.exists():
         shutil.rmtree(run_dir)
-    sets = [f"train.max_minutes={minutes}", f"train.num_threads={threads}", *overrides]
+    sets = [f"train.max_minutes={minutes}", f"train.num_threads={max(1, threads // procs)}", *overrides]
     cmd = [str(attnlab), "train", str(config), "--out", str(run_dir)] + [a for s in sets for a in ("--set", s)]
+    if procs > 1:  # N data-parallel processes sharing the threads
+        cmd += ["--procs", str(procs)]
     t0 = time.time()
     with open(run_dir.parent / f"{run_dir.name}.train.log", "w") as log, load:
         subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=thread_env(threads), check=True)
@@ -303,6 +305,8 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=HERE / "work", help="data, checkpoints and logs")
     ap.add_argument("--joeynmt-python", type=Path, default=HERE / ".venv-joeynmt" / "bin" / "python")
     ap.add_argument("--max-test", type=int, default=0, help="score only the first N test verses (smoke tests)")
+    ap.add_argument("--attnlab-procs", type=int, default=1,
+                    help="attnlab trains as N data-parallel processes (train --procs N) sharing --threads")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="extra attnlab overrides (applied to both toolkits' configs)")
     args = ap.parse_args()
@@ -356,17 +360,18 @@ def main() -> None:
     load_before = loadavg()
     attnlab_load = LoadSampler()
     a = run_attnlab(args.config, out / "attnlab", args.minutes, args.threads, args.overrides, args.max_test,
-                    attnlab_load)
+                    attnlab_load, args.attnlab_procs)
+    ranks = args.attnlab_procs  # the checkpoint counts rank 0's tokens; the logged rates already count all ranks
     same_tokenizer = (out / "attnlab" / "tokenizer" / "src.model").read_bytes() == (jdir / "spm.model").read_bytes()
     train_recs = [r for r in a["records"] if "tokens_per_s" in r]
     dev_recs = [r for r in a["records"] if "bleu" in r]
     result["attnlab"] = {
         "loadavg_before": load_before, "loadavg_1min_during_training": attnlab_load.summary(),
         "command": a["command"], "updates": find_key(a["state"], "step"),
-        "target_tokens": find_key(a["state"], "train_tokens"),
+        "procs": ranks, "target_tokens": find_key(a["state"], "train_tokens") * ranks,
         "tokens_per_s": _mean([r["tokens_per_s"] for r in train_recs]),
         "window_rates": [round(r["tokens_per_s"], 1) for r in train_recs],
-        "tokens_per_budget_s": find_key(a["state"], "train_tokens") / find_key(a["state"], "train_seconds"),
+        "tokens_per_budget_s": find_key(a["state"], "train_tokens") * ranks / find_key(a["state"], "train_seconds"),
         "train_s": find_key(a["state"], "train_seconds"), "validations": len(dev_recs),
         "process_wall_s": a["process_wall_s"], "checkpoint": "last", "test_sentences": a["eval"]["sentences"],
         "beam": a["eval"]["beam"], "decode_s": a["decode_s"], "bleu": a["eval"]["bleu"],
