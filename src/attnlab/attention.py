@@ -158,7 +158,7 @@ def attend(scores: Tensor, values: Tensor, mask: Tensor | None = None,
 
 
 # Longest key sequence for which the explicit path beats `F.scaled_dot_product_attention` on the CPU, forward and
-# backward, by the query dtype (benchmarks/attention_bench.py --cpu-kernels: with 3,000 tokens per batch, 4 heads of
+# backward, by the query dtype (docs/results.md, issue 23: with 3,000 tokens per batch, 4 heads of
 # 64, the CPU's flash kernel takes 17 ms in bf16 at 30 keys where the explicit path takes 3.4 ms; in fp32 the two
 # cross near 100 keys). Above `EXPLICIT_MAX_SCORES` score elements the fused kernel runs whatever the length, so the
 # explicit path never holds an unbounded (B, H, T, S) tensor.

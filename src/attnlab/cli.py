@@ -42,6 +42,7 @@ from attnlab.store import format_store_stats
 from attnlab.study import compare, format_comparison
 from attnlab.tokenizers import cached_tokenizers, save_tokenizers
 from attnlab.trainer import read_metrics, resolve_device
+from attnlab.translate import DecodeConfig
 from attnlab.workflow import export_run, run_config, summary
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -500,11 +501,15 @@ def _option_groups() -> dict[str, argparse.ArgumentParser]:
                             "(default 1)")
     run = argparse.ArgumentParser(add_help=False, parents=[checkpoint, device])
     run.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    amp = argparse.ArgumentParser(add_help=False)  # translate and evaluate
+    amp.add_argument("--amp", choices=DecodeConfig.CHOICES["amp"], default=None,
+                     help="translation: the precision of the search: none (fp32), auto (bf16 where the device "
+                          "computes it natively), bf16 (default: the run's decode.amp, none unless set)")
     evaluate = argparse.ArgumentParser(add_help=False, parents=[run])
     evaluate.add_argument("--split", choices=("train", "dev", "test"), default="test")
     evaluate.add_argument("--json", action="store_true", help="print the result as JSON")
     return {"device": device, "checkpoint": checkpoint, "overrides": overrides, "train": train, "run": run,
-            "evaluate": evaluate}
+            "evaluate": evaluate, "amp": amp}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -612,7 +617,7 @@ def build_parser() -> argparse.ArgumentParser:
     pplot.add_argument("--formats", type=_formats, default="png,svg", help="comma-separated formats (default png,svg)")
     pplot.set_defaults(func=cmd_paraphrase_plot, device="cpu")
 
-    tr = sub.add_parser("translate", parents=[opts["run"]],
+    tr = sub.add_parser("translate", parents=[opts["run"], opts["amp"]],
                         help="translate text with a trained run (stdin to stdout, or files)",
                         description="Translate text with a trained run, one sentence a line. The input FILE may "
                                     "stand before or after the options.")
@@ -624,9 +629,6 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--n-best", type=_int(1, MAX_BEAM), default=1, help="print the N best (line, score, text)")
     tr.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch",
                     help="decode with attnlab's PyTorch search (default) or a CTranslate2 export of the run")
-    tr.add_argument("--amp", choices=("none", "auto", "bf16"), default=None,
-                    help="translation: the precision of the search: none (fp32), auto (bf16 where the device "
-                         "computes it natively), bf16 (default: the run's decode.amp, none unless set)")
     tr.add_argument("--ct2-model", type=Path, metavar="DIR",
                     help="the CTranslate2 model to use (default: RUN_DIR/ctranslate2-<checkpoint>-float32, exported "
                          "on first use)")
@@ -647,7 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", type=Path, metavar="DIR", help="default: RUN_DIR/ctranslate2-<checkpoint>-<quantization>")
     ex.set_defaults(func=cmd_export)
 
-    ev = sub.add_parser("evaluate", parents=[opts["evaluate"]],
+    ev = sub.add_parser("evaluate", parents=[opts["evaluate"], opts["amp"]],
                         help="evaluate a trained run of any family on a split",
                         description="Evaluate a trained run on a split, as its family measures it: translation "
                                     "BLEU/chrF and BLEU by sentence length; language model perplexity; pair "
@@ -656,9 +658,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="translation: beam size; 1 = greedy (default: the run's)")
     ev.add_argument("--max-sentences", type=_int(0, MAX_COUNT), default=0,
                     help="translation: only the first N sentences (0: all)")
-    ev.add_argument("--amp", choices=("none", "auto", "bf16"), default=None,
-                    help="translation: the precision of the search: none (fp32), auto (bf16 where the device "
-                         "computes it natively), bf16 (default: the run's decode.amp, none unless set)")
     ev.set_defaults(func=cmd_evaluate)
 
     gen = sub.add_parser("generate", parents=[opts["run"]],
