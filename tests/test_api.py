@@ -4,6 +4,7 @@ for the same run (the CLI's own output is the reference), and a user's mistake i
 import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,8 @@ def test_decode_amp_of_a_loaded_run(tiny_runs, tmp_path, capsys):
     (tmp_path / "in.txt").write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
     assert main(["translate", str(tiny_runs["transformer"]), str(tmp_path / "in.txt"), "--amp", "bf16"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
-    assert main(["evaluate", str(tiny_runs["transformer"]), "--amp", "none", "--max-sentences", "3", "--json"]) == 0
+    copy = shutil.copytree(tiny_runs["transformer"], tmp_path / "run")  # evaluate writes eval/: not in the shared run
+    assert main(["evaluate", str(copy), "--amp", "none", "--max-sentences", "3", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sentences"] == 3
 
 

@@ -42,7 +42,8 @@ def tiny_runs(tiny_runs, tmp_path_factory):
     """This module's copies of the session's runs: the report evaluates the RNN run (writing its eval/), which the
     other modules must not see, and expects the Transformer run unevaluated, whatever the other modules did."""
     root = tmp_path_factory.mktemp("report_runs")
-    return {name: shutil.copytree(run, root / name) for name, run in tiny_runs.items()}
+    return {name: shutil.copytree(run, root / name, ignore=shutil.ignore_patterns("eval"))
+            for name, run in tiny_runs.items()}
 
 
 @pytest.fixture(scope="module")
