@@ -256,11 +256,18 @@ class Run:
         return [(s.text, s.logprob) for s in samples] if scores else [s.text for s in samples]
 
     def evaluate(self, split: str = "test", beam: int | None = None, max_sentences: int = 0,
-                 hard_negatives: str | None = None) -> dict:
+                 hard_negatives: str | None = None, source: str | None = None) -> dict:
         """The family's evaluation on a split (what `attnlab evaluate --json` prints): BLEU, chrF and BLEU by
         source length for translation, perplexity for a language model, accuracy for pairs, MSE for series. It
-        is also written under RUN_DIR/eval/."""
-        return evaluate_run(self.loaded, split, EvalOptions(beam, max_sentences, hard_negatives))
+        is also written under RUN_DIR/eval/. source: a Bible translation run's English rendering to translate
+        from ("kjv", "web"; None: the run's first `data.english`), trained on or not."""
+        return evaluate_run(self.loaded, split, EvalOptions(beam, max_sentences, hard_negatives, source))
+
+    @property
+    def renderings(self) -> list[str]:
+        """The English renderings a Bible translation run was trained on, the headline first ([] otherwise)."""
+        data = getattr(self.config, "data", None)
+        return list(data.renderings) if "translate" in self.loaded.family.abilities and data is not None else []
 
     def format_eval(self, result: dict) -> str:
         """An evaluation result as the text `attnlab evaluate` prints."""
@@ -283,7 +290,7 @@ class Run:
         shown = ("step", "dev_loss", "dev_ppl", "bleu", "chrf", "accuracy")
         return {"run": str(self.path), "family": self.loaded.family.title, "checkpoint": self.checkpoint,
                 "parameters": count_parameters(self.model), "steps": steps, "device": str(self.device),
-                "best_dev": {k: best[k] for k in shown if k in best}}
+                "best_dev": {k: best[k] for k in shown if k in best}, "trained_on": self.renderings}
 
     def __repr__(self) -> str:
         return f"attnlab.Run({str(self.path)!r}, family={self.family!r}, checkpoint={self.checkpoint!r})"
@@ -294,6 +301,8 @@ class Run:
         rows = [("run", f["run"]), ("model", f["family"]), ("parameters", f"{f['parameters']:,}"),
                 ("trained", f"{f['steps']:,} steps"), ("best dev", best or "not validated"),
                 ("weights", f"{f['checkpoint']} checkpoint on {f['device']}")]
+        if f["trained_on"]:
+            rows.insert(2, ("English source", " + ".join(f["trained_on"])))
         body = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(k)}</th>"
                        f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
         return f"<table class='attnlab-run'>{body}</table>"

@@ -24,7 +24,7 @@ import torch
 
 from attnlab import api
 from attnlab.config import MAX_BEAM, MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SEED, MAX_VOCAB
-from attnlab.corpus import bible_corpus, cache_dir, corpus_stats, file_corpus, format_stats, normalize
+from attnlab.corpus import ENGLISH_MODULES, bible_corpus, cache_dir, corpus_stats, file_corpus, format_stats, normalize
 from attnlab.errors import AttnlabError
 from attnlab.experiment import format_seq2seq_eval, prepare_corpus
 from attnlab.views import format_decoding, write_views
@@ -174,9 +174,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     """Any family: BLEU/chrF, perplexity, accuracy or MSE, as the run's family evaluates."""
 
     run = api.load(args.run_dir, args.checkpoint, args.device, decode_amp=getattr(args, "amp", None))
-    result = run.evaluate(args.split, getattr(args, "beam", None), getattr(args, "max_sentences", 0),
-                          getattr(args, "hard_negatives", None))
-    print(json.dumps(result, indent=2) if args.json else run.format_eval(result))
+    source = getattr(args, "source", None)
+    sources = [source] if source or len(run.renderings) < 2 else run.renderings  # default: each trained on
+    results = [run.evaluate(args.split, getattr(args, "beam", None), getattr(args, "max_sentences", 0),
+                            getattr(args, "hard_negatives", None), s) for s in sources]
+    if args.json:
+        print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
+    else:
+        print("\n\n".join(run.format_eval(r) for r in results))
 
 
 def cmd_summary(args: argparse.Namespace) -> None:
@@ -201,10 +206,12 @@ def demo_procs() -> int:
 
 def cmd_demo(args: argparse.Namespace) -> None:
     """The main job on the default data: corpus statistics, then train, translate and evaluate a model."""
-    print("== attnlab demo: the English (KJV) -> Spanish (Reina-Valera 1909) Bible ==", flush=True)
     family, cfg, _ = api.typed_config(args.config, args.set)
     if "translate" not in family.abilities:
         raise AttnlabError(f"{args.config}: the demo trains a translation config, not a {family.title} one")
+    english = " + ".join(r.upper() for r in cfg.data.renderings)
+    print(f"== attnlab demo: the English ({english}) -> Spanish (Reina-Valera 1909) Bible ==" if english else
+          f"== attnlab demo: {args.config} ==", flush=True)
     store = prepare_corpus(cfg)  # what `attnlab train` would do first; printed here with its statistics
     print(format_store_stats(store), flush=True)
     out = args.out
@@ -279,6 +286,9 @@ def _read_inputs(args: argparse.Namespace) -> list[str]:
 def cmd_translate(args: argparse.Namespace) -> None:
     run = api.load(args.run_dir, args.checkpoint, args.device, args.engine, args.ct2_model, args.amp)
     run.require("translate")
+    if run.renderings and sys.stdin.isatty() and (args.input is None or str(args.input) == "-"):
+        print(f"{args.run_dir}: trained on English {' + '.join(run.renderings)}; type sentences, end with Ctrl-D",
+              file=sys.stderr, flush=True)
     lines = _read_inputs(args)
     rows = []
     for i, nbest in enumerate(run.translations(lines, beam=args.beam, n_best=args.n_best)):
@@ -523,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Build or check a parallel corpus and print its statistics.")
     dsub = data.add_subparsers(dest="source", metavar="SOURCE", required=True)
     bible = dsub.add_parser("bible", help="English (KJV) -> Spanish (RV 1909) Bible from Debian's SWORD modules")
-    bible.add_argument("--english", choices=("kjv", "web"), default="kjv",
+    bible.add_argument("--english", choices=tuple(ENGLISH_MODULES), default="kjv",
                        help="English source: King James (kjv) or World English Bible (web)")
     bible.add_argument("--refresh", action="store_true", help="rebuild the cached corpus")
     bible.add_argument("--export", type=Path, metavar="DIR", help="write train/dev/test TSV files to DIR")
@@ -658,6 +668,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="translation: beam size; 1 = greedy (default: the run's)")
     ev.add_argument("--max-sentences", type=_int(0, MAX_COUNT), default=0,
                     help="translation: only the first N sentences (0: all)")
+    ev.add_argument("--source", choices=tuple(ENGLISH_MODULES), default=None,
+                    help="Bible translation: translate the split from this English rendering (kjv: King James, "
+                         "web: World English Bible), whether the run was trained on it or not; writes "
+                         "eval/SPLIT.SOURCE.json unless it is the run's first data.english (default: each rendering "
+                         "the run was trained on; --json then prints a list when there are several)")
     ev.set_defaults(func=cmd_evaluate)
 
     gen = sub.add_parser("generate", parents=[opts["run"]],

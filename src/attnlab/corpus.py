@@ -203,6 +203,30 @@ def iter_bible(path: Path) -> tuple[int, Iterator[tuple[str, str, str, str]]]:
     return dropped, records()
 
 
+def renderings(english: str | Sequence[str], key: str = "data.english") -> list[str]:
+    """The English renderings of a Bible config (`data.english`: one name, or a list such as ["kjv", "web"]) as a
+    list, checked: known names (ENGLISH_MODULES), at least one, none twice. The first is the headline: the dev split
+    that selects the model and the one earlier figures are compared with."""
+    names = [english] if isinstance(english, str) else list(english)
+    if not names:
+        raise AttnlabError(f"{key}: give at least one English rendering ({', '.join(ENGLISH_MODULES)})")
+    for name in names:
+        if name not in ENGLISH_MODULES:
+            raise AttnlabError(f"{key}: {name!r} is not one of {', '.join(repr(k) for k in ENGLISH_MODULES)}")
+    if len(set(names)) != len(names):
+        raise AttnlabError(f"{key}: {names} names a rendering twice")
+    return names
+
+
+def bible_split(english: str, split: str) -> list[Pair]:
+    """The pairs of one split (train, dev, test) of the Bible with the given English rendering as the source, in
+    canon order (dev and test are never filtered, so these are a Bible store's dev/test pairs)."""
+    if split not in ("train", "dev", "test"):
+        raise AttnlabError(f"unknown split {split!r}; choose train, dev or test")
+    _, records = iter_bible(bible_tsv(renderings(english, "english")[0]))
+    return [Pair(src, tgt, ref) for s, ref, src, tgt in records if s == split]
+
+
 def bible_corpus(english: str = "kjv", refresh: bool = False) -> Corpus:
     """The English->Spanish (Reina-Valera 1909) Bible, verse-aligned, split by book (see DEV_BOOKS,
     TEST_BOOKS), cached as TSV under `cache_dir()` (`bible_tsv`); a second call reads the cache."""

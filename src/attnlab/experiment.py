@@ -17,7 +17,7 @@ from torch import nn
 
 from attnlab.batching import Seq2SeqDataset
 from attnlab.config import MAX_COUNT, MAX_SEED, MAX_THREADS, MAX_VOCAB, from_dict, load_config
-from attnlab.corpus import Pair
+from attnlab.corpus import Pair, bible_split, renderings
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_text, write_json
 from attnlab.lm import init_decoder_from_lm
@@ -42,7 +42,7 @@ class DataConfig:
     (`attnlab.store`; `attnlab data prepare CONFIG`), kept in the cache keyed by these settings, or in `store`."""
 
     corpus: str = "bible"
-    english: str = "kjv"
+    english: str | list[str] = "kjv"  # the Bible's English rendering(s): "kjv", "web" or a list (one pair each)
     train: list[str] = field(default_factory=list)
     dev: list[str] = field(default_factory=list)
     test: list[str] = field(default_factory=list)
@@ -57,10 +57,19 @@ class DataConfig:
     store: str = ""  # the prepared corpus's folder ("": the cache, cache_dir()/stores/NAME-KEY)
     prepare_workers: int = 0  # encoding processes when preparing (0: one per core)
 
-    CHOICES: ClassVar[dict] = {"corpus": ("bible", "files"), "english": ("kjv", "web")}
+    CHOICES: ClassVar[dict] = {"corpus": ("bible", "files")}
     LIMITS: ClassVar[dict] = {"dev_size": (0, MAX_COUNT), "test_size": (0, MAX_COUNT), "max_words": (0, MAX_COUNT),
                               "max_ratio": (0.0, 1e6), "max_train_pairs": (0, MAX_COUNT), "subset_seed": (0, MAX_SEED),
                               "prepare_workers": (0, MAX_THREADS)}
+
+    def __post_init__(self) -> None:
+        renderings(self.english)  # names the key and the bad entry
+
+    @property
+    def renderings(self) -> list[str]:
+        """The English renderings of a Bible corpus, the headline first (`attnlab.corpus.renderings`); [] for a
+        corpus of files."""
+        return renderings(self.english) if self.corpus == "bible" else []
 
 
 @dataclass
@@ -120,9 +129,9 @@ def experiment_from_dict(data: dict) -> ExperimentConfig:
 def store_spec(cfg: ExperimentConfig) -> StoreSpec:
     """What the prepared corpus of a config is built from (`attnlab.store.StoreSpec`)."""
     d = cfg.data
-    return StoreSpec(corpus=d.corpus, english=d.english, train=list(d.train), dev=list(d.dev), test=list(d.test),
-                     dev_size=d.dev_size, test_size=d.test_size, max_words=d.max_words, max_ratio=d.max_ratio,
-                     dedup=d.dedup, max_train_pairs=d.max_train_pairs, subset_seed=d.subset_seed,
+    return StoreSpec(corpus=d.corpus, english=renderings(d.english), train=list(d.train), dev=list(d.dev),
+                     test=list(d.test), dev_size=d.dev_size, test_size=d.test_size, max_words=d.max_words,
+                     max_ratio=d.max_ratio, dedup=d.dedup, max_train_pairs=d.max_train_pairs, subset_seed=d.subset_seed,
                      skip_bad_lines=d.skip_bad_lines, tokenizer=cfg.tokenizer)
 
 
@@ -140,10 +149,29 @@ def prepare_corpus(cfg: ExperimentConfig, tokenizers: TokenizerPair | None = Non
                    force=force)
 
 
-def split_pairs(cfg: ExperimentConfig, split: str, tokenizers: TokenizerPair | None = None, limit: int = 0
-                ) -> list[Pair]:
-    """The text pairs of a split of the config's corpus (dev, test; train decoded from the store)."""
-    return prepare_corpus(cfg, tokenizers).pairs(split, limit)
+def split_pairs(cfg: ExperimentConfig, split: str, tokenizers: TokenizerPair | None = None, limit: int = 0,
+                source: str | None = None) -> list[Pair]:
+    """The text pairs of a split of the config's corpus (dev, test; train decoded from the store). source: the
+    Bible's English rendering to take the source sentences from (None: the headline, the store's); a rendering
+    the run did not train on is read from the corpus (dev and test are the same verses in every rendering)."""
+    if source is None or (cfg.data.corpus == "bible" and source == cfg.data.renderings[0]):
+        return prepare_corpus(cfg, tokenizers).pairs(split, limit)
+    if cfg.data.corpus != "bible":
+        raise AttnlabError(f"--source {source}: English renderings are the Bible's; this run's corpus is "
+                           f"{cfg.data.corpus!r}")
+    renderings([source], "--source")
+    if split == "train":
+        raise AttnlabError("--source: score the dev or test split; training pairs are the store's")
+    pairs = bible_split(source, split)
+    return pairs[:limit] if limit else pairs
+
+
+def eval_name(cfg: ExperimentConfig, split: str, source: str | None) -> str:
+    """The name of an evaluation's files under RUN_DIR/eval/: the split ("test") for the headline rendering,
+    split.source ("test.web") for another."""
+    if source is None or cfg.data.corpus != "bible" or source == cfg.data.renderings[0]:
+        return split
+    return f"{split}.{source}"
 
 
 def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> nn.Module:
@@ -220,8 +248,9 @@ def seq2seq_summary_inputs(cfg: ExperimentConfig, tokenizers: TokenizerPair | No
                            ) -> tuple[tuple[torch.Tensor, ...], str]:
     """A dummy batch of two sentence pairs for `attnlab summary`, and its description."""
     src_vocab, tgt_vocab = vocab_sizes(cfg, tokenizers)
+    english = f"English {' + '.join(cfg.data.renderings)} -> Spanish; " if cfg.data.corpus == "bible" else ""
     return dummy_batch(src_vocab, tgt_vocab, src_len, tgt_len), \
-        f"vocab {src_vocab:,} -> {tgt_vocab:,}; dummy batch B=2, S={src_len}, T={tgt_len}"
+        f"{english}vocab {src_vocab:,} -> {tgt_vocab:,}; dummy batch B=2, S={src_len}, T={tgt_len}"
 
 
 def evaluate_seq2seq(run: LoadedRun, split: str, options: EvalOptions) -> dict:
@@ -229,7 +258,9 @@ def evaluate_seq2seq(run: LoadedRun, split: str, options: EvalOptions) -> dict:
     the hypotheses (<split>.hyp.txt) and the BLEU-by-length plot."""
     cfg = run.cfg
     translator = Translator(run.model, run.tokenizers, cfg.decode, run.device)
-    pairs = split_pairs(cfg, split, run.tokenizers, options.max_sentences)
+    pairs = split_pairs(cfg, split, run.tokenizers, options.max_sentences, options.source)
+    source = options.source or (cfg.data.renderings[0] if cfg.data.corpus == "bible" else None)
+    name = eval_name(cfg, split, options.source)
     beam = cfg.decode.beam_size if options.beam is None else options.beam
     t0 = time.perf_counter()
     hyps = [t[0].text for t in translator.translate([p.src for p in pairs], beam_size=beam)]
@@ -237,19 +268,22 @@ def evaluate_seq2seq(run: LoadedRun, split: str, options: EvalOptions) -> dict:
     scores = corpus_scores(hyps, [p.tgt for p in pairs])
     by_length = bleu_by_length([p.src for p in pairs], hyps, [p.tgt for p in pairs])
     out = run.run_dir / "eval"
-    result = {"split": split, "sentences": len(pairs), "beam": beam, "checkpoint": run.checkpoint,
+    result = {"split": split, "source": source, "trained_on": cfg.data.renderings, "sentences": len(pairs),
+              "beam": beam, "checkpoint": run.checkpoint,
               "bleu": scores.bleu, "chrf": scores.chrf, "bleu_signature": scores.bleu_signature,
               "chrf_signature": scores.chrf_signature, "by_length": by_length,
-              "sentences_per_s": len(pairs) / max(seconds, 1e-9), "plot": str(out / f"{split}_bleu_by_length.png")}
+              "sentences_per_s": len(pairs) / max(seconds, 1e-9), "plot": str(out / f"{name}_bleu_by_length.png")}
+    what = f"{split}, {source} source" if source else split
     plot_bleu_by_length({run.run_dir.name: by_length}, result["plot"],
-                        title=f"{run.run_dir.name}: {split} BLEU by source length")
-    write_json(out / f"{split}.json", result)
-    atomic_write_text(out / f"{split}.hyp.txt", "".join(h + "\n" for h in hyps))
+                        title=f"{run.run_dir.name}: {what} BLEU by source length")
+    write_json(out / f"{name}.json", result)
+    atomic_write_text(out / f"{name}.hyp.txt", "".join(h + "\n" for h in hyps))
     return result
 
 
 def format_seq2seq_eval(result: dict) -> str:
-    lines = [f"{result['split']}: {result['sentences']} sentences, beam {result['beam']}: "
+    source = f" ({result['source']} source)" if result.get("source") else ""
+    lines = [f"{result['split']}{source}: {result['sentences']} sentences, beam {result['beam']}: "
              f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}",
              f"  {result['bleu_signature']}", f"  {result['chrf_signature']}",
              "BLEU by source length:", format_length_table(result["by_length"])]

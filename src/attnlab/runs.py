@@ -22,11 +22,14 @@ from attnlab.trainer import Training
 @dataclass(frozen=True)
 class EvalOptions:
     """Evaluation settings a family may use: beam (translation; None: the run's decode.beam_size),
-    max_sentences (translation; 0: all), hard_negatives (pairs; None: the run's)."""
+    max_sentences (translation; 0: all), hard_negatives (pairs; None: the run's), source (translation on the
+    Bible: the English rendering the source sentences are taken from, e.g. "web"; None: the run's headline, its
+    first `data.english`)."""
 
     beam: int | None = None
     max_sentences: int = 0
     hard_negatives: str | None = None
+    source: str | None = None
 
 
 @dataclass

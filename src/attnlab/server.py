@@ -131,6 +131,9 @@ class ModelInfo(BaseModel):
     max_src_tokens: int
     max_chars: int
     parameters: int
+    trained_on: list[str] = Field(default_factory=list,
+                                  description="a Bible translation run's English renderings (data.english: kjv, "
+                                              "web), the headline first; [] for other corpora and families")
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -195,7 +198,8 @@ def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:
                            "language-model or sentence-pair runs")
     return ModelInfo(name=name, family=cfg.model.family if family == "pair" else family, kind=kind,
                      attention=attention, layers=layers, heads=heads, beam=beam, max_src_tokens=limit,
-                     max_chars=max_chars, parameters=parameters)
+                     max_chars=max_chars, parameters=parameters,
+                     trained_on=list(cfg.data.renderings) if kind == "translation" else [])
 
 
 def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "cpu", max_chars: int = 1000,

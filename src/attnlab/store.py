@@ -45,8 +45,8 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from attnlab.corpus import (ENGLISH_MODULES, Pair, ReadCounts, bible_tsv, cache_dir, chunks, holdout_indices,
-                            iter_bible, iter_lines, parse_lines, raw_lines, spec_name, subsample_indices)
+from attnlab.corpus import (Pair, ReadCounts, bible_tsv, cache_dir, chunks, holdout_indices, iter_bible, iter_lines,
+                            parse_lines, raw_lines, renderings, spec_name, subsample_indices)
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_text, make_dirs, write_json
 from attnlab.tokenizers import (
@@ -75,7 +75,9 @@ class StoreSpec:
     """What a store is built from: the corpus (the Bible, or a user's files), how it is read and split, the
     training filters and the tokenizer settings. Dev and test are never filtered.
 
-    corpus "bible": the verse-aligned English (`english`) -> Spanish Bible, split by book. corpus "files": each
+    corpus "bible": the verse-aligned English -> Spanish Bible, split by book; `english` lists the English
+    renderings (`attnlab.corpus.renderings`): each training verse is one pair per rendering (same target), dev and
+    test are the first rendering's (the others' are read from the corpus when asked for). corpus "files": each
     of train/dev/test one TSV or JSON-lines file or two aligned files (plain, .gz, .xz or .bz2); without dev and
     test files, dev_size and test_size pairs are held out of train at random (seed `holdout_seed`).
     Filters (training pairs): max_words on both sides (0: off), max_ratio of the longer to the shorter side in
@@ -83,7 +85,7 @@ class StoreSpec:
     """
 
     corpus: str = "bible"
-    english: str = "kjv"
+    english: list[str] = field(default_factory=lambda: ["kjv"])
     train: list[str] = field(default_factory=list)
     dev: list[str] = field(default_factory=list)
     test: list[str] = field(default_factory=list)
@@ -101,7 +103,7 @@ class StoreSpec:
     @property
     def name(self) -> str:
         if self.corpus == "bible":
-            return f"bible-{self.english}-es"
+            return f"bible-{'+'.join(self.english)}-es"
         return Path(spec_name(_file_spec(self.train))).name.split(".")[0] or "corpus"
 
 
@@ -118,9 +120,7 @@ def _file_spec(paths: list[str]) -> str | tuple[str, str] | None:
 def input_files(spec: StoreSpec) -> list[Path]:
     """The files a store of `spec` is read from (the Bible: its cached TSV, built from SWORD on first use)."""
     if spec.corpus == "bible":
-        if spec.english not in ENGLISH_MODULES:
-            raise AttnlabError(f"unknown English Bible {spec.english!r}; choose one of {', '.join(ENGLISH_MODULES)}")
-        return [bible_tsv(spec.english)]
+        return [bible_tsv(english) for english in renderings(spec.english)]
     if not spec.train:
         raise AttnlabError("data.train: give a TSV or JSON-lines path or two aligned file paths for corpus = 'files'")
     files = [Path(p) for paths in (spec.train, spec.dev, spec.test) for p in paths]
@@ -145,6 +145,15 @@ def tokenizer_digest(tokenizers: TokenizerPair) -> str:
     return h.hexdigest()
 
 
+def spec_dict(spec: StoreSpec) -> dict:
+    """The spec as the manifest and the key record it; one English rendering as its name (the key of a store
+    prepared before `english` became a list)."""
+    d = asdict(spec)
+    if len(spec.english) == 1:
+        d["english"] = spec.english[0]
+    return d
+
+
 def store_key(spec: StoreSpec, fixed: TokenizerPair | None = None, fixed_tgt: Tokenizer | None = None) -> str:
     """The hash of everything a store's content depends on: the inputs' fingerprints (path, size, mtime), the
     spec (reading, splitting, filters, tokenizer settings and sample) and, when the tokenizers are given rather than
@@ -152,7 +161,7 @@ def store_key(spec: StoreSpec, fixed: TokenizerPair | None = None, fixed_tgt: To
     inputs = [_fingerprint(f) for f in input_files(spec)]
     given = tokenizer_digest(fixed) if fixed is not None else None
     given_tgt = hashlib.sha256(fixed_tgt.to_bytes()).hexdigest() if fixed_tgt is not None else None
-    blob = json.dumps({"version": STORE_VERSION, "spec": asdict(spec), "inputs": inputs, "tokenizers": given,
+    blob = json.dumps({"version": STORE_VERSION, "spec": spec_dict(spec), "inputs": inputs, "tokenizers": given,
                        "tgt_tokenizer": given_tgt}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -190,14 +199,16 @@ def _parse_block(task: tuple) -> tuple[tuple[int, str, bytes, bytes, int], int, 
     return _block(code, [(f"{name}:{i}", s, t) for i, s, t in pairs], dedup), empty, bad
 
 
-def _bible_blocks(spec: StoreSpec, counts: ReadCounts) -> Iterator[tuple[int, str, bytes, bytes, int]]:
-    dropped, records = iter_bible(input_files(spec)[0])
-    counts.empty += dropped
+def _bible_blocks(spec: StoreSpec, counts: ReadCounts) -> Iterator[tuple[tuple[int, str, bytes, bytes, int], int]]:
+    """(block, rendering): the verses of each English rendering in turn, in canon order."""
     codes = {"train": _TRAIN, "dev": _DEV, "test": _TEST}
-    for chunk in chunks(records, _READ_CHUNK):
-        for code in sorted({codes[r[0]] for r in chunk}):
-            yield _block(code, [(ref, src, tgt) for split, ref, src, tgt in chunk if codes[split] == code],
-                         spec.dedup)
+    for rendering, path in enumerate(input_files(spec)):
+        dropped, records = iter_bible(path)
+        counts.empty += dropped
+        for chunk in chunks(records, _READ_CHUNK):
+            for code in sorted({codes[r[0]] for r in chunk}):
+                yield _block(code, [(ref, src, tgt) for split, ref, src, tgt in chunk if codes[split] == code],
+                             spec.dedup), rendering
 
 
 def _pair_hash(src: str, tgt: str) -> int:
@@ -260,11 +271,12 @@ class _Build:
         self.seconds: dict[str, float] = {}  # wall time of each phase
         self.t0 = time.perf_counter()
 
-    def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Pass 1: per record its split code, its (source, target) word counts (N, 2) and (data.dedup) a 64-bit
-        hash of the pair (else an empty array). Files are parsed and normalized by worker processes when large."""
+    def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Pass 1: per record its split code, its (source, target) word counts (N, 2), (data.dedup) a 64-bit
+        hash of the pair (else an empty array) and its English rendering (the Bible; 0 for files). Files are parsed
+        and normalized by worker processes when large."""
         spec, counts = self.spec, ReadCounts()
-        codes, words, hashes = array("B"), array("H"), array("Q")
+        codes, words, hashes, sources = array("B"), array("H"), array("Q"), array("B")
         pool = None
         if spec.corpus == "bible":
             blocks: Iterator = _bible_blocks(spec, counts)
@@ -280,14 +292,15 @@ class _Build:
                 for block, empty, bad in parsed:
                     counts.empty += empty
                     counts.bad += bad
-                    yield block
+                    yield block, 0
 
             blocks = unpack()
         try:
             with open(self.scratch, "w", encoding="utf-8") as out:
-                for code, text, word_bytes, hash_bytes, n in blocks:
+                for (code, text, word_bytes, hash_bytes, n), rendering in blocks:
                     out.write(text)
                     codes.frombytes(bytes([code]) * n)
+                    sources.frombytes(bytes([rendering]) * n)
                     words.frombytes(word_bytes)
                     hashes.frombytes(hash_bytes)
         finally:
@@ -298,12 +311,19 @@ class _Build:
         log.info("read %s pairs (%s empty, %s malformed skipped) in %.1f s", f"{len(codes):,}", f"{counts.empty:,}",
                  f"{counts.bad:,}", self.seconds["read"])
         return (np.frombuffer(codes, dtype=np.uint8).copy(), np.frombuffer(words, dtype=np.uint16).reshape(-1, 2),
-                np.frombuffer(hashes, dtype=np.uint64))
+                np.frombuffer(hashes, dtype=np.uint64), np.frombuffer(sources, dtype=np.uint8))
 
-    def select(self, codes: np.ndarray, words: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    def select(self, codes: np.ndarray, words: np.ndarray, hashes: np.ndarray, sources: np.ndarray) -> np.ndarray:
         """The splits (holding out dev and test when needed) and the kept training records; returns the codes with
-        dropped training records marked 255."""
+        dropped training records marked 255 and the dev/test records of every English rendering but the first
+        (read from the corpus when evaluated on) marked 254."""
         spec = self.spec
+        codes = codes.copy()
+        other = (sources > 0) & ((codes == _DEV) | (codes == _TEST))
+        held_by_source = [(int(((codes == _DEV) & (sources == r)).sum()),
+                           int(((codes == _TEST) & (sources == r)).sum()))
+                          for r in range(len(spec.english) if spec.corpus == "bible" else 1)]
+        codes[other] = 254
         held = np.flatnonzero(codes == _HOLDOUT)
         if len(held):  # the draw of `attnlab.corpus.holdout`: runs trained before the store keep their splits
             dev_at, test_at = holdout_indices(len(held), spec.dev_size, spec.test_size, spec.holdout_seed, "pairs")
@@ -339,8 +359,14 @@ class _Build:
         if not keep.any():
             raise AttnlabError("data: no training pairs left after the filters (max_words, max_ratio, dedup)")
         self.train_words = words[keep]
-        codes = codes.copy()
         codes[train & ~keep] = 255
+        if spec.corpus == "bible":
+            self.counts["renderings"] = {
+                name: {"train_read": int((train & (sources == r)).sum()), "train": int((keep & (sources == r)).sum()),
+                       "dev": held_by_source[r][0], "test": held_by_source[r][1]}
+                for r, name in enumerate(spec.english)}
+            log.info("English renderings: %s", "; ".join(
+                f"{name} {c['train']:,} training pairs" for name, c in self.counts["renderings"].items()))
         return codes
 
     def _scratch_lines(self) -> Iterator[tuple[str, str, str]]:
@@ -514,7 +540,7 @@ def _build(spec: StoreSpec, staging: Path, key: str, workers: int, fixed: Tokeni
     files = {str(f.relative_to(staging)): {"size": f.stat().st_size, "sha256": _file_sha256(f)}
              for f in sorted([staging / "dev.tsv", staging / "test.tsv", *(staging / "tokenizer").iterdir()])}
     manifest = {
-        "format": "attnlab-store", "version": STORE_VERSION, "key": key, "name": spec.name, "spec": asdict(spec),
+        "format": "attnlab-store", "version": STORE_VERSION, "key": key, "name": spec.name, "spec": spec_dict(spec),
         "files": files,
         "inputs": inputs, "counts": build.counts, "train": train,
         "stats": {"train": train_row, **stats},
@@ -847,6 +873,12 @@ def format_store_stats(store: Store) -> str:
     lines.append(f"vocabulary ({'joint' if v['joint'] else 'separate'}): source {v['src']:,}, target {v['tgt']:,}; "
                  f"tokenizer trained on {c.get('tokenizer_sentences', 0):,} sampled sentences"
                  + (" (given, not trained)" if m.get("tokenizer_given") else ""))
+    for name, r in c.get("renderings", {}).items():
+        lines.append(f"English rendering {name}: {r['train']:,} training pairs kept of {r['train_read']:,}; "
+                     f"dev {r['dev']:,}, test {r['test']:,}")
+    if len(c.get("renderings", {})) > 1:
+        lines.append(f"dev and test above are {next(iter(c['renderings']))}'s (the headline); "
+                     f"`attnlab evaluate RUN --source NAME` scores any rendering")
     lines.append(f"store: {m['train']['tokens']:,} training tokens, {store.bytes_per_token():.2f} bytes per token "
                  f"with the index")
     return "\n".join(lines)

@@ -227,6 +227,9 @@ def evaluate_run(run: LoadedRun, split: str = "test", options: EvalOptions = Eva
     """The family's evaluation of a loaded run on a split (`evaluate` for a run already in memory)."""
     if split not in ("train", "dev", "test"):
         raise AttnlabError(f"unknown split {split!r}; choose train, dev or test")
+    if options.source is not None and "translate" not in run.family.abilities:
+        raise AttnlabError(f"--source picks the English rendering of a translation run's source side; this is a "
+                           f"{run.family.title} run")
     return run.family.evaluate(run, split, options)
 
 

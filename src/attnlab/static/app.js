@@ -827,7 +827,8 @@ function setupPanel(panel, index) {
   panel.view = "heatmap";
   const select = q(panel, ".model");
   if (index > 0) select.append(el("option", {value: ""}, "(none)"));
-  MODELS.forEach(m => select.append(el("option", {value: m.name}, `${m.name} (${m.family}, ${m.attention})`)));
+  MODELS.forEach(m => select.append(el("option", {value: m.name},
+    `${m.name} (${m.family}, ${m.attention}${m.trained_on && m.trained_on.length ? `; English: ${m.trained_on.join(" + ")}` : ""})`)));
   select.value = index < MODELS.length ? MODELS[index].name : "";
   const beam = q(panel, ".beam");
   const sync = () => {
