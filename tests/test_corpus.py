@@ -1,7 +1,9 @@
 """Corpus readers: user files (TSV, two aligned files) with their errors, and the real Bible corpus."""
 
+import multiprocessing
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -137,3 +139,28 @@ def test_sentencepiece_round_trip_on_the_bible():
     for p in corpus.dev + corpus.test:
         assert toks.src.decode(toks.src.encode(p.src)) == p.src
         assert toks.tgt.decode(toks.tgt.encode(p.tgt)) == p.tgt
+
+
+def test_processes_asking_for_the_bible_cache_at_once_build_it_once(tmp_path, monkeypatch):
+    """The ranks of `attnlab train --procs N` ask for the cached Bible at the same moment: one builds it, the
+    others wait and read it (written twice, its two modification times gave the ranks two store keys)."""
+    module = sys.modules["attnlab.corpus"]  # not attnlab.corpus: the package's `corpus` attribute is a function
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    builds = tmp_path / "builds"
+
+    def slow_build(english):
+        with open(builds, "a") as f:
+            f.write(english + "\n")
+        time.sleep(0.5)
+        return {"train": [Pair("In the beginning", "En el principio", "Gen 1:1")], "dev": [], "test": []}, 0
+
+    monkeypatch.setattr(module, "build_bible_pairs", slow_build)
+    procs = [multiprocessing.get_context("fork").Process(target=module.bible_tsv, args=("web",)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert builds.read_text() == "web\n"
+    assert module.bible_tsv("web").read_text(encoding="utf-8").splitlines()[1] == \
+        "train\tGen 1:1\tIn the beginning\tEn el principio"

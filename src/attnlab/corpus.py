@@ -8,6 +8,7 @@ result can always be traced back to its source.
 from __future__ import annotations
 
 import bz2
+import fcntl
 import gzip
 import json
 import logging
@@ -176,11 +177,18 @@ def bible_tsv(english: str = "kjv", refresh: bool = False) -> Path:
     path = cache_dir() / "corpora" / f"bible-{english}-rv1909.v{CACHE_VERSION}.tsv"
     if path.is_file() and not refresh:
         return path
-    splits, dropped = build_bible_pairs(english)
-    # normalize() leaves no tab or newline inside a text, so plain tab-separated lines are unambiguous
-    rows = [json.dumps({"dropped": dropped, "version": CACHE_VERSION})]
-    rows += [f"{split}\t{p.ref}\t{p.src}\t{p.tgt}" for split, pairs in splits.items() for p in pairs]
-    atomic_write_text(path, "\n".join(rows) + "\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Under a lock: the ranks of `attnlab train --procs N` all ask for it at once, and a file written twice gets
+    # two modification times, so two ranks would key (and build) two stores of the same corpus.
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file() and not refresh:
+            return path  # built by another process while this one waited
+        splits, dropped = build_bible_pairs(english)
+        # normalize() leaves no tab or newline inside a text, so plain tab-separated lines are unambiguous
+        rows = [json.dumps({"dropped": dropped, "version": CACHE_VERSION})]
+        rows += [f"{split}\t{p.ref}\t{p.src}\t{p.tgt}" for split, pairs in splits.items() for p in pairs]
+        atomic_write_text(path, "\n".join(rows) + "\n")
     return path
 
 
