@@ -1,0 +1,56 @@
+#!/usr/bin/env python
+"""Where a training step of an RNN config goes on this machine: torch.profiler's table of operators (self CPU
+time) over a few forward-backward-AdamW steps on the config's real batches (its store, its token budget), under
+the precision training would use. For deciding what to make cheaper in the RNN decoder's per-step work.
+
+    python benchmarks/rnn_step_profile.py [--config configs/demo.toml] [--threads 1] [--amp bf16|none]
+        [--steps 5] [--rows 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch import nn
+
+from attnlab.batching import TokenBudgetBatchSampler, collate_seq2seq
+from attnlab.experiment import build_seq2seq, load_experiment, prepare_corpus
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="configs/demo.toml")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--amp", choices=("bf16", "none"), default="bf16")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--rows", type=int, default=25)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = load_experiment(args.config)
+    store = prepare_corpus(cfg)
+    data = store.train_data()
+    sampler = TokenBudgetBatchSampler(data.lengths(), cfg.train.max_tokens, seed=0)
+    batches = [collate_seq2seq([data[i] for i in idx]) for idx, _ in zip(sampler, range(3 + args.steps))]
+    torch.manual_seed(0)
+    model = build_seq2seq(cfg, store.tokenizers()).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
+
+    def step(b) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.amp == "bf16"):
+            logits = model(b.src, b.src_lengths, b.tgt_in)
+        loss = nn.functional.cross_entropy(logits.float().flatten(0, 1), b.tgt_out.flatten(), ignore_index=0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    for b in batches[:3]:  # warm-up
+        step(b)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for b in batches[3:]:
+            step(b)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+
+
+if __name__ == "__main__":
+    main()
