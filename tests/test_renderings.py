@@ -64,15 +64,16 @@ def _config(tmp_path, english, **train):
 
 
 @pytest.mark.parametrize("value, message", [
-    (["kjv", "kjv"], "data.english: ['kjv', 'kjv'] names a rendering twice"),
-    ([], "data.english: give at least one English rendering"),
-    (["kjv", "asv"], "data.english: 'asv' is not one of 'kjv', 'web'"),
-    ("niv", "data.english: 'niv' is not one of 'kjv', 'web'"),
+    (["kjv", "kjv"], "data: english: ['kjv', 'kjv'] names a rendering twice"),
+    ([], "data: english: give at least one English rendering"),
+    (["kjv", "asv"], "data: english: 'asv' is not one of 'kjv', 'web'"),
+    ("niv", "data: english: 'niv' is not one of 'kjv', 'web'"),
     (3, "data.english: expected"),
 ])
 def test_a_bad_english_is_one_line_naming_the_key(value, message):
-    with pytest.raises(AttnlabError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(AttnlabError) as error:
         experiment_from_dict({"data": {"english": value}})
+    assert str(error.value).startswith(message), str(error.value)
 
 
 def test_one_or_several_renderings_and_the_headline_first():

@@ -63,7 +63,7 @@ class DataConfig:
                               "prepare_workers": (0, MAX_THREADS)}
 
     def __post_init__(self) -> None:
-        renderings(self.english)  # names the key and the bad entry
+        renderings(self.english, "english")  # from_dict puts "data: " in front
 
     @property
     def renderings(self) -> list[str]:
