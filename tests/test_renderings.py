@@ -158,3 +158,20 @@ def test_source_where_it_does_not_apply_is_a_usage_error(bible, tmp_path, tiny_r
     with pytest.raises(SystemExit) as exit_:  # argparse's usage error
         main(["evaluate", str(run), "--source", "asv"])
     assert exit_.value.code == 2 and "invalid choice: 'asv'" in capsys.readouterr().err
+
+
+def test_the_demo_scores_the_other_rendering_too(bible, tmp_path, capsys):
+    """`attnlab demo` on a KJV config prints the test score from the WEB wording after the KJV one."""
+    config = tmp_path / "tiny-demo.json"
+    config.write_text(json.dumps({
+        "data": {"corpus": "bible", "english": "kjv"}, "tokenizer": {"kind": "char"},
+        "model": {"rnn": {"cell": "gru", "emb_dim": 16, "hidden_dim": 32, "attention": "bahdanau"}},
+        "train": {"max_steps": 4, "max_tokens": 600, "eval_every": 4, "progress": False, "eval_max_sentences": 4},
+        "decode": {"beam_size": 1}}), encoding="utf-8")
+    assert main(["demo", "--config", str(config), "--out", str(tmp_path / "demo"), "--procs", "1", "--beam", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "== attnlab demo: the English (KJV) -> Spanish" in out
+    assert "test (kjv source): 9 sentences, beam 1" in out
+    assert ("== the same test verses in the WEB wording (not trained on) ==\n"
+            "test (web source): 9 sentences, beam 1") in out
+    assert (tmp_path / "demo" / "eval" / "test.web.json").is_file()

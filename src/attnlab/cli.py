@@ -231,6 +231,13 @@ def cmd_demo(args: argparse.Namespace) -> None:
         print(f"[{p.ref}]\n  en:  {p.src}\n  ref: {p.tgt}\n  out: {t}")
     print("\n== test set ==", flush=True)
     print(format_seq2seq_eval(run.evaluate("test", beam=args.beam)))
+    for source in [e for e in ENGLISH_MODULES if cfg.data.renderings and e != cfg.data.renderings[0]]:
+        trained = "trained on" if source in cfg.data.renderings else "not trained on"
+        print(f"\n== the same test verses in the {source.upper()} wording ({trained}) ==", flush=True)
+        try:
+            print(format_seq2seq_eval(run.evaluate("test", beam=args.beam, source=source)).splitlines()[0])
+        except AttnlabError as e:  # e.g. its SWORD module is not installed
+            print(f"not scored: {e}")
     p = samples[0]
     t = run.translations([p.src], beam=5, need_weights=True)[0][0]
     if t.attention is not None:
