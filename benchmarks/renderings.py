@@ -19,13 +19,13 @@ from pathlib import Path
 from attnlab import api
 from attnlab.checkpoint import read_json
 from attnlab.corpus import bible_split
+from attnlab.experiment import eval_name
 
 
 def evaluation(run: api.Run, source: str) -> dict:
     """The run's test evaluation from `source`: read from RUN_DIR/eval/ when done there at the run's beam with the
     same checkpoint, else computed (and written there)."""
-    name = "test" if source == run.renderings[0] else f"test.{source}"
-    path = run.path / "eval" / f"{name}.json"
+    path = run.path / "eval" / f"{eval_name(run.config, 'test', source)}.json"
     if path.is_file():
         done = read_json(path)
         if done.get("beam") == run.config.decode.beam_size and done.get("checkpoint") == run.checkpoint \
@@ -54,8 +54,8 @@ def main() -> None:
                          "updates": facts["steps"], "source": source, "bleu": round(ev["bleu"], 2),
                          "chrf": round(ev["chrf"], 2), "sentences": ev["sentences"], "beam": ev["beam"],
                          "checkpoint": ev["checkpoint"], "bleu_signature": ev["bleu_signature"]})
-            hyp_name = "test" if source == run.renderings[0] else f"test.{source}"
-            hyps[name, source] = (run.path / "eval" / f"{hyp_name}.hyp.txt").read_text(encoding="utf-8").splitlines()
+            hyp = run.path / "eval" / f"{eval_name(run.config, 'test', source)}.hyp.txt"
+            hyps[name, source] = hyp.read_text(encoding="utf-8").splitlines()
     print("| run | trained on | updates | source | BLEU | chrF |")
     print("|---|---|---:|---|---:|---:|")
     for r in rows:

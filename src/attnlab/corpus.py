@@ -229,10 +229,7 @@ def renderings(english: str | Sequence[str], key: str = "data.english") -> list[
 def bible_split(english: str, split: str) -> list[Pair]:
     """The pairs of one split (train, dev, test) of the Bible with the given English rendering as the source, in
     canon order (dev and test are never filtered, so these are a Bible store's dev/test pairs)."""
-    if split not in ("train", "dev", "test"):
-        raise AttnlabError(f"unknown split {split!r}; choose train, dev or test")
-    _, records = iter_bible(bible_tsv(renderings(english, "english")[0]))
-    return [Pair(src, tgt, ref) for s, ref, src, tgt in records if s == split]
+    return bible_corpus(renderings(english, "english")[0]).split(split)
 
 
 def bible_corpus(english: str = "kjv", refresh: bool = False) -> Corpus:
