@@ -7,7 +7,10 @@ import logging
 import os
 import random
 import shutil
+import signal
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 # One torch thread in this process and in every `attnlab` subprocess a test starts (they inherit the environment;
@@ -20,6 +23,8 @@ os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 # instead of becoming the one-line "internal error" of exit code 1, so every internal error fails the test that
 # caused it. setdefault: scripts/fuzz_counts.py sets it to 0 to count internal errors instead.
 os.environ.setdefault("ATTNLAB_RAISE_INTERNAL", "1")
+# A subprocess that dies of a fatal signal (a segfault, an abort in a library's teardown) prints its Python stack.
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 
 
 def _test_cache() -> None:
@@ -112,6 +117,42 @@ def pytest_collection_finish(session):
 WORDS = {"the": "la", "house": "casa", "is": "es", "big": "grande", "small": "pequeña", "red": "roja",
          "a": "una", "cat": "gata", "sees": "ve", "and": "y", "old": "vieja", "my": "mi", "door": "puerta",
          "green": "verde", "window": "ventana", "opens": "abre"}
+
+
+def _session_processes(sid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the processes of session `sid` (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # state ppid pgrp session ...
+            if int(fields[3]) == sid:
+                cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append((int(stat.parent.name), cmdline))
+    return found
+
+
+def run_or_dump(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, capture_output=True, text=True, timeout=timeout) for a command that starts processes of
+    its own (torchrun, `train --procs`). One still running after `timeout` seconds fails the test with the Python
+    stacks of every attnlab process it started (SIGUSR1: `attnlab.cli.main` registers faulthandler for it) and
+    their output, instead of a bare TimeoutExpired: a hang then says where each rank hung."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        running = _session_processes(proc.pid)
+        for pid, cmdline in running:
+            if "attnlab.cli" in cmdline and "torch.distributed.run" not in cmdline:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGUSR1)
+        time.sleep(5)
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        listing = "\n".join(f"  {pid}: {cmdline}" for pid, cmdline in running)
+        pytest.fail(f"still running after {timeout} s: {' '.join(cmd)}\nprocesses:\n{listing}\n"
+                    f"stdout:\n{out[-3000:]}\nstderr (the Python stacks at the end):\n{err[-12000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def make_pairs(n: int, seed: int = 0, max_words: int = 7) -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ from attnlab.experiment import experiment_from_dict
 from attnlab.runs import EvalOptions
 from attnlab.trainer import TrainConfig, Trainer, lr_factor
 from attnlab.workflow import evaluate, train
+from conftest import run_or_dump
 
 
 def tiny_config(tiny_tsv, **train):
@@ -181,9 +182,8 @@ dropout = 0.0
 def _torchrun(cfg, out):
     # --standalone: the rendezvous store on a free port; the default, 127.0.0.1:29500, collides with any other
     # torchrun on the machine (another test run, a training)
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           "-m", "attnlab.cli", "train", str(cfg), "--out", str(out)], capture_output=True,
-                          text=True, timeout=300)
+    return run_or_dump([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                        "-m", "attnlab.cli", "train", str(cfg), "--out", str(out)], timeout=300)
 
 
 def test_torchrun_two_processes(tiny_tsv, tmp_path):
@@ -203,13 +203,15 @@ def test_procs_two_is_the_torchrun_line(tiny_tsv, tmp_path):
     cfg = _ddp_config(tiny_tsv, tmp_path / "ddp.toml", max_steps=6, eval_every=3)
     done = _torchrun(cfg, tmp_path / "torchrun")
     assert done.returncode == 0, done.stderr[-2000:]
-    done = _cli("train", str(cfg), "--out", str(tmp_path / "procs"), "--procs", "2")
+    done = run_or_dump([sys.executable, "-m", "attnlab.cli", "train", str(cfg), "--out", str(tmp_path / "procs"),
+                        "--procs", "2"], timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "starting 2 training processes" in done.stderr and done.stderr.count("stopped after 6 steps") == 1
     name = "checkpoints/step_00000006.safetensors"
     a, b = load_file(str(tmp_path / "torchrun" / name)), load_file(str(tmp_path / "procs" / name))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    done = _cli("train", "--resume", str(tmp_path / "procs"), "--procs", "2", "--set", "train.max_steps=9")
+    done = run_or_dump([sys.executable, "-m", "attnlab.cli", "train", "--resume", str(tmp_path / "procs"), "--procs",
+                        "2", "--set", "train.max_steps=9"], timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "procs" / "checkpoints" / "step_00000009.safetensors").is_file()
 
@@ -343,6 +345,33 @@ eval_max_sentences = 4\n""")
     progress = [line for line in done.stderr.splitlines() if line.startswith("step ") and "tokens/s" in line]
     assert [line.split(":")[0] for line in progress] == ["step 10/30", "step 20/30", "step 30/30"]
     assert all("loss " in line for line in progress)
+
+
+def test_sigusr1_prints_the_stacks_and_the_command_goes_on(trained):
+    """`kill -USR1 PID` on any attnlab command (a rank that seems stuck) prints its Python stacks; it goes on."""
+    import signal
+    import time
+    from pathlib import Path
+
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "translate", str(trained), "--device", "cpu",
+                             "--beam", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 60
+        caught = 0
+        while not caught and proc.poll() is None and time.monotonic() < deadline:  # until main() has registered it
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            caught = int(next(x for x in status.splitlines() if x.startswith("SigCgt:")).split()[1], 16) \
+                >> (signal.SIGUSR1 - 1) & 1
+            time.sleep(0.05)
+        assert caught, "attnlab did not install its SIGUSR1 handler"
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate("the cat\n", timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "most recent call first" in err and "/attnlab/" in err  # a stack of attnlab's frames (up to 100)
+    assert len(out.splitlines()) == 1 and out.strip()
 
 
 def test_cli_translate_takes_the_file_before_or_after_the_options(trained, tmp_path):

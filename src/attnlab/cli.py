@@ -8,10 +8,12 @@ through the same run pipeline (`attnlab.workflow`).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -882,6 +884,9 @@ def main(argv: list[str] | None = None) -> int:
     (one line naming the file with its traceback; with $ATTNLAB_RAISE_INTERNAL set the exception propagates),
     130 interrupted."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if hasattr(signal, "SIGUSR1") and sys.__stderr__ is not None:
+        # `kill -USR1 PID`: every thread's Python stack on stderr, and the process goes on (where is a run stuck?)
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     try:
         args = parse_args(build_parser(), argv)
         setup_logging()

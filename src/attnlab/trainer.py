@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gc
 import json
 import logging
 import math
@@ -650,10 +651,22 @@ class Trainer:
 
     def close(self) -> None:
         """Ends the process group this trainer started (under torchrun): a gloo group left to the interpreter's
-        exit can abort the process ("terminate called without an active exception") after training is done."""
+        exit can abort the process ("terminate called without an active exception") after training is done.
+
+        The order matters. The group's C++ destructor joins gloo's worker threads while holding the GIL, and a
+        worker that drops the last reference to a finished collective frees its tensors, which needs the GIL:
+        a deadlock, seen about once in 40 runs of two CPU ranks (the rank hung at the end of training, stack in
+        `c10d::ProcessGroupGloo::~ProcessGroupGloo` joining a thread in `~AsyncBarrierWork`). So the final barrier's
+        work is held here until the group is gone (a worker's reference is then never the last), and the DDP
+        wrapper, whose reducer also references the group, is dropped first, so that the group is destroyed inside
+        `destroy_process_group`, while the barrier's work is still held."""
         if self._owns_group and torch.distributed.is_initialized():
-            torch.distributed.barrier()  # every rank done with its last collective before the group goes
+            barrier = torch.distributed.barrier(async_op=True)  # every rank done with its last collective
+            barrier.wait()
+            self.model = self.raw_model
+            gc.collect()  # the DDP wrapper, should a reference cycle hold it
             torch.distributed.destroy_process_group()
+            del barrier  # freed here, under the GIL, after the group's worker threads have ended
             self._owns_group = False
 
     def _save_on_interrupt(self) -> None:
