@@ -139,6 +139,10 @@ def run_or_dump(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
+    except KeyboardInterrupt:  # its own session gets no Ctrl-C: end it with the test run
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
     except subprocess.TimeoutExpired:
         running = _session_processes(proc.pid)
         for pid, cmdline in running:
