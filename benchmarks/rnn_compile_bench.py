@@ -18,15 +18,18 @@ import copy
 import json
 import platform
 import subprocess
+import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
-from torch import nn
 
-from attnlab.batching import TokenBudgetBatchSampler, collate_seq2seq
-from attnlab.experiment import build_seq2seq, load_experiment, prepare_corpus
-from attnlab.rnn_seq2seq import DecoderState, EncoderOutput, RNNSeq2Seq
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rnn_step_profile import config_batches, training_step  # noqa: E402  (the profiler's batches and step)
+
+from attnlab.experiment import build_seq2seq, load_experiment  # noqa: E402
+from attnlab.rnn_seq2seq import DecoderState, EncoderOutput, RNNSeq2Seq  # noqa: E402
 
 EAGER_RECUR = RNNSeq2Seq._bahdanau_recur
 
@@ -75,12 +78,9 @@ def main() -> None:
     cfg = load_experiment(args.config)
     if cfg.model.family != "rnn" or cfg.model.rnn.attention != "bahdanau":
         raise SystemExit(f"{args.config}: an RNN config with model.rnn.attention = \"bahdanau\" is needed")
-    store = prepare_corpus(cfg)
-    data = store.train_data()
-    sampler = TokenBudgetBatchSampler(data.lengths(), cfg.train.max_tokens, seed=0)
-    batches = [collate_seq2seq([data[i] for i in idx]) for idx, _ in zip(sampler, range(args.warmup + args.steps))]
+    batches, tokenizers = config_batches(cfg, args.warmup + args.steps)
     torch.manual_seed(0)
-    initial = build_seq2seq(cfg, store.tokenizers())
+    initial = build_seq2seq(cfg, tokenizers)
     results = []
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     if not names or any(n not in VARIANTS for n in names):
@@ -91,22 +91,14 @@ def main() -> None:
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
         RNNSeq2Seq._bahdanau_recur = EAGER_RECUR if make is None else make(model)
         torch.manual_seed(1)
-
-        def step(b) -> None:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.amp == "bf16"):
-                logits = model(b.src, b.src_lengths, b.tgt_in)
-            loss = nn.functional.cross_entropy(logits.float().flatten(0, 1), b.tgt_out.flatten(), ignore_index=0)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-
+        bf16 = args.amp == "bf16"
         t0 = time.perf_counter()
         for b in batches[:args.warmup]:
-            step(b)
+            training_step(model, opt, b, bf16)
         warm = time.perf_counter() - t0
         tokens, t0 = 0, time.perf_counter()
         for b in batches[args.warmup:]:
-            step(b)
+            training_step(model, opt, b, bf16)
             tokens += int((b.tgt_out != 0).sum())
         seconds = time.perf_counter() - t0
         results.append({"variant": name, "tokens_per_s": round(tokens / seconds, 1),
