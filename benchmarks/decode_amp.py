@@ -7,8 +7,11 @@ For greedy search: how many outputs are identical, and BLEU/chrF of each; for be
 same batches, greedy then beam, in turn, and is timed (sentences/s). One JSON object is printed (and written with
 --json).
 
+On a GPU the first search pays for CUDA's start (kernel loading, cuBLAS handles): --warmup N decodes the first N
+sentences with each precision before anything is timed.
+
     python benchmarks/decode_amp.py RUN_DIR [--split test] [--checkpoint best] [--beam 5] [--threads 2]
-        [--max-sentences 0] [--json OUT.json]
+        [--device cpu|cuda] [--warmup 0] [--max-sentences 0] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -36,6 +39,14 @@ def decode(translator: Translator, sources: list[str], beam: int) -> tuple[list[
     return hyps, time.perf_counter() - t0
 
 
+def commit() -> str:
+    """The checkout's short commit, or "" where there is no git (a copied tree on a lent GPU machine)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return ""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path)
@@ -43,12 +54,14 @@ def main() -> int:
     ap.add_argument("--checkpoint", default="best")
     ap.add_argument("--beam", type=int, default=0, help="beam size (default: the run's decode.beam_size)")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="where the search runs (cpu, cuda, auto)")
+    ap.add_argument("--warmup", type=int, default=0, help="decode the first N sentences once before timing")
     ap.add_argument("--max-sentences", type=int, default=0, help="the first N sentences of the split (0: all)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    run = load_run(args.run_dir, args.checkpoint, "cpu")
+    run = load_run(args.run_dir, args.checkpoint, args.device)
     pairs = split_pairs(run.cfg, args.split, run.tokenizers, args.max_sentences)
     sources, refs = [p.src for p in pairs], [p.tgt for p in pairs]
     beam = args.beam or run.cfg.decode.beam_size
@@ -56,9 +69,13 @@ def main() -> int:
                    for amp in ("none", "bf16")}
     out: dict = {"run": str(args.run_dir), "checkpoint": args.checkpoint, "split": args.split,
                  "sentences": len(pairs), "beam_size": beam, "threads": torch.get_num_threads(), "torch": torch.__version__,
-                 "cpu": platform.processor() or platform.machine(),
-                 "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                          text=True).stdout.strip()}
+                 "device": str(run.device), "cpu": platform.processor() or platform.machine(),
+                 "gpu": torch.cuda.get_device_name(run.device) if run.device.type == "cuda" else None,
+                 "commit": commit()}
+    if args.warmup:
+        for translator in translators.values():
+            for size in (1, beam):
+                decode(translator, sources[:args.warmup], size)
     for search, size in (("greedy", 1), ("beam", beam)):
         hyps, seconds = {}, {}
         for amp, translator in translators.items():

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The open GPU figures of docs/results.md in one call of a lent GPU machine, inside a fixed time budget:
+#   1. the 2-minute Transformer: configs/gpu/bible-transformer-base.toml trained for MINUTES minutes
+#      (train.max_minutes), then `attnlab evaluate RUN --split test` (beam 5, BLEU/chrF, sentences/s) as a user runs it;
+#   2. the 918 test verses decoded greedy and beam 5, fp32 and bf16, timed after a warm-up (benchmarks/decode_amp.py);
+#   3. the harness table at base dims: benchmarks/transformer_bench.py as the H100 table of docs/results.md ran it
+#      (attnlab against torch.nn.Transformer, bf16, batches of 256 x 48 tokens, eager with decoding, then compiled),
+#      and benchmarks/train_bench.py on real Bible batches (eager, bucketed and packed; MFU against the measured
+#      bf16 peak). The compiled harness on real batches is left out: its bucketed shapes recompile.
+# Each step has its own time limit cut to what is left of BUDGET seconds, so a step that fails or hangs leaves the
+# others their time; everything goes to OUT_DIR (at most 6 files: the limits of the device tool).
+# Needs the Bible corpus in $ATTNLAB_CACHE (built by `attnlab data bible` where the SWORD packages are).
+#
+#   benchmarks/gpu_figures.sh OUT_DIR [BUDGET_S=560] [MINUTES=2] [extra train --set overrides...]
+set -uo pipefail
+out=${1:?OUT_DIR}; budget=${2:-560}; minutes=${3:-2}; shift 3 2>/dev/null || shift $#
+py=${PYTHON:-python3}
+config=${CONFIG:-configs/gpu/bible-transformer-base.toml}  # CONFIG=... DEVICE=cpu: a dry run of the script on a CPU
+device=${DEVICE:-cuda}
+mkdir -p "$out"
+exec > >(tee -a "$out/log.txt") 2>&1
+start=$SECONDS
+left() { echo $(( budget - (SECONDS - start) )); }
+step() {  # step NAME MAX_SECONDS CMD...: run CMD under min(MAX, what is left) seconds, log its time and status
+  local name=$1 max=$2; shift 2
+  local t=$(left); (( t > max )) && t=$max
+  if (( t < 20 )); then echo "== $name: skipped, ${t}s left"; return; fi
+  echo "== $name (limit ${t}s, $(( SECONDS - start ))s into the budget): $*"
+  local t0=$SECONDS
+  timeout -k 5 "$t" "$@"; local rc=$?
+  echo "== $name: exit $rc after $(( SECONDS - t0 ))s"
+}
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+$py -c "import torch, platform; print('torch', torch.__version__, 'python', platform.python_version(), 'cuda',
+torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
+git rev-parse --short HEAD 2>/dev/null || true
+date -u +%FT%TZ
+
+run=runs/gpu/base-${minutes}min
+rm -rf "$run"
+step train 300 $py -m attnlab.cli train "$config" --out "$run" \
+    --set train.progress=false --set "train.max_minutes=$minutes" "$@"
+cp "$run/metrics.jsonl" "$out/metrics.jsonl" 2>/dev/null
+step evaluate 90 sh -c "$py -m attnlab.cli evaluate '$run' --split test --json > '$out/eval_test.json'"
+step decode 150 $py benchmarks/decode_amp.py "$run" --device "$device" --warmup 64 --json "$out/decode_test.json"
+# the H100 table's own commands (synthetic batches of fixed shape, base dims): eager with decoding, then compiled
+step bench-eager 90 $py benchmarks/transformer_bench.py --device "$device" --amp bf16 --batch 256 --src-len 48 \
+    --tgt-len 48 --steps 20 --peak-tflops 989 --decode-sentences 64
+step harness-eager 120 $py benchmarks/train_bench.py --config "$config" \
+    --device "$device" --amp bf16 --pack --steps 20 --warmup 3 --json "$out/harness_eager.json"
+step bench-compiled 300 $py benchmarks/transformer_bench.py --device "$device" --amp bf16 --batch 256 --src-len 48 \
+    --tgt-len 48 --steps 20 --peak-tflops 989 --compile --skip-decode
+echo "== done after $(( SECONDS - start ))s"
