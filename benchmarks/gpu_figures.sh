@@ -9,7 +9,9 @@
 #      bf16 peak). The compiled harness on real batches is left out: its bucketed shapes recompile.
 # Each step has its own time limit cut to what is left of BUDGET seconds, so a step that fails or hangs leaves the
 # others their time; everything goes to OUT_DIR (at most 6 files: the limits of the device tool).
-# Needs the Bible corpus in $ATTNLAB_CACHE (built by `attnlab data bible` where the SWORD packages are).
+# Needs the Bible corpus in $ATTNLAB_CACHE (built by `attnlab data bible` where the SWORD packages are), and the
+# packages the GPU image lacks, carried as wheels: pysword, fastapi with opentelemetry-api (fastapi imports it),
+# starlette, uvicorn, pydantic, pydantic-core, typing-inspection, annotated-types (the CLI imports the server).
 #
 #   benchmarks/gpu_figures.sh OUT_DIR [BUDGET_S=560] [MINUTES=2] [extra train --set overrides...]
 set -uo pipefail
