@@ -67,7 +67,9 @@ def _weights(run_dir):
 @pytest.fixture(scope="module")
 def trained(tiny_tsv, tmp_path_factory):
     run = tmp_path_factory.mktemp("run") / "bahdanau"
-    train(tiny_config(tiny_tsv, max_steps=300, eval_every=100, lr=0.005), run)
+    # 200 updates at lr 0.01: test BLEU (beam 3) 93.7 on the EPYC (300 at lr 0.005 gave 97.2 in 1.7x the time; 150 at
+    # lr 0.01 gave 82.3, 160 at lr 0.005 gave 46.6): well past the 60 that test_model_learns_the_task asks
+    train(tiny_config(tiny_tsv, max_steps=200, eval_every=100, lr=0.01), run)
     return run
 
 
@@ -87,7 +89,7 @@ def test_cli_translate(trained):
     done = _cli("translate", trained, "--beam", "3", "--device", "cpu", stdin="the red house\n\nmy cat\n")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.split("\n")
-    # the right words (order is harder on 3-word inputs after 300 steps); the empty line stays empty
+    # the right words (order is harder on 3-word inputs after 200 updates); the empty line stays empty
     assert sorted(lines[0].split()) == ["casa", "la", "roja"] and lines[1] == ""
     assert sorted(lines[2].split()) == ["gata", "mi"]
     done = _cli("translate", trained, "--beam", "3", "--n-best", "2", "--device", "cpu", stdin="the cat\n")
@@ -186,23 +188,18 @@ def _torchrun(cfg, out):
                         "-m", "attnlab.cli", "train", str(cfg), "--out", str(out)], timeout=300)
 
 
-def test_torchrun_two_processes(tiny_tsv, tmp_path):
-    """DDP on CPU (gloo): two ranks train one model; only rank 0 writes; ranks agree on when to stop."""
-    done = _torchrun(_ddp_config(tiny_tsv, tmp_path / "ddp.toml"), tmp_path / "run")
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stderr.count("stopped after 10 steps") == 1
-    logs = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in logs if "dev_loss" in r] == [5, 10]
-
-
 def test_procs_two_is_the_torchrun_line(tiny_tsv, tmp_path):
-    """`attnlab train CONFIG --procs 2` starts the two gloo ranks itself: the same weights, bit for bit, as the
-    documented torchrun line, and a resumed run continues under --procs too."""
+    """DDP on CPU (gloo) under the documented torchrun line: two ranks train one model, only rank 0 writes, the
+    ranks agree on when to stop. `attnlab train CONFIG --procs 2` starts the two ranks itself: the same weights, bit
+    for bit, as the torchrun line, and a resumed run continues under --procs too."""
     from safetensors.torch import load_file
 
     cfg = _ddp_config(tiny_tsv, tmp_path / "ddp.toml", max_steps=6, eval_every=3)
     done = _torchrun(cfg, tmp_path / "torchrun")
     assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count("stopped after 6 steps") == 1
+    logs = [json.loads(x) for x in (tmp_path / "torchrun" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logs if "dev_loss" in r] == [3, 6]
     done = run_or_dump([sys.executable, "-m", "attnlab.cli", "train", str(cfg), "--out", str(tmp_path / "procs"),
                         "--procs", "2"], timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -257,13 +254,13 @@ test = ["{tiny_tsv / 'test.tsv'}"]
 kind = "char"
 [model.rnn]
 cell = "gru"
-emb_dim = 32
-hidden_dim = 64
+emb_dim = 16
+hidden_dim = 32
 attention = "bahdanau"
 dropout = 0.1
 [train]
 max_steps = 400
-max_tokens = 2000
+max_tokens = 800
 lr = 0.003
 eval_every = 20
 eval_bleu = false
