@@ -71,6 +71,33 @@ def test_decode_amp_of_a_loaded_run(tiny_runs, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["sentences"] == 3
 
 
+def test_decode_batch_size_of_a_loaded_run(tiny_runs, tmp_path, capsys):
+    """`attnlab.load(..., decode_batch_size=)` and `translate/evaluate --batch-size` set the sentences per search
+    batch of that load only; the translations are those of the run's own batch size; a bad size is one line."""
+    sentences = SENTENCES * 3
+    default = attnlab.load(tiny_runs["rnn"])
+    assert default.config.decode.batch_size == 64
+    one = attnlab.load(tiny_runs["rnn"], decode_batch_size=1)
+    assert one.config.decode.batch_size == 1
+    seen = []
+    hook = one.model.encoder.register_forward_hook(lambda m, a, out: seen.append(a[0].size(0)))
+    assert one.translate(sentences, beam=2) == default.translate(sentences, beam=2)
+    hook.remove()
+    assert seen == [1] * len(sentences)  # one search per sentence
+    for bad in (0, 2**16 + 1, 2.5, True):
+        with pytest.raises(AttnlabError, match="decode batch size must be a whole number in"):
+            attnlab.load(tiny_runs["rnn"], decode_batch_size=bad)
+    (tmp_path / "in.txt").write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
+    assert main(["translate", str(tiny_runs["rnn"]), str(tmp_path / "in.txt"), "--batch-size", "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == default.translate(sentences)
+    copy = shutil.copytree(tiny_runs["rnn"], tmp_path / "run")  # evaluate writes eval/: not in the shared run
+    assert main(["evaluate", str(copy), "--batch-size", "3", "--max-sentences", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sentences"] == 4
+    with pytest.raises(SystemExit) as refused:  # an argparse refusal: exit code 2, one line naming the option
+        main(["translate", str(tiny_runs["rnn"]), "--batch-size", "0"])
+    assert refused.value.code == 2 and "--batch-size" in capsys.readouterr().err
+
+
 def test_empty_sentences_get_no_translation(rnn):
     assert rnn.translate(["", "   ", SENTENCES[1]])[:2] == ["", ""]
     assert rnn.translations(["  "]) == [[]]

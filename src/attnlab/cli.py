@@ -175,7 +175,8 @@ def _train_ranks(procs: int, train_args: list[str], sets: list[str], threads: in
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Any family: BLEU/chrF, perplexity, accuracy or MSE, as the run's family evaluates."""
 
-    run = api.load(args.run_dir, args.checkpoint, args.device, decode_amp=getattr(args, "amp", None))
+    run = api.load(args.run_dir, args.checkpoint, args.device, decode_amp=getattr(args, "amp", None),
+                   decode_batch_size=getattr(args, "batch_size", None))
     source = getattr(args, "source", None)
     sources = [source] if source or len(run.renderings) < 2 else run.renderings  # default: each trained on
     results = [run.evaluate(args.split, getattr(args, "beam", None), getattr(args, "max_sentences", 0),
@@ -293,7 +294,8 @@ def _read_inputs(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
-    run = api.load(args.run_dir, args.checkpoint, args.device, args.engine, args.ct2_model, args.amp)
+    run = api.load(args.run_dir, args.checkpoint, args.device, args.engine, args.ct2_model, args.amp,
+                   args.batch_size)
     run.require("translate")
     if run.renderings and sys.stdin.isatty() and (args.input is None or str(args.input) == "-"):
         print(f"{args.run_dir}: trained on English {' + '.join(run.renderings)}; type sentences, end with Ctrl-D",
@@ -524,6 +526,9 @@ def _option_groups() -> dict[str, argparse.ArgumentParser]:
     amp.add_argument("--amp", choices=DecodeConfig.CHOICES["amp"], default=None,
                      help="translation: the precision of the search: none (fp32), auto (bf16 where the device "
                           "computes it natively), bf16 (default: the run's decode.amp, none unless set)")
+    amp.add_argument("--batch-size", type=_int(*DecodeConfig.LIMITS["batch_size"]), default=None, metavar="N",
+                     help="translation: sentences per search batch (default: the run's decode.batch_size, 64 unless "
+                          "set); on a GPU 256 decodes beam 5 about 1.8x faster, on a CPU 64 is faster")
     evaluate = argparse.ArgumentParser(add_help=False, parents=[run])
     evaluate.add_argument("--split", choices=("train", "dev", "test"), default="test")
     evaluate.add_argument("--json", action="store_true", help="print the result as JSON")
