@@ -4,6 +4,7 @@ for the same run (the CLI's own output is the reference), and a user's mistake i
 import dataclasses
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -84,8 +85,11 @@ def test_decode_batch_size_of_a_loaded_run(tiny_runs, tmp_path, capsys):
     assert one.translate(sentences, beam=2) == default.translate(sentences, beam=2)
     hook.remove()
     assert seen == [1] * len(sentences)  # one search per sentence
-    for bad in (0, 2**16 + 1, 2.5, True):
-        with pytest.raises(AttnlabError, match="decode batch size must be a whole number in"):
+    for bad, message in ((0, "decode.batch_size = 0 is below the minimum 1"),
+                         (2**16 + 1, "decode.batch_size = 65537 exceeds the limit 65536"),
+                         (2.5, "decode.batch_size: expected int, got float 2.5"),
+                         (True, "decode.batch_size: expected int, got bool True")):
+        with pytest.raises(AttnlabError, match=re.escape(message)):
             attnlab.load(tiny_runs["rnn"], decode_batch_size=bad)
     (tmp_path / "in.txt").write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
     assert main(["translate", str(tiny_runs["rnn"]), str(tmp_path / "in.txt"), "--batch-size", "2"]) == 0

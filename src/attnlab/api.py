@@ -28,7 +28,8 @@ import torch
 
 from attnlab import views
 from attnlab.explore import explore_run
-from attnlab.config import PACKAGED_CONFIGS, apply_overrides, packaged_configs, read_config_file, resolve_config
+from attnlab.config import (PACKAGED_CONFIGS, apply_overrides, from_dict, packaged_configs, read_config_file,
+                            resolve_config, to_dict)
 from attnlab.corpus import normalize
 from attnlab.errors import AttnlabError
 from attnlab.experiment import prepare_corpus
@@ -321,22 +322,15 @@ def load(run_dir: Path | str, checkpoint: str = "best", device: str = "cpu", eng
         raise AttnlabError(f"unknown engine {engine!r}; choose torch or ctranslate2")
     run_config(run_dir)  # a clear error for a folder that is no run, before anything is loaded
     loaded = load_run(run_dir, checkpoint, device)
-    decode = {}
-    if decode_amp is not None:
-        if decode_amp not in DecodeConfig.CHOICES["amp"]:
-            raise AttnlabError(f"decode amp {decode_amp!r} is not one of {', '.join(DecodeConfig.CHOICES['amp'])}")
-        decode["amp"] = decode_amp
-    if decode_batch_size is not None:
-        lo, hi = DecodeConfig.LIMITS["batch_size"]
-        if isinstance(decode_batch_size, bool) or not isinstance(decode_batch_size, int) \
-                or not lo <= decode_batch_size <= hi:
-            raise AttnlabError(f"decode batch size must be a whole number in [{lo}, {hi}], got {decode_batch_size!r}")
-        decode["batch_size"] = decode_batch_size
+    decode = {k: v for k, v in (("amp", decode_amp), ("batch_size", decode_batch_size)) if v is not None}
     if decode:
         if "translate" not in loaded.family.abilities:
             raise AttnlabError(f"{loaded.run_dir}: decode {' and '.join(decode).replace('_', ' ')} applies to "
                                "translation runs only")
-        loaded.cfg.decode = dataclasses.replace(loaded.cfg.decode, **decode)
+        if decode_amp is not None and decode_amp not in DecodeConfig.CHOICES["amp"]:
+            raise AttnlabError(f"decode amp {decode_amp!r} is not one of {', '.join(DecodeConfig.CHOICES['amp'])}")
+        # the run's [decode] section with these keys over it, checked as a config file's would be (type, range)
+        loaded.cfg.decode = from_dict(DecodeConfig, {**to_dict(loaded.cfg.decode), **decode}, prefix="decode.")
     return Run(loaded, engine, model_dir)
 
 
