@@ -15,15 +15,17 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-from attnlab.experiment import split_pairs
-from attnlab.metrics import corpus_scores
-from attnlab.translate import Translator
-from attnlab.workflow import load_run
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_amp import decode  # noqa: E402  (a split's search, timed)
+
+from attnlab.experiment import split_pairs  # noqa: E402
+from attnlab.metrics import corpus_scores  # noqa: E402
+from attnlab.translate import Translator  # noqa: E402
+from attnlab.workflow import load_run  # noqa: E402
 
 
 def main() -> int:
@@ -51,12 +53,8 @@ def main() -> int:
         translator = Translator(run.model, run.tokenizers,
                                 dataclasses.replace(run.cfg.decode, batch_size=size, amp=args.amp), run.device)
         for search, k in (("greedy", 1), ("beam", beam)):
-            translator.translate(sources[:args.warmup], beam_size=k)
-            if run.device.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            hyps = [t[0].text for t in translator.translate(sources, beam_size=k)]
-            seconds = time.perf_counter() - t0
+            decode(translator, sources[:args.warmup], k)
+            hyps, seconds = decode(translator, sources, k)  # texts back on the host: the GPU's work is done
             first.setdefault(search, hyps)
             s = corpus_scores(hyps, refs)
             row = {"batch_size": size, "search": search, "seconds": round(seconds, 3),
