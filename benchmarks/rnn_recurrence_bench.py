@@ -1,0 +1,96 @@
+#!/usr/bin/env python
+"""The GRU recurrences with their backward by hand (`attnlab.rnn.GRURecurrence` for the encoder,
+`attnlab.rnn_seq2seq.BahdanauGRURecurrence` for the Bahdanau decoder) against torch's autograd through the same
+model step by step (`recurrence_by_hand` off), side by side in one process: whole forward-backward-AdamW
+training steps on the config's real batches, the two variants alternating batch by batch from the same initial
+weights. Prints one JSON line: target tokens/s of each, their ratio, and the largest logit difference on one
+batch in float64 (a check that both compute the same function).
+
+    python benchmarks/rnn_recurrence_bench.py [--config configs/demo.toml] [--threads 1] [--amp none|bf16]
+        [--batches 40] [--warmup 5] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rnn_step_profile import config_batches, training_step  # noqa: E402
+
+import attnlab.rnn  # noqa: E402
+import attnlab.rnn_seq2seq  # noqa: E402
+from attnlab.experiment import build_seq2seq, load_experiment  # noqa: E402
+
+
+def autograd_only():
+    """Both recurrences through torch's autograd, as before `recurrence_by_hand`."""
+    off = mock.patch.object(attnlab.rnn, "recurrence_by_hand", lambda x: False)
+    off_dec = mock.patch.object(attnlab.rnn_seq2seq, "recurrence_by_hand", lambda x: False)
+    off.start(), off_dec.start()
+    return off, off_dec
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="configs/demo.toml")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--amp", choices=("none", "bf16"), default="none")
+    ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = load_experiment(args.config)
+    batches, tokenizers = config_batches(cfg, args.batches)
+    torch.manual_seed(0)
+    base = build_seq2seq(cfg, tokenizers).train()
+
+    b = batches[0]
+    check = copy.deepcopy(base).double().eval()
+    with torch.enable_grad():  # the hand-derived recurrences serve training only
+        by_hand = check(b.src, b.src_lengths, b.tgt_in)
+        patches = autograd_only()
+        reference = check(b.src, b.src_lengths, b.tgt_in)
+        for p in patches:
+            p.stop()
+    max_diff = (by_hand - reference).abs().max().item()
+
+    models = {"autograd": base, "by_hand": copy.deepcopy(base)}
+    opts = {k: torch.optim.AdamW(m.parameters(), lr=cfg.train.lr) for k, m in models.items()}
+    secs = dict.fromkeys(models, 0.0)
+    tokens = 0
+    for i, b in enumerate(batches):
+        for k in (("autograd", "by_hand") if i % 2 else ("by_hand", "autograd")):
+            patches = autograd_only() if k == "autograd" else ()
+            t0 = time.perf_counter()
+            training_step(models[k], opts[k], b, args.amp == "bf16")
+            dt = time.perf_counter() - t0
+            for p in patches:
+                p.stop()
+            if i >= args.warmup:
+                secs[k] += dt
+        if i >= args.warmup:
+            tokens += int(b.num_tgt_tokens)
+    row = {"config": args.config, "threads": args.threads, "amp": args.amp, "batches": args.batches - args.warmup,
+           "target_tokens": tokens, "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+           "max_logit_diff_float64": max_diff,
+           **{f"{k}_tokens_per_s": round(tokens / s, 1) for k, s in secs.items()},
+           "ratio": round(secs["autograd"] / secs["by_hand"], 3)}
+    line = json.dumps(row)
+    print(line)
+    if args.json:
+        with args.json.open("a") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
