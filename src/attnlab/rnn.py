@@ -114,7 +114,7 @@ class GRUCell(_Cell):
         return (1 - z) * n + z * h
 
 
-# ---------------------------------------------------------------------------------------------- GRU, hand-derived backward
+# ---------------------------------------------------------------------------------- GRU, backward by hand
 def gru_update(gi: Tensor, gh: Tensor, h: Tensor, saved: Tensor, out: Tensor) -> Tensor:
     """GRUCell's equations on projected inputs, without autograd, keeping what the backward needs.
 
@@ -197,7 +197,8 @@ def recurrence_by_hand(x: Tensor) -> bool:
     """Whether a GRU over x trains through the hand-derived recurrences (`GRURecurrence` here, the Bahdanau
     decoder's in `attnlab.rnn_seq2seq`) instead of torch's: on the CPU, when gradients are recorded. There,
     torch's GRU records an autograd graph step by step and its backward costs 3.5x its forward
-    (docs/results.md, "The GRU's recurrences, backward by hand"); for inference, and on GPUs (cuDNN), torch's runs.
+    (docs/results.md, "the GRU's recurrences with their backward by hand"); for inference, and on GPUs (cuDNN),
+    torch's runs.
     """
     return x.device.type == "cpu" and torch.is_grad_enabled()
 
