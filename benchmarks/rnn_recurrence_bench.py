@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The GRU recurrences with their backward by hand (`attnlab.rnn.GRURecurrence` for the encoder,
 `attnlab.rnn_seq2seq.BahdanauGRURecurrence` for the Bahdanau decoder) against torch's autograd through the same
-model step by step (`recurrence_by_hand` off), side by side in one process: whole forward-backward-AdamW
+model step by step (`attnlab.rnn.autograd_recurrences()`), side by side in one process: whole forward-backward-AdamW
 training steps on the config's real batches, the two variants alternating batch by batch from the same initial
 weights. Prints one JSON line: target tokens/s of each, their ratio, and the largest logit difference on one
 batch in float64 (a check that both compute the same function).
@@ -13,30 +13,21 @@ batch in float64 (a check that both compute the same function).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import platform
 import sys
 import time
 from pathlib import Path
-from unittest import mock
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rnn_step_profile import config_batches, training_step  # noqa: E402
 
-import attnlab.rnn  # noqa: E402
-import attnlab.rnn_seq2seq  # noqa: E402
 from attnlab.experiment import build_seq2seq, load_experiment  # noqa: E402
-
-
-def autograd_only():
-    """Both recurrences through torch's autograd, as before `recurrence_by_hand`."""
-    off = mock.patch.object(attnlab.rnn, "recurrence_by_hand", lambda x: False)
-    off_dec = mock.patch.object(attnlab.rnn_seq2seq, "recurrence_by_hand", lambda x: False)
-    off.start(), off_dec.start()
-    return off, off_dec
+from attnlab.rnn import autograd_recurrences  # noqa: E402
 
 
 def main() -> None:
@@ -58,10 +49,8 @@ def main() -> None:
     check = copy.deepcopy(base).double().eval()
     with torch.enable_grad():  # the hand-derived recurrences serve training only
         by_hand = check(b.src, b.src_lengths, b.tgt_in)
-        patches = autograd_only()
-        reference = check(b.src, b.src_lengths, b.tgt_in)
-        for p in patches:
-            p.stop()
+        with autograd_recurrences():
+            reference = check(b.src, b.src_lengths, b.tgt_in)
     max_diff = (by_hand - reference).abs().max().item()
 
     models = {"autograd": base, "by_hand": copy.deepcopy(base)}
@@ -70,12 +59,10 @@ def main() -> None:
     tokens = 0
     for i, b in enumerate(batches):
         for k in (("autograd", "by_hand") if i % 2 else ("by_hand", "autograd")):
-            patches = autograd_only() if k == "autograd" else ()
-            t0 = time.perf_counter()
-            training_step(models[k], opts[k], b, args.amp == "bf16")
-            dt = time.perf_counter() - t0
-            for p in patches:
-                p.stop()
+            with autograd_recurrences() if k == "autograd" else contextlib.nullcontext():
+                t0 = time.perf_counter()
+                training_step(models[k], opts[k], b, args.amp == "bf16")
+                dt = time.perf_counter() - t0
             if i >= args.warmup:
                 secs[k] += dt
         if i >= args.warmup:

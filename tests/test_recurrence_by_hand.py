@@ -10,18 +10,12 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-import attnlab.rnn
-import attnlab.rnn_seq2seq
-from attnlab.rnn import GRURecurrence, RNNLayer, recurrence_by_hand
+import contextlib
+
+from attnlab.rnn import GRURecurrence, RNNLayer, autograd_recurrences, recurrence_by_hand
 from attnlab.rnn_seq2seq import BahdanauGRURecurrence, RNNModelConfig, RNNSeq2Seq
 
 F64 = dict(dtype=torch.float64)
-
-
-def _autograd_only():
-    """Both recurrences through torch's autograd step by step: the reference."""
-    return mock.patch.multiple(attnlab.rnn, recurrence_by_hand=lambda x: False), \
-        mock.patch.multiple(attnlab.rnn_seq2seq, recurrence_by_hand=lambda x: False)
 
 
 def _grads(tensors):
@@ -33,6 +27,9 @@ def test_used_for_cpu_training_only():
     assert recurrence_by_hand(x)
     with torch.no_grad():
         assert not recurrence_by_hand(x)
+    with autograd_recurrences():
+        assert not recurrence_by_hand(x)
+    assert recurrence_by_hand(x)
 
 
 @pytest.mark.parametrize("layers,bidirectional", [(1, True), (2, False), (2, True)])
@@ -100,12 +97,8 @@ def test_bahdanau_decoder_matches_the_step_by_step_model():
         model.zero_grad()
         spy = mock.patch.object(BahdanauGRURecurrence, "apply", wraps=BahdanauGRURecurrence.apply)
         with spy as called:
-            if by_hand:
+            with contextlib.nullcontext() if by_hand else autograd_recurrences():
                 logits = model(src, lengths, tgt_in)
-            else:
-                patches = _autograd_only()
-                with patches[0], patches[1]:
-                    logits = model(src, lengths, tgt_in)
         assert called.call_count == int(by_hand)
         (logits.log_softmax(-1) * probe).sum().backward()
         results.append([logits] + _grads(model.parameters()))
@@ -136,13 +129,9 @@ def test_bf16_autocast_trains_the_same_model():
     results = []
     for by_hand in (True, False):
         model.zero_grad()
-        patches = () if by_hand else _autograd_only()
-        for p in patches:
-            p.start()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with contextlib.nullcontext() if by_hand else autograd_recurrences(), \
+                torch.autocast("cpu", dtype=torch.bfloat16):
             logits = model(src, lengths, tgt_in)
-        for p in patches:
-            p.stop()
         loss = nn.functional.cross_entropy(logits.float().flatten(0, 1), target.flatten())
         loss.backward()
         results.append((loss.item(), torch.cat([p.grad.flatten() for p in model.parameters()])))

@@ -8,8 +8,11 @@ Shape legend: B batch, L sequence length, I input size, H hidden size, G gates (
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import math
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -193,14 +196,28 @@ class GRURecurrence(torch.autograd.Function):
         return d_gi, None, dh, d_w, flat_dgh.sum(1)
 
 
+_BY_HAND = contextvars.ContextVar("attnlab_recurrences_by_hand", default=True)
+
+
 def recurrence_by_hand(x: Tensor) -> bool:
     """Whether a GRU over x trains through the hand-derived recurrences (`GRURecurrence` here, the Bahdanau
-    decoder's in `attnlab.rnn_seq2seq`) instead of torch's: on the CPU, when gradients are recorded. There,
-    torch's GRU records an autograd graph step by step and its backward costs 3.5x its forward
-    (docs/results.md, "the GRU's recurrences with their backward by hand"); for inference, and on GPUs (cuDNN),
-    torch's runs.
+    decoder's in `attnlab.rnn_seq2seq`) instead of torch's: on the CPU, when gradients are recorded, outside
+    `autograd_recurrences()`. There, torch's GRU records an autograd graph step by step and its backward costs
+    3.5x its forward (docs/results.md, "the GRU's recurrences with their backward by hand"); for inference, and
+    on GPUs (cuDNN), torch's runs.
     """
-    return x.device.type == "cpu" and torch.is_grad_enabled()
+    return _BY_HAND.get() and x.device.type == "cpu" and torch.is_grad_enabled()
+
+
+@contextlib.contextmanager
+def autograd_recurrences() -> Iterator[None]:
+    """Within this block the GRU recurrences train through torch's autograd step by step, as before
+    `recurrence_by_hand`: the reference that the hand-derived backward is tested and benchmarked against."""
+    token = _BY_HAND.set(False)
+    try:
+        yield
+    finally:
+        _BY_HAND.reset(token)
 
 
 CELL_CLASSES = {"elman": ElmanCell, "lstm": LSTMCell, "gru": GRUCell}
@@ -267,6 +284,14 @@ class RNNLayer(nn.Module):
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.size(1))  # (B, L, dirs*H)
         return out, final
 
+    @staticmethod
+    def _in_own_order(t: Tensor) -> Tensor:
+        """(L, D, ...) in time order -> each direction in its own order (the reverse direction's time flipped),
+        contiguous; applied twice, time order again."""
+        if t.size(1) == 1:
+            return t.contiguous()
+        return torch.stack([t[:, 0], t[:, 1].flip(0)], dim=1)
+
     def _forward_gru_recurrence(self, x: Tensor, lengths: Tensor | None, state: Tensor | None
                                 ) -> tuple[Tensor, Tensor]:
         """torch.nn.GRU's function on its own weights through `GRURecurrence`: the input projections of all
@@ -275,7 +300,7 @@ class RNNLayer(nn.Module):
         steps = torch.arange(L, device=x.device)
         keep = (steps[None, :] < lengths.to(x.device)[:, None] if lengths is not None
                 else torch.ones(B, L, dtype=torch.bool, device=x.device)).to(x.dtype)  # (B, L)
-        keep = torch.stack([keep.T, keep.T.flip(0)] if D == 2 else [keep.T], dim=1)[..., None]  # (L, D, B, 1)
+        keep = self._in_own_order(keep.T[:, None].expand(L, D, B))[..., None]  # (L, D, B, 1)
         h0 = x.new_zeros(self.num_layers * D, B, H) if state is None else state
         inp, finals = x, []
         for layer in range(self.num_layers):
@@ -285,12 +310,8 @@ class RNNLayer(nn.Module):
             w_hh = torch.stack([getattr(self.rnn, "weight_hh_" + n) for n in names])  # (D, 3H, H)
             b_hh = torch.stack([getattr(self.rnn, "bias_hh_" + n) for n in names])  # (D, 3H)
             gi = nn.functional.linear(inp, w_ih, b_ih).view(B, L, D, 3 * H).permute(1, 2, 0, 3)  # (L, D, B, 3H)
-            if D == 2:
-                gi = torch.stack([gi[:, 0], gi[:, 1].flip(0)], dim=1)  # the reverse direction in its own order
-            out, h_n = GRURecurrence.apply(gi.contiguous(), keep, h0[layer * D:(layer + 1) * D], w_hh, b_hh)
-            if D == 2:
-                out = torch.stack([out[:, 0], out[:, 1].flip(0)], dim=1)
-            inp = out.permute(2, 0, 1, 3).reshape(B, L, D * H)  # (B, L, D*H)
+            out, h_n = GRURecurrence.apply(self._in_own_order(gi), keep, h0[layer * D:(layer + 1) * D], w_hh, b_hh)
+            inp = self._in_own_order(out).permute(2, 0, 1, 3).reshape(B, L, D * H)  # (B, L, D*H)
             finals.append(h_n)
             if layer < self.num_layers - 1 and self.dropout > 0:
                 inp = nn.functional.dropout(inp, self.dropout, self.training)

@@ -187,7 +187,7 @@ class BahdanauGRURecurrence(torch.autograd.Function):
         H = hs.size(-1)
         G = 3 * H
         d_states, d_alphas = d_states.transpose(0, 1), d_alphas.transpose(0, 1)  # (T, B, H), (T, B, S)
-        d_hq = hs.new_empty(T, B, G + w_hq.size(0) - G)
+        d_hq = hs.new_empty(T, B, w_hq.size(0))  # (T, B, 3H + A)
         d_gi = hs.new_empty(T, B, G)
         d_keys = torch.zeros_like(sig[0])
         d_v = torch.zeros_like(v_a)
