@@ -5,14 +5,20 @@ of each (a batch size must not change the output; the row says how many outputs 
 On a GPU a search step costs about the same for 64 sentences as for 1,000, so the split's time is mostly the
 number of batches times the steps of each. One JSON object is printed (and written with --json).
 
+--reference-search FILE times another version of `attnlab.search` side by side: FILE is that version's search.py
+(e.g. `git show COMMIT:src/attnlab/search.py > old_search.py`); each row then decodes with both, alternating
+(reference first, then this checkout's), and reports the reference's seconds and whether its outputs are the same.
+
     python benchmarks/decode_batch.py RUN_DIR [--split test] [--device cuda] [--batch-sizes 64,256,1024]
-        [--beam 5] [--amp none] [--warmup 64] [--json OUT.json]
+        [--beam 5] [--amp none] [--warmup 64] [--reference-search OLD_SEARCH.py] [--json OUT.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -24,8 +30,28 @@ from decode_amp import decode  # noqa: E402  (a split's search, timed)
 
 from attnlab.experiment import split_pairs  # noqa: E402
 from attnlab.metrics import corpus_scores  # noqa: E402
+from attnlab import translate  # noqa: E402
 from attnlab.translate import Translator  # noqa: E402
 from attnlab.workflow import load_run  # noqa: E402
+
+
+@contextlib.contextmanager
+def searching_with(module):
+    """`Translator` calls the greedy and beam search of `module` (another version of attnlab.search) inside."""
+    saved = translate.greedy_search, translate.beam_search
+    translate.greedy_search, translate.beam_search = module.greedy_search, module.beam_search
+    try:
+        yield
+    finally:
+        translate.greedy_search, translate.beam_search = saved
+
+
+def load_search(path: Path):
+    spec = importlib.util.spec_from_file_location("reference_search", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> int:
@@ -38,8 +64,10 @@ def main() -> int:
     ap.add_argument("--beam", type=int, default=0, help="beam size (default: the run's decode.beam_size)")
     ap.add_argument("--amp", default="none", choices=("none", "auto", "bf16"))
     ap.add_argument("--warmup", type=int, default=64, help="decode the first N sentences once before timing")
+    ap.add_argument("--reference-search", type=Path, help="another version's search.py, timed side by side")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    reference = load_search(args.reference_search) if args.reference_search else None
     run = load_run(args.run_dir, args.checkpoint, args.device)
     pairs = split_pairs(run.cfg, args.split, run.tokenizers, 0)
     sources, refs = [p.src for p in pairs], [p.tgt for p in pairs]
@@ -53,13 +81,21 @@ def main() -> int:
         translator = Translator(run.model, run.tokenizers,
                                 dataclasses.replace(run.cfg.decode, batch_size=size, amp=args.amp), run.device)
         for search, k in (("greedy", 1), ("beam", beam)):
+            row = {"batch_size": size, "search": search}
+            if reference is not None:
+                with searching_with(reference):
+                    decode(translator, sources[:args.warmup], k)
+                    ref_hyps, ref_seconds = decode(translator, sources, k)
             decode(translator, sources[:args.warmup], k)
             hyps, seconds = decode(translator, sources, k)  # texts back on the host: the GPU's work is done
             first.setdefault(search, hyps)
             s = corpus_scores(hyps, refs)
-            row = {"batch_size": size, "search": search, "seconds": round(seconds, 3),
-                   "sentences_per_s": round(len(pairs) / seconds, 1), "bleu": round(s.bleu, 2),
-                   "chrf": round(s.chrf, 2), "same_as_first": sum(a == b for a, b in zip(hyps, first[search]))}
+            row.update({"seconds": round(seconds, 3), "sentences_per_s": round(len(pairs) / seconds, 1),
+                        "bleu": round(s.bleu, 2), "chrf": round(s.chrf, 2),
+                        "same_as_first": sum(a == b for a, b in zip(hyps, first[search]))})
+            if reference is not None:
+                row.update({"reference_seconds": round(ref_seconds, 3), "speedup": round(ref_seconds / seconds, 3),
+                            "same_as_reference": sum(a == b for a, b in zip(hyps, ref_hyps))})
             out["rows"].append(row)
             print(json.dumps(row), flush=True)
     text = json.dumps(out, indent=1, ensure_ascii=False)

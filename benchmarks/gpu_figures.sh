@@ -2,18 +2,24 @@
 # The open GPU figures of docs/results.md in one call of a lent GPU machine, inside a fixed time budget:
 #   1. the 2-minute Transformer: configs/gpu/bible-transformer-base.toml trained for MINUTES minutes
 #      (train.max_minutes), then `attnlab evaluate RUN --split test` (beam 5, BLEU/chrF, sentences/s) as a user runs it;
-#   2. the 918 test verses decoded greedy and beam 5, fp32 and bf16, timed after a warm-up (benchmarks/decode_amp.py);
-#   3. the harness table at base dims: benchmarks/transformer_bench.py as the H100 table of docs/results.md ran it
-#      (attnlab against torch.nn.Transformer, bf16, batches of 256 x 48 tokens, eager with decoding, then compiled),
-#      and benchmarks/train_bench.py on real Bible batches (eager, bucketed and packed; MFU against the measured
-#      bf16 peak). The compiled harness on real batches is left out: its bucketed shapes recompile.
+#   2. the 918 test verses decoded greedy and beam 5 at decode batch sizes 64 and 256, timed after a warm-up
+#      (benchmarks/decode_batch.py); with REFERENCE_SEARCH=FILE (another version's search.py) side by side with it;
+#   3. the trainer's own update on real batches (benchmarks/trainer_steps.py): the first shapes' warm-up, and reading
+#      the loss every update against once per block, side by side;
+#   4. with VARIANT="--set KEY=VALUE ...": the 2-minute training and evaluation again with those overrides;
+#   5. with HARNESS=1: the harness table at base dims: benchmarks/transformer_bench.py as the H100 table of
+#      docs/results.md ran it (attnlab against torch.nn.Transformer, bf16, batches of 256 x 48 tokens, eager with
+#      decoding, then compiled), and benchmarks/train_bench.py on real Bible batches (eager, bucketed and packed; MFU
+#      against the measured bf16 peak). The compiled harness on real batches is left out: its bucketed shapes
+#      recompile.
 # Each step has its own time limit cut to what is left of BUDGET seconds, so a step that fails or hangs leaves the
-# others their time; everything goes to OUT_DIR (at most 6 files: the limits of the device tool).
+# others their time; everything goes to OUT_DIR (a handful of files: the limits of the device tool).
 # Needs the Bible corpus in $ATTNLAB_CACHE (built by `attnlab data bible` where the SWORD packages are), and the
 # packages the GPU image lacks, carried as wheels: pysword, fastapi with opentelemetry-api (fastapi imports it),
 # starlette, uvicorn, pydantic, pydantic-core, typing-inspection, annotated-types (the CLI imports the server).
 #
-#   benchmarks/gpu_figures.sh OUT_DIR [BUDGET_S=560] [MINUTES=2] [extra train --set overrides...]
+#   [REFERENCE_SEARCH=F] [VARIANT="--set K=V"] [HARNESS=1] benchmarks/gpu_figures.sh OUT_DIR [BUDGET_S=560] [MINUTES=2]
+#       [extra train --set overrides...]
 set -uo pipefail
 out=${1:?OUT_DIR}; budget=${2:-560}; minutes=${3:-2}; shift 3 2>/dev/null || shift $#
 py=${PYTHON:-python3}
@@ -38,18 +44,33 @@ torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() e
 git rev-parse --short HEAD 2>/dev/null || true
 date -u +%FT%TZ
 
+train_and_evaluate() {  # train_and_evaluate RUN_DIR TAG [train overrides...]: the 2-minute run and its test BLEU
+  local run=$1 tag=$2; shift 2
+  rm -rf "$run"
+  step "train$tag" 300 $py -m attnlab.cli train "$config" --out "$run" \
+      --set train.progress=false --set "train.max_minutes=$minutes" "$@"
+  cp "$run/metrics.jsonl" "$out/metrics$tag.jsonl" 2>/dev/null
+  step "evaluate$tag" 90 sh -c "$py -m attnlab.cli evaluate '$run' --split test --json > '$out/eval_test$tag.json'"
+}
 run=runs/gpu/base-${minutes}min
-rm -rf "$run"
-step train 300 $py -m attnlab.cli train "$config" --out "$run" \
-    --set train.progress=false --set "train.max_minutes=$minutes" "$@"
-cp "$run/metrics.jsonl" "$out/metrics.jsonl" 2>/dev/null
-step evaluate 90 sh -c "$py -m attnlab.cli evaluate '$run' --split test --json > '$out/eval_test.json'"
-step decode 150 $py benchmarks/decode_amp.py "$run" --device "$device" --warmup 64 --json "$out/decode_test.json"
-# the H100 table's own commands (synthetic batches of fixed shape, base dims): eager with decoding, then compiled
-step bench-eager 90 $py benchmarks/transformer_bench.py --device "$device" --amp bf16 --batch 256 --src-len 48 \
-    --tgt-len 48 --steps 20 --peak-tflops 989 --decode-sentences 64
-step harness-eager 120 $py benchmarks/train_bench.py --config "$config" \
-    --device "$device" --amp bf16 --pack --steps 20 --warmup 3 --json "$out/harness_eager.json"
-step bench-compiled 300 $py benchmarks/transformer_bench.py --device "$device" --amp bf16 --batch 256 --src-len 48 \
-    --tgt-len 48 --steps 20 --peak-tflops 989 --compile --skip-decode
+train_and_evaluate "$run" "" "$@"
+reference=()
+[[ -n "${REFERENCE_SEARCH:-}" ]] && reference=(--reference-search "$REFERENCE_SEARCH")
+step decode 150 $py benchmarks/decode_batch.py "$run" --device "$device" --batch-sizes 64,256 --warmup 64 \
+    "${reference[@]}" --json "$out/decode_batch.json"
+step trainer-steps 120 $py benchmarks/trainer_steps.py "$config" --device "$device" --first 80 --block 25 \
+    --rounds 4 --json "$out/trainer_steps.json"
+if [[ -n "${VARIANT:-}" ]]; then
+  # shellcheck disable=SC2086  # VARIANT is a list of words
+  train_and_evaluate "runs/gpu/variant-${minutes}min" "_variant" "$@" $VARIANT
+fi
+if [[ -n "${HARNESS:-}" ]]; then
+  # the H100 table's own commands (synthetic batches of fixed shape, base dims): eager with decoding, then compiled
+  step bench-eager 90 $py benchmarks/transformer_bench.py --device "$device" --amp bf16 --batch 256 --src-len 48 \
+      --tgt-len 48 --steps 20 --peak-tflops 989 --decode-sentences 64
+  step harness-eager 120 $py benchmarks/train_bench.py --config "$config" \
+      --device "$device" --amp bf16 --pack --steps 20 --warmup 3 --json "$out/harness_eager.json"
+  step bench-compiled 300 $py benchmarks/transformer_bench.py --device "$device" --amp bf16 --batch 256 \
+      --src-len 48 --tgt-len 48 --steps 20 --peak-tflops 989 --compile --skip-decode
+fi
 echo "== done after $(( SECONDS - start ))s"

@@ -146,7 +146,7 @@ def test_gradient_accumulation_equals_one_big_batch(tiny_tsv, tmp_path):
         trainer.optimizer.step = lambda: None  # keep the weights; look at the accumulated gradients
         trainer.optimizer.zero_grad = lambda set_to_none=True: None
         loss, ntok = trainer.train_step([collate_seq2seq([data[i] for i in g]) for g in groups])
-        grads.append((loss, ntok, [p.grad.clone() for p in model.parameters()]))
+        grads.append((float(loss), ntok, [p.grad.clone() for p in model.parameters()]))
     (l1, n1, g1), (l2, n2, g2) = grads
     assert n1 == n2 == 13  # 9 target tokens + 4 EOS
     assert l1 == pytest.approx(l2, rel=1e-5)
@@ -474,7 +474,7 @@ def test_compiled_step_equals_eager_step(tiny_tsv, tmp_path):
         trainer.optimizer.step = lambda: None  # keep the weights; compare the gradients
         trainer.optimizer.zero_grad = lambda set_to_none=True: None
         loss, ntok = trainer.train_step([batch])
-        results.append((loss, ntok, [p.grad.clone() for p in model.parameters()]))
+        results.append((float(loss), ntok, [p.grad.clone() for p in model.parameters()]))
     (l1, n1, g1), (l2, n2, g2) = results
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # the step really ran compiled
     assert n1 == n2 == 13 and l1 == pytest.approx(l2, rel=1e-5)
@@ -550,7 +550,7 @@ def test_bf16_on_the_cpu_autocasts_the_matrix_products(tiny_tsv, tmp_path, famil
         trainer.optimizer.zero_grad = lambda set_to_none=True: None
         loss, _ = trainer.train_step([batch])
         assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in model.parameters())
-        results[amp] = (loss, seen, torch.cat([p.grad.flatten() for p in model.parameters()]))
+        results[amp] = (float(loss), seen, torch.cat([p.grad.flatten() for p in model.parameters()]))
     assert results["none"][1] == {torch.float32} and results["bf16"][1] == {torch.bfloat16}
     assert results["bf16"][0] == pytest.approx(results["none"][0], rel=0.02)  # bf16 has 8 bits of mantissa
     g32, g16 = results["none"][2], results["bf16"][2]

@@ -123,6 +123,7 @@ def greedy_search(model: Any, src: Tensor, src_lengths: Tensor, max_len: int | T
     alive = torch.ones(B, dtype=torch.bool, device=src.device)
     steps = torch.zeros(B, dtype=torch.long, device=src.device)  # steps taken per row
     log_prob = torch.zeros(B, dtype=torch.float64, device=src.device)
+    limits_dev = limits.to(src.device)
     tokens, attention = [], []
     for t in range(int(limits.max())):
         log_probs, state, weights = model.step(prev, state, enc, need_weights)  # (B, V)
@@ -132,7 +133,7 @@ def greedy_search(model: Any, src: Tensor, src_lengths: Tensor, max_len: int | T
         tokens.append(prev)
         if need_weights and weights is not None:
             attention.append(weights)
-        alive &= (prev != EOS_ID) & (t + 1 < limits.to(src.device))
+        alive &= (prev != EOS_ID) & (t + 1 < limits_dev)
         if not alive.any():
             break
     tokens_bt = torch.stack(tokens, dim=1).cpu()  # (B, T)
@@ -229,14 +230,21 @@ def beam_prune(beams: Beams, cand: Candidates, weights: Tensor | None, t: int) -
     B, K = beams.scores.shape
     parent = torch.arange(B, device=cand.beam.device)[:, None] * K + cand.beam  # (B, 2K) row of the parent
     is_eos = cand.token == EOS_ID  # (B, 2K)
-    ends = (is_eos[:, :K] & torch.isfinite(cand.scores[:, :K])).nonzero().tolist()
-    parent_k, scores_k = parent[:, :K].tolist(), cand.scores[:, :K].tolist()  # one device sync
+    alive, pick = cand.scores.masked_fill(is_eos, NEG_INF).topk(K, dim=-1)  # (B, K)
+    # what the host needs of this step, in one copy from the device (float64 holds the rows and the float32
+    # scores exactly): the K first candidates' scores, parents and EOS flags, and the new beams' scores
+    host = torch.stack([cand.scores[:, :K].double(), parent[:, :K].double(), is_eos[:, :K].double(),
+                        alive.double()]).cpu()  # (4, B, K)
+    scores_k, parent_k, eos_k, alive_host = host.unbind(0)
+    ends = (eos_k.bool() & torch.isfinite(scores_k)).nonzero().tolist()
+    if ends:
+        history = beams.tokens.cpu()  # (N, t): the finished rows' tokens, in one more copy
+        parent_k, scores_k = parent_k.long().tolist(), scores_k.tolist()
     for b, j in ends:
         row, raw = parent_k[b][j], scores_k[b][j]
         attention = None if weights is None else _append(beams.attention, weights, row)
-        beams.finished[b].append(Hypothesis(beams.tokens[row].tolist(), raw / length_penalty(t + 1, beams.alpha),
+        beams.finished[b].append(Hypothesis(history[row].tolist(), raw / length_penalty(t + 1, beams.alpha),
                                             raw, attention, finished=True))
-    alive, pick = cand.scores.masked_fill(is_eos, NEG_INF).topk(K, dim=-1)  # (B, K)
     if beams.trace is not None:
         beam_record(beams, cand, pick, t)
     rows = parent.gather(1, pick).view(-1)  # (N,)
@@ -246,7 +254,7 @@ def beam_prune(beams: Beams, cand: Candidates, weights: Tensor | None, t: int) -
         w = weights[rows, None]  # (N, 1, ..., S)
         beams.attention = w if beams.attention is None else torch.cat([beams.attention[rows], w], dim=1)
     beams.scores = alive
-    _stop_sentences(beams, t + 1)
+    _stop_sentences(beams, t + 1, alive_host)
     return rows, prev
 
 
@@ -297,19 +305,24 @@ def _append(history: Tensor | None, weights: Tensor, row: int) -> Tensor:
     return (w if history is None else torch.cat([history[row], w], dim=0)).cpu()
 
 
-def _stop_sentences(beams: Beams, steps: int) -> None:
+def _stop_sentences(beams: Beams, steps: int, scores_host: Tensor) -> None:
     """Mark sentences done after `steps` steps: at their limit (alive beams kept as unfinished fallbacks),
-    with no alive beam left, or when no alive beam can enter the n_best (the bound in the module docstring)."""
+    with no alive beam left, or when no alive beam can enter the n_best (the bound in the module docstring).
+
+    scores_host: beams.scores (B, K) on the CPU (the search copies it once per step)."""
     K = beams.scores.size(1)
-    scores = beams.scores.tolist()  # (B, K), one device sync
+    scores = scores_host.tolist()  # (B, K)
+    was_done = beams.done.clone()
+    history = None  # beams.tokens on the CPU, copied once if a sentence reaches its limit
     for b in (~beams.done).nonzero().flatten().tolist():
         limit, best_alive = int(beams.limits[b]), max(scores[b])
         if steps >= limit:
+            history = beams.tokens.cpu() if history is None else history
             for k, raw in enumerate(scores[b]):
                 if raw > NEG_INF:
                     row = b * K + k
                     attention = None if beams.attention is None else beams.attention[row].cpu()
-                    beams.unfinished[b].append(Hypothesis(beams.tokens[row].tolist(),
+                    beams.unfinished[b].append(Hypothesis(history[row].tolist(),
                                                           raw / length_penalty(steps, beams.alpha), raw,
                                                           attention, finished=False))
             beams.done[b] = True
@@ -319,7 +332,10 @@ def _stop_sentences(beams: Beams, steps: int) -> None:
             kth = sorted((h.score for h in beams.finished[b]), reverse=True)[beams.n_best - 1]
             best_lp = max(length_penalty(steps + 1, beams.alpha), length_penalty(limit, beams.alpha))
             beams.done[b] = kth >= best_alive / best_lp
-    beams.scores[beams.done.to(beams.scores.device)] = NEG_INF
+    if not torch.equal(was_done, beams.done):
+        # masked_fill_, not boolean indexing, and an asynchronous copy (from pageable memory CUDA stages it at
+        # once): the host does not wait for the device here
+        beams.scores.masked_fill_(beams.done.to(beams.scores.device, non_blocking=True)[:, None], NEG_INF)
 
 
 def beam_finalize(beams: Beams) -> list[list[Hypothesis]]:

@@ -343,15 +343,15 @@ def summed_loss(model: nn.Module, task: Task, data, max_tokens: int, device: tor
                 autocast: Callable[[], Any] = contextlib.nullcontext) -> tuple[float, int]:
     """The task's loss (no label smoothing) summed over a dataset in length-sorted token-budget batches, and the
     number of items it covers (target tokens, sentences, pairs)."""
-    total, count = 0.0, 0
+    total, count = torch.zeros((), dtype=torch.float64, device=device), 0  # read once, at the end
     sampler = TokenBudgetBatchSampler(data.lengths(), max_tokens, shuffle=False)
     for idx in sampler:
         batch = task.collate([data[i] for i in idx]).to(device)
         with autocast():
             loss, n = task.loss(model, batch, 0.0)
-        total += loss.item()
+        total += loss.detach()
         count += n
-    return total, count
+    return float(total), count
 
 
 class Trainer:
@@ -442,9 +442,11 @@ class Trainer:
         lr = self.cfg.lr * lr_factor(self.cfg, self.state.step + 1, self.d_model) * self.state.lr_scale
         return max(lr, self.cfg.min_lr) if self.cfg.schedule == "plateau" else lr
 
-    def train_step(self, batches: list) -> tuple[float, int]:
+    def train_step(self, batches: list) -> tuple[torch.Tensor, int]:
         """One optimizer update over `batches` (gradient accumulation). Returns (summed loss, items), items being
-        target tokens for seq2seq."""
+        target tokens for seq2seq. The loss is a 0-d float32 tensor on the device, not read back here: on a GPU,
+        reading it (`float(loss)`) waits for the step to finish, so `fit` reads it once per log record, and the
+        next step is queued while this one runs."""
         self.model.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.current_lr()
@@ -470,10 +472,10 @@ class Trainer:
                                        device=self.device if self.device.type == "cuda" else "cpu")
             torch.distributed.all_reduce(total_items)
             scale = self.world / max(float(total_items.item()), 1.0)
-        for p in self.raw_model.parameters():
-            if p.grad is not None:
-                p.grad.mul_(scale)
-        total = torch.stack(losses).sum().item()
+        grads = [p.grad for p in self.raw_model.parameters() if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, scale)  # one multi-tensor kernel on a GPU, not one per parameter
+        total = torch.stack(losses).sum().float()
         if self.cfg.clip_norm > 0:
             self.scaler.unscale_(self.optimizer)
             nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.cfg.clip_norm)
@@ -601,7 +603,8 @@ class Trainer:
         t_start = self._t_start = time.perf_counter()
         # with a time budget the step limit is usually far away: show elapsed time and rate, not a fake ETA
         progress = Progress(None if cfg.max_minutes else cfg.max_steps, s.step, cfg.progress and self.is_main)
-        window_loss, window_tok, window_t = 0.0, 0, time.perf_counter()
+        # the window's loss stays a device tensor until a record is written: no wait for the GPU at every step
+        window_loss, window_tok, window_t = torch.zeros((), device=self.device), 0, time.perf_counter()
         while (reason := self._done(t_start)) is None:
             self.sampler.set_epoch(s.epoch)
             batches = self.sampler.batches(s.batch_in_epoch)  # a resumed epoch goes on at its next batch
@@ -624,11 +627,11 @@ class Trainer:
                 progress.advance()
                 if s.step % cfg.log_every == 0 or s.step % cfg.eval_every == 0:
                     elapsed = time.perf_counter() - window_t
-                    rec = {"step": s.step, "epoch": s.epoch, "loss": window_loss / max(window_tok, 1),
+                    rec = {"step": s.step, "epoch": s.epoch, "loss": float(window_loss) / max(window_tok, 1),
                            "lr": self.current_lr(), "tokens_per_s": window_tok / max(elapsed, 1e-9) * self.world}
                     progress.report(rec)
                     self.log(rec)
-                    window_loss, window_tok, window_t = 0.0, 0, time.perf_counter()
+                    window_loss, window_tok, window_t = torch.zeros((), device=self.device), 0, time.perf_counter()
                 if s.step % cfg.eval_every == 0:
                     self._validate_and_save()
                     window_t = time.perf_counter()
