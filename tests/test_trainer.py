@@ -499,7 +499,8 @@ def test_a_device_this_machine_or_torch_lacks_is_one_line(monkeypatch, name, mes
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     if getattr(torch, "xpu", None) is not None:
         monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
-    assert [resolve_device(n) for n in ("cpu", "cuda", "cuda:0")] == [torch.device("cpu"), torch.device("cuda"),
+    # "cuda" is this process's GPU with its index: the trainer's torch.cuda.set_device refuses a bare "cuda"
+    assert [resolve_device(n) for n in ("cpu", "cuda", "cuda:0")] == [torch.device("cpu"), torch.device("cuda:0"),
                                                                        torch.device("cuda:0")]
     with pytest.raises(AttnlabError, match=message):
         resolve_device(name)

@@ -203,6 +203,8 @@ def resolve_device(name: str) -> torch.device:
     if not any(d == wanted or d.split(":")[0] == wanted or (d, wanted) == ("mps", "mps:0") for d in available):
         raise AttnlabError(f"device {name!r} is not available: this torch ({torch.__version__}) on this machine has "
                            f"{', '.join(available)}")
+    if device.type == "cuda" and device.index is None:  # "cuda": this process's GPU, as for "auto"
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return device
 
 
