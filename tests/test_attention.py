@@ -396,3 +396,30 @@ def test_kernel_choice_runs_that_kernel(monkeypatch, dtype):
         for kernel in KERNELS:
             _, w = scaled_dot_product_attention(q, k, v, causal=causal, kernel=kernel, need_weights=True)
             assert w.shape == (B, H, T, S) and calls == []
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_fused_path_keeps_cudnn_out_where_it_could_be_chosen(monkeypatch, masked):
+    """Where cuDNN's attention could be picked (CUDA, half precision: simulated here), the fused path calls
+    torch's kernel with cuDNN's backend off, and turns it back on afterwards; elsewhere it leaves the flags alone.
+    Both give torch's own result."""
+    seen = []
+    torch_sdpa = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return torch_sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy)
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 2, 3, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])[:, None, None, :] if masked else None
+    want = torch_sdpa(q, k, v, attn_mask=mask)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    for simulated, cudnn_during in ((False, True), (True, False)):
+        monkeypatch.setattr(attention_module, "planned_per_shape", lambda q, s=simulated: s)
+        out, _ = scaled_dot_product_attention(q, k, v, mask, kernel="fused")
+        torch.testing.assert_close(out, want)
+        assert seen[-1] is cudnn_during and torch.backends.cuda.cudnn_sdp_enabled()
+    monkeypatch.undo()
+    assert not attention_module.planned_per_shape(q) and not attention_module.planned_per_shape(q.bfloat16())

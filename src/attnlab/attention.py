@@ -34,6 +34,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnlab.dropout import dropout
 from attnlab.errors import AttnlabError
@@ -175,6 +176,29 @@ def explicit_is_faster(q: Tensor, k: Tensor) -> bool:
     return S <= EXPLICIT_MAX_KEYS.get(q.dtype, 0) and q.numel() // q.size(-1) * S <= EXPLICIT_MAX_SCORES
 
 
+# The kernels `F.scaled_dot_product_attention` may choose from for CUDA half-precision inputs: all but cuDNN's. cuDNN's
+# attention builds an execution plan for every new input shape (0.3-1 s; torch 2.11 tries it first for a padding
+# mask in bf16 on recent GPUs), and attnlab's shapes change at nearly every step: length-bucketed batches in
+# training, a key cache one longer at each decoding step. On an H200 the first 80 updates of the base Transformer
+# met 50 new shapes, and each update with a new shape took 0.27-0.33 s against 0.03 s once the shape was seen
+# (benchmarks/trainer_steps.py, docs/results.md).
+FUSED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def planned_per_shape(q: Tensor) -> bool:
+    """Whether `F.scaled_dot_product_attention` could pick cuDNN's attention, which plans per shape, for q: CUDA
+    and half precision (its only dtypes)."""
+    return q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+
+
+def fused_attention(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
+    """`F.scaled_dot_product_attention(q, k, v, **kwargs)` without cuDNN's kernel (see `FUSED_BACKENDS`)."""
+    if not planned_per_shape(q):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+    with sdpa_kernel(FUSED_BACKENDS):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
                                  scale: float | None = None, dropout_p: float = 0.0, training: bool = False,
                                  need_weights: bool = False, causal: bool = False, kernel: str = "auto"
@@ -203,8 +227,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
         raise AttnlabError(f"attention kernel {kernel!r} is not one of 'auto', 'fused', 'explicit'")
     explicit = need_weights or kernel == "explicit" or (kernel == "auto" and explicit_is_faster(q, k))
     if causal and mask is None and not explicit and q.size(-2) == k.size(-2):
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p if training else 0.0, scale=scale,
-                                             is_causal=True)
+        out = fused_attention(q, k, v, dropout_p=dropout_p if training else 0.0, scale=scale, is_causal=True)
         return out, None
     if causal:
         tri = causal_mask(q.size(-2), k.size(-2), device=q.device)  # (T, S)
@@ -214,13 +237,12 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
         context, weights = attend(scores, v, mask, dropout_p, training)
         return context, weights if need_weights else None
     if mask is None:
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p if training else 0.0, scale=scale)
+        out = fused_attention(q, k, v, dropout_p=dropout_p if training else 0.0, scale=scale)
         return out, None
     # Kernels differ on fully masked rows (NaN on some): give those rows every key, then zero their output.
     has_key = mask.any(dim=-1, keepdim=True)  # (B|1, H|1, T|1, 1)
     safe_mask = mask | ~has_key
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask,
-                                         dropout_p=dropout_p if training else 0.0, scale=scale)
+    out = fused_attention(q, k, v, attn_mask=safe_mask, dropout_p=dropout_p if training else 0.0, scale=scale)
     return out * has_key, None  # (B, H, T, Dv)
 
 
