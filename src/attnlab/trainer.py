@@ -345,15 +345,16 @@ def summed_loss(model: nn.Module, task: Task, data, max_tokens: int, device: tor
                 autocast: Callable[[], Any] = contextlib.nullcontext) -> tuple[float, int]:
     """The task's loss (no label smoothing) summed over a dataset in length-sorted token-budget batches, and the
     number of items it covers (target tokens, sentences, pairs)."""
-    total, count = torch.zeros((), dtype=torch.float64, device=device), 0  # read once, at the end
+    losses, count = [], 0
     sampler = TokenBudgetBatchSampler(data.lengths(), max_tokens, shuffle=False)
     for idx in sampler:
         batch = task.collate([data[i] for i in idx]).to(device)
         with autocast():
             loss, n = task.loss(model, batch, 0.0)
-        total += loss.detach()
+        losses.append(loss.detach().float())
         count += n
-    return float(total), count
+    # read back once, at the end, and summed in float64 on the host (MPS has no float64)
+    return float(torch.stack(losses).cpu().double().sum()) if losses else 0.0, count
 
 
 class Trainer:
