@@ -142,13 +142,18 @@ def test_decoder_layer_matches_torch(norm, activation):
         torch.testing.assert_close(out, expected)
         assert (self_w is None) != need_weights and (cross_w is None) != need_weights
 
-    # the cached step, one position at a time, gives the same rows
+    # the cached step, one position at a time, gives the same rows; it writes its key and value into the room
+    # left for them at the end of the cache, and the keys it wrote are the teacher-forced pass's
     memory_kv = ours.cross_attn.project_kv(memory, memory)
-    cache = (y.new_zeros(3, H, 0, D // H), y.new_zeros(3, H, 0, D // H))
+    k, v = torch.full((3, H, 5, D // H), torch.nan, dtype=torch.float64), torch.full((3, H, 5, D // H), torch.nan,
+                                                                                   dtype=torch.float64)
     for t in range(5):
-        out_t, cache, _, _ = ours.step(y[:, t:t + 1], cache, memory_kv, keep[:, None, None, :])
+        out_t, _, _ = ours.step(y[:, t:t + 1], (k[:, :, :t + 1], v[:, :, :t + 1]), memory_kv, keep[:, None, None, :])
         torch.testing.assert_close(out_t[:, 0], expected[:, t])
-    assert cache[0].shape == (3, H, 5, D // H)
+    h = ours.inp(y, ours.norm1)
+    k_full, v_full = ours.self_attn.project_kv(h, h)  # (B, H, 5, Dh)
+    torch.testing.assert_close(k, k_full)
+    torch.testing.assert_close(v, v_full)
 
 
 # ---------------------------------------------------------------------------------------------- model

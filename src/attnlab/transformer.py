@@ -217,22 +217,26 @@ class DecoderLayer(_Residual):
 
     def step(self, y_t: Tensor, cache: tuple[Tensor, Tensor], memory_kv: tuple[Tensor, Tensor] | None = None,
              memory_mask: Tensor | None = None, need_weights: bool = False
-             ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor | None, Tensor | None]:
+             ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """One position t against the cached keys/values of positions 0..t-1.
 
-        Shape: y_t (B, 1, D), cache (k, v) (B, H, t, Dh) each, memory_kv (k, v) (B, H, S, Dh) each from
-        `self.cross_attn.project_kv(memory, memory)` (None without cross-attention) -> y_t (B, 1, D),
-        cache (B, H, t + 1, Dh) each, self weights (B, H, 1, t + 1), cross weights (B, H, 1, S) (None without
-        need_weights).
+        `cache` holds positions 0..t-1 and room for position t: this step writes its own key and value into the
+        last slot, in place, and attends over all t + 1 (`decoder_step` allocates the room for every layer at
+        once, so the cache is copied once per step, not once per layer and again to stack the layers).
+
+        Shape: y_t (B, 1, D), cache (k, v) (B, H, t + 1, Dh) each, memory_kv (k, v) (B, H, S, Dh) each from
+        `self.cross_attn.project_kv(memory, memory)` (None without cross-attention) -> y_t (B, 1, D), self
+        weights (B, H, 1, t + 1), cross weights (B, H, 1, S) (None without need_weights).
         """
         h = self.inp(y_t, self.norm1)
         k_t, v_t = self.self_attn.project_kv(h, h)  # (B, H, 1, Dh)
-        k = torch.cat([cache[0], k_t], dim=2)  # (B, H, t + 1, Dh)
-        v = torch.cat([cache[1], v_t], dim=2)  # (B, H, t + 1, Dh)
+        k, v = cache
+        k[:, :, -1:] = k_t
+        v[:, :, -1:] = v_t
         a, self_w = self.self_attn.attend_projected(h, k, v, None, need_weights)  # no future keys exist yet
         y_t = self.add(y_t, a, self.norm1)
         y_t, cross_w = self._cross_ff(y_t, memory_kv, memory_mask, need_weights)
-        return y_t, (k, v), self_w, cross_w
+        return y_t, self_w, cross_w
 
     def _cross_ff(self, y: Tensor, memory_kv: tuple[Tensor, Tensor] | None, memory_mask: Tensor | None,
                   need_weights: bool) -> tuple[Tensor, Tensor | None]:
@@ -254,16 +258,18 @@ def decoder_step(layers: nn.ModuleList, y: Tensor, state: TransformerState,
     (B, N, H, S, Dh) each or None -> y (B, 1, D), state with caches (B, N, H, t + 1, Dh), self weights
     (B, N, H, t + 1) and cross weights (B, N, H, S) (None without need_weights or cross-attention).
     """
-    ks, vs, self_ws, cross_ws = [], [], [], []
+    B, N, H, t, Dh = state.k.shape
+    # the caches of all layers with room for position t, in one copy each (the cache keeps its dtype)
+    k, v = state.k.new_empty(B, N, H, t + 1, Dh), state.v.new_empty(B, N, H, t + 1, Dh)
+    k[:, :, :, :t] = state.k
+    v[:, :, :, :t] = state.v
+    self_ws, cross_ws = [], []
     for i, layer in enumerate(layers):
         kv_i = (memory_kv[0][:, i], memory_kv[1][:, i]) if memory_kv is not None else None
-        y, (k, v), self_w, cross_w = layer.step(y, (state.k[:, i], state.v[:, i]), kv_i, memory_mask,
-                                                need_weights)  # (B, 1, D)
-        ks.append(k)
-        vs.append(v)
+        y, self_w, cross_w = layer.step(y, (k[:, i], v[:, i]), kv_i, memory_mask, need_weights)  # (B, 1, D)
         self_ws.append(self_w)
         cross_ws.append(cross_w)
-    state = TransformerState(torch.stack(ks, dim=1), torch.stack(vs, dim=1), state.t + 1)  # (B, N, H, t+1, Dh)
+    state = TransformerState(k, v, t + 1)  # (B, N, H, t + 1, Dh)
     self_w = torch.stack(self_ws, dim=1)[:, :, :, 0] if need_weights else None  # (B, N, H, t + 1)
     cross_w = torch.stack(cross_ws, dim=1)[:, :, :, 0] if need_weights and memory_kv is not None else None
     return y, state, self_w, cross_w  # cross_w (B, N, H, S)
