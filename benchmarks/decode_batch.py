@@ -28,9 +28,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_amp import decode  # noqa: E402  (a split's search, timed)
 
+from attnlab import translate  # noqa: E402
 from attnlab.experiment import split_pairs  # noqa: E402
 from attnlab.metrics import corpus_scores  # noqa: E402
-from attnlab import translate  # noqa: E402
 from attnlab.translate import Translator  # noqa: E402
 from attnlab.workflow import load_run  # noqa: E402
 

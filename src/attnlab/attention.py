@@ -18,8 +18,9 @@ weights are all zero and its context vector is the zero vector.
 
 When the weights are not requested, the dot-product family runs through
 `torch.nn.functional.scaled_dot_product_attention` (flash / memory-efficient kernels where the hardware has
-them; never cuDNN's, which plans anew for every shape: `FUSED_BACKENDS`), except on the CPU for short sequences, where the explicit path is faster (`explicit_is_faster`); when
-they are, the explicit path computes the same numbers and returns the weights.
+them; never cuDNN's, which plans anew for every shape: `FUSED_BACKENDS`), except on the CPU for short sequences,
+where the explicit path is faster (`explicit_is_faster`); when they are, the explicit path computes the same
+numbers and returns the weights.
 
 Shape legend: B batch, H heads, T query length, S key length, D model dim, Dh head dim,
 Dq / Dk / Dv query / key / value feature dims, A attention (hidden) dim.
