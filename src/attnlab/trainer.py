@@ -185,13 +185,11 @@ def autocast(dtype: torch.dtype | None, device: torch.device) -> contextlib.Abst
 
 
 def resolve_device(name: str) -> torch.device:
-    """The torch device of a device name (train.device, --device): "auto" is the GPU of this process (LOCAL_RANK)
-    when CUDA is available, else the CPU; "cpu", "cuda", "cuda:N", "mps", "xpu" must exist on this machine and in
-    this torch build, or it is an AttnlabError naming the devices there are."""
+    """The torch device of a device name (train.device, --device): "auto" is "cuda" when CUDA is available, else
+    the CPU; "cuda" is the GPU of this process (LOCAL_RANK); "cpu", "cuda", "cuda:N", "mps", "xpu" must exist on
+    this machine and in this torch build, or it is an AttnlabError naming the devices there are."""
     if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        return torch.device("cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
     except (RuntimeError, TypeError, ValueError):
@@ -203,7 +201,7 @@ def resolve_device(name: str) -> torch.device:
     if not any(d == wanted or d.split(":")[0] == wanted or (d, wanted) == ("mps", "mps:0") for d in available):
         raise AttnlabError(f"device {name!r} is not available: this torch ({torch.__version__}) on this machine has "
                            f"{', '.join(available)}")
-    if device.type == "cuda" and device.index is None:  # "cuda": this process's GPU, as for "auto"
+    if device.type == "cuda" and device.index is None:  # torch.cuda.set_device needs the index
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return device
 
