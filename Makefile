@@ -2,16 +2,24 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# CORE: the package and what it needs to run (all `make demo` installs); STAMP: CORE + the extras of the tests,
+# notebooks, browser test, docs, MiniLM and CTranslate2
+CORE   := $(VENV)/.core
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test e2e notebooks docs venv sysdeps bench clean
 
 # torch==2.13.0 first: the CPU wheel on this machine's disk, so pip never pulls a multi-GB CUDA build.
-# pyproject.toml only asks for torch>=2.4, so a user's own CUDA torch is kept.
-$(STAMP): pyproject.toml
+# pyproject.toml only asks for torch>=2.4, so a user's own CUDA torch is kept. The demo installs the package alone
+# (the extras take another minute on a 2-core machine); `make test` adds them.
+$(CORE): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e .
+	touch $(CORE)
+
+$(STAMP): $(CORE)
 	$(PY) -m pip install -q -e ".[test,e2e,docs,pretrained,ctranslate2]"
 	touch $(STAMP)
 
@@ -20,7 +28,7 @@ venv: $(STAMP)
 sysdeps:
 	./scripts/system-deps.sh
 
-demo: $(STAMP) sysdeps
+demo: $(CORE) sysdeps
 	$(VENV)/bin/attnlab demo
 
 # pytest exits 5 when it collects no tests: that is a failure here, not a pass.
@@ -50,7 +58,7 @@ docs: $(STAMP)
 	  $$(cd src && ls attnlab/*.py | grep -v __init__ | sed 's/\.py$$//; s#/#.#')
 	@echo "API reference: build/api/index.html"
 
-bench: $(STAMP)
+bench: $(CORE)
 	$(PY) benchmarks/attention_bench.py
 
 clean:
