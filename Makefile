@@ -33,9 +33,12 @@ demo: $(CORE) sysdeps
 
 # pytest exits 5 when it collects no tests: that is a failure here, not a pass.
 # Without the SWORD packages (and no root to install them) the one real-corpus test is skipped, not failed.
+# The tests run on one torch thread each (tests/conftest.py), so pytest-xdist runs one worker per core, at most 4
+# (each worker holds its own torch: about 1 GB); `make test TEST_WORKERS=0` runs them in this one process.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 test: $(STAMP)
 	-./scripts/system-deps.sh
-	$(PY) -m pytest --ignore=tests/e2e; rc=$$?; \
+	$(PY) -m pytest --ignore=tests/e2e -n $(TEST_WORKERS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # The browser test: `attnlab serve` in headless Chromium (Debian's chromium + chromium-driver, installed here as

@@ -106,9 +106,13 @@ def pytest_runtest_teardown(item, nextitem):
             _restore(BASELINE)
 
 
-def pytest_collection_finish(session):
+def pytest_sessionstart(session):
     """pytest-randomly prints its seed in the report header, which `-q` (our addopts) hides: print it anyway, so
-    that a failing order can be replayed with `pytest -p randomly --randomly-seed=N`."""
+    that a failing order can be replayed with `pytest -p randomly --randomly-seed=N`. Printed by the process that
+    reports: the only one, or pytest-xdist's controller (`make test` runs workers, which share the seed), not its
+    workers."""
+    if hasattr(session.config, "workerinput"):
+        return
     seed = session.config.getoption("randomly_seed", None)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if seed is not None and reporter is not None and session.config.pluginmanager.has_plugin("randomly"):
