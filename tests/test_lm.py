@@ -110,7 +110,7 @@ def test_cached_steps_match_the_full_forward(norm, positions):
         lp, state, w = model.step(x[:, t], state, need_weights=True)
         torch.testing.assert_close(lp, full[:, t].float(), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(w, maps[:, :, :, t, :t + 1])  # the same row of the explicit maps
-    assert state.k.shape == (3, 2, H, x.size(1), D // H)
+    assert state.k.shape == (3, H, 2, x.size(1), D // H)
 
 
 def test_tied_output_layer_and_gradients_reach_every_parameter():

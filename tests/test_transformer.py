@@ -165,14 +165,14 @@ def test_step_decoding_matches_teacher_forcing(norm, positions):
         full = torch.log_softmax(model(src, lengths, tgt_in), dim=-1)  # (B, T, V)
         enc = model.encode(src, lengths)
         state = model.init_state(enc)
-        assert state.k.shape == (3, 2, H, 0, D // H)
+        assert state.k.shape == (3, H, 2, 0, D // H)
         for t in range(tgt_in.size(1)):
             for need_weights in (False, True):  # fused and explicit paths agree
                 logp, new_state, w = model.step(tgt_in[:, t], state, enc, need_weights=need_weights)
                 assert logp.dtype == torch.float32
                 torch.testing.assert_close(logp, full[:, t].float())
             state = new_state
-            assert state.t == t + 1 and state.k.shape == (3, 2, H, t + 1, D // H)
+            assert state.t == t + 1 and state.k.shape == (3, H, 2, t + 1, D // H)
             assert w.shape == (3, 2, H, 7)  # (B, N_dec, H, S)
             torch.testing.assert_close(w.sum(-1), torch.ones(3, 2, H, dtype=torch.float64))
             assert torch.all(w.permute(0, 3, 1, 2)[torch.arange(7)[None, :] >= lengths[:, None]] == 0)

@@ -81,14 +81,16 @@ class TransformerConfig:
 class TransformerEncoderOutput:
     memory: Tensor  # (B, S, D) top encoder layer (after the final LayerNorm for pre-norm)
     mask: Tensor  # (B, S) bool, True at real tokens
-    k: Tensor  # (B, N_dec, H, S, Dh) cross-attention keys of every decoder layer
-    v: Tensor  # (B, N_dec, H, S, Dh) cross-attention values
+    # heads before layers: a layer's slice [:, :, i] then folds (B, H) into one batch dimension of a matmul
+    # without a copy, where the (B, N_dec, ...) layout's slice [:, i] made every attention product copy it
+    k: Tensor  # (B, H, N_dec, S, Dh) cross-attention keys of every decoder layer
+    v: Tensor  # (B, H, N_dec, S, Dh) cross-attention values
 
 
 @dataclass
 class TransformerState:
-    k: Tensor  # (B, N_dec, H, t, Dh) self-attention keys of the positions decoded so far, every layer
-    v: Tensor  # (B, N_dec, H, t, Dh)
+    k: Tensor  # (B, H, N_dec, t, Dh) self-attention keys of the positions decoded so far, every layer (heads
+    v: Tensor  # (B, H, N_dec, t, Dh)   before layers, as in TransformerEncoderOutput)
     t: int  # positions decoded so far (the same for every row, so a plain int survives `select_batch`)
 
 
@@ -254,19 +256,19 @@ def decoder_step(layers: nn.ModuleList, y: Tensor, state: TransformerState,
     """One position through a stack of `DecoderLayer`s with the KV cache: the one cached step of the
     encoder-decoder and of the decoder-only LM.
 
-    Shape: y (B, 1, D) (embedded token at position state.t), state caches (B, N, H, t, Dh), memory_kv (k, v)
-    (B, N, H, S, Dh) each or None -> y (B, 1, D), state with caches (B, N, H, t + 1, Dh), self weights
+    Shape: y (B, 1, D) (embedded token at position state.t), state caches (B, H, N, t, Dh), memory_kv (k, v)
+    (B, H, N, S, Dh) each or None -> y (B, 1, D), state with caches (B, H, N, t + 1, Dh), self weights
     (B, N, H, t + 1) and cross weights (B, N, H, S) (None without need_weights or cross-attention).
     """
-    B, N, H, t, Dh = state.k.shape
+    B, H, N, t, Dh = state.k.shape
     # the caches of all layers with room for position t, in one copy each (the cache keeps its dtype)
-    k, v = state.k.new_empty(B, N, H, t + 1, Dh), state.v.new_empty(B, N, H, t + 1, Dh)
+    k, v = state.k.new_empty(B, H, N, t + 1, Dh), state.v.new_empty(B, H, N, t + 1, Dh)
     k[:, :, :, :t] = state.k
     v[:, :, :, :t] = state.v
     self_ws, cross_ws = [], []
     for i, layer in enumerate(layers):
-        kv_i = (memory_kv[0][:, i], memory_kv[1][:, i]) if memory_kv is not None else None
-        y, self_w, cross_w = layer.step(y, (k[:, i], v[:, i]), kv_i, memory_mask, need_weights)  # (B, 1, D)
+        kv_i = (memory_kv[0][:, :, i], memory_kv[1][:, :, i]) if memory_kv is not None else None
+        y, self_w, cross_w = layer.step(y, (k[:, :, i], v[:, :, i]), kv_i, memory_mask, need_weights)  # (B, 1, D)
         self_ws.append(self_w)
         cross_ws.append(cross_w)
     state = TransformerState(k, v, t + 1)  # (B, N, H, t + 1, Dh)
@@ -276,8 +278,8 @@ def decoder_step(layers: nn.ModuleList, y: Tensor, state: TransformerState,
 
 
 def empty_state(batch: int, layers: int, heads: int, head_dim: int, like: Tensor) -> TransformerState:
-    """Empty self-attention caches (B, N, H, 0, Dh) with the dtype and device of `like`."""
-    empty = like.new_zeros(batch, layers, heads, 0, head_dim)
+    """Empty self-attention caches (B, H, N, 0, Dh) with the dtype and device of `like`."""
+    empty = like.new_zeros(batch, heads, layers, 0, head_dim)
     return TransformerState(empty, empty, 0)
 
 
@@ -405,13 +407,13 @@ class TransformerSeq2Seq(nn.Module):
         """Encoder output plus the cross-attention keys/values of every decoder layer, projected once."""
         memory, mask, _ = self._encode(src, src_lengths)
         kv = [layer.cross_attn.project_kv(memory, memory) for layer in self.decoder]  # N x (B, H, S, Dh)
-        k = torch.stack([k for k, _ in kv], dim=1)  # (B, N, H, S, Dh)
-        v = torch.stack([v for _, v in kv], dim=1)  # (B, N, H, S, Dh)
+        k = torch.stack([k for k, _ in kv], dim=2)  # (B, H, N, S, Dh)
+        v = torch.stack([v for _, v in kv], dim=2)  # (B, H, N, S, Dh)
         return TransformerEncoderOutput(memory, mask, k, v)
 
     def init_state(self, enc: TransformerEncoderOutput) -> TransformerState:
         """Empty self-attention caches: (B, N, H, 0, Dh)."""
-        B, N, H, _, Dh = enc.k.shape
+        B, H, N, _, Dh = enc.k.shape
         return empty_state(B, N, H, Dh, enc.k)
 
     def step(self, prev: Tensor, state: TransformerState, enc: TransformerEncoderOutput, need_weights: bool = False
