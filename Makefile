@@ -35,7 +35,8 @@ demo: $(CORE) sysdeps
 # Without the SWORD packages (and no root to install them) the one real-corpus test is skipped, not failed.
 # The tests run on one torch thread each (tests/conftest.py), so pytest-xdist runs one worker per core, at most 4
 # (each worker holds its own torch: about 1 GB); `make test TEST_WORKERS=0` runs them in this one process.
-TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0)) \
+                  if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1))")
 test: $(STAMP)
 	-./scripts/system-deps.sh
 	$(PY) -m pytest --ignore=tests/e2e -n $(TEST_WORKERS); rc=$$?; \
