@@ -271,7 +271,7 @@ def decoder_step(layers: nn.ModuleList, y: Tensor, state: TransformerState,
         y, self_w, cross_w = layer.step(y, (k[:, :, i], v[:, :, i]), kv_i, memory_mask, need_weights)  # (B, 1, D)
         self_ws.append(self_w)
         cross_ws.append(cross_w)
-    state = TransformerState(k, v, t + 1)  # (B, N, H, t + 1, Dh)
+    state = TransformerState(k, v, t + 1)  # (B, H, N, t + 1, Dh)
     self_w = torch.stack(self_ws, dim=1)[:, :, :, 0] if need_weights else None  # (B, N, H, t + 1)
     cross_w = torch.stack(cross_ws, dim=1)[:, :, :, 0] if need_weights and memory_kv is not None else None
     return y, state, self_w, cross_w  # cross_w (B, N, H, S)
@@ -412,7 +412,7 @@ class TransformerSeq2Seq(nn.Module):
         return TransformerEncoderOutput(memory, mask, k, v)
 
     def init_state(self, enc: TransformerEncoderOutput) -> TransformerState:
-        """Empty self-attention caches: (B, N, H, 0, Dh)."""
+        """Empty self-attention caches: (B, H, N, 0, Dh)."""
         B, H, N, _, Dh = enc.k.shape
         return empty_state(B, N, H, Dh, enc.k)
 
