@@ -165,7 +165,7 @@ class TransformerLM(nn.Module):
 
     Shape:
         forward: tokens (B, T) (BOS-prefixed, right-padded) -> logits (B, T, V).
-        step: prev (B,) -> log-probs (B, V) float32, state with caches (B, N, H, t + 1, Dh), self-attention weights
+        step: prev (B,) -> log-probs (B, V) float32, state with caches (B, H, N, t + 1, Dh), self-attention weights
         (B, N, H, t + 1) of every layer and head for this position (None without need_weights).
 
     Example:
@@ -211,7 +211,7 @@ class TransformerLM(nn.Module):
 
     def init_state(self, batch: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
                    ) -> TransformerState:
-        """Empty caches (B, N, H, 0, Dh)."""
+        """Empty caches (B, H, N, 0, Dh)."""
         like = torch.empty(0, device=device, dtype=dtype)
         return empty_state(batch, self.cfg.layers, self.cfg.h, self.cfg.d_model // self.cfg.h, like)
 

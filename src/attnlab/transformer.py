@@ -420,7 +420,7 @@ class TransformerSeq2Seq(nn.Module):
              ) -> tuple[Tensor, TransformerState, Tensor | None]:
         """One decoding step at position state.t.
 
-        Shape: prev (B,) -> log-probs (B, V) float32, state with caches (B, N, H, t + 1, Dh), and with
+        Shape: prev (B,) -> log-probs (B, V) float32, state with caches (B, H, N, t + 1, Dh), and with
         need_weights the cross-attention weights (B, N_dec, H, S) of every decoder layer and head.
         """
         y = self._embed(prev[:, None], self.tgt_embed, self.tgt_pos, offset=state.t)  # (B, 1, D)
