@@ -34,6 +34,7 @@ from attnlab.errors import AttnlabError
 from attnlab.fileio import append_line, atomic_write_text, make_dirs
 from attnlab.logs import Progress
 from attnlab.loss import smoothed_cross_entropy
+from attnlab.memory import keep_freed_memory
 from attnlab.tokenizers import PAD_ID
 
 log = logging.getLogger("attnlab")
@@ -384,6 +385,8 @@ class Trainer:
             torch.distributed.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
+        else:  # each step's freed tensors reused, not faulted back in page by page (attnlab.memory)
+            keep_freed_memory()
         self.raw_model = model.to(self.device)
         self.model: nn.Module = self.raw_model
         if self.world > 1:
