@@ -27,11 +27,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_bench import real_batches  # noqa: E402  (the trainer's own bucketed batches of the config's corpus)
+from trainer_steps import real_trainer  # noqa: E402  (a fresh trainer and the config's real batches)
 
-from attnlab.experiment import build_model, load_experiment, prepare_corpus  # noqa: E402
+from attnlab.experiment import load_experiment  # noqa: E402
 from attnlab.memory import ENV, keep_freed_memory  # noqa: E402
-from attnlab.trainer import Trainer  # noqa: E402
 
 WARMUP = 3
 
@@ -40,12 +39,8 @@ def child(config: Path, threads: int, steps: int) -> dict:
     """One process: WARMUP + steps updates of a fresh trainer; tokens/s and faults over the timed ones."""
     torch.set_num_threads(threads)
     cfg = load_experiment(config, [f"train.num_threads={threads}", "train.device=cpu"])
-    batches, vocab = real_batches(cfg, WARMUP + steps, cfg.train.max_tokens, seed=cfg.train.seed)
-    torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model, vocab, vocab)
-    data = prepare_corpus(cfg).train_data()
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(model, cfg.train, data, data, Path(run_dir))  # calls keep_freed_memory on the CPU
+        trainer, batches = real_trainer(cfg, WARMUP + steps, Path(run_dir))  # calls keep_freed_memory on the CPU
         for b in batches[:WARMUP]:
             trainer.train_step([b])
         usage = resource.getrusage(resource.RUSAGE_SELF)

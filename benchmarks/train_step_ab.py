@@ -30,10 +30,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_bench import real_batches  # noqa: E402  (the trainer's own bucketed batches of the config's corpus)
+from trainer_steps import real_trainer  # noqa: E402  (a fresh trainer and the config's real batches)
 
-from attnlab.experiment import build_model, load_experiment, prepare_corpus  # noqa: E402
-from attnlab.trainer import Trainer  # noqa: E402
+from attnlab.experiment import load_experiment  # noqa: E402
 
 
 def swaps(specs: list[str]) -> tuple[list, list]:
@@ -67,14 +66,10 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     cfg = load_experiment(args.config, [*args.set, f"train.num_threads={args.threads}", "train.device=cpu"])
     n = args.warmup + 2 * args.block * args.rounds
-    batches, vocab = real_batches(cfg, n, cfg.train.max_tokens, seed=cfg.train.seed)
     old, new = swaps(args.old)
-    torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model, vocab, vocab)
     seconds, tokens = {"new": 0.0, "old": 0.0}, {"new": 0, "old": 0}
     with tempfile.TemporaryDirectory() as run_dir:
-        data = prepare_corpus(cfg).train_data()
-        trainer = Trainer(model, cfg.train, data, data, Path(run_dir))
+        trainer, batches = real_trainer(cfg, n, Path(run_dir))
         for b in batches[:args.warmup]:
             trainer.train_step([b])
         it = args.warmup

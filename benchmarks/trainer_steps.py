@@ -34,6 +34,16 @@ from attnlab.experiment import build_model, load_experiment, prepare_corpus  # n
 from attnlab.trainer import Trainer  # noqa: E402
 
 
+def real_trainer(cfg, n: int, run_dir: Path, device: torch.device = torch.device("cpu")) -> tuple[Trainer, list]:
+    """A fresh `Trainer` of the config's model (initialised under train.seed) writing to run_dir, and the first n
+    training batches as it makes them, on `device`."""
+    batches, vocab = real_batches(cfg, n, cfg.train.max_tokens, seed=cfg.train.seed)
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(cfg.model, vocab, vocab)
+    data = prepare_corpus(cfg).train_data()
+    return Trainer(model, cfg.train, data, data, run_dir), [b.to(device) for b in batches]
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -104,13 +114,8 @@ def main() -> int:
     cfg = load_experiment(args.config, args.set)
     cfg.train.device = args.device
     n = max(args.first, args.block)
-    batches, vocab = real_batches(cfg, n, cfg.train.max_tokens, seed=cfg.train.seed)
-    batches = [b.to(device) for b in batches]
-    torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model, vocab, vocab)
     with tempfile.TemporaryDirectory() as run_dir:
-        data = prepare_corpus(cfg).train_data()
-        trainer = Trainer(model, cfg.train, data, data, Path(run_dir))
+        trainer, batches = real_trainer(cfg, n, Path(run_dir), device)
         t0 = time.perf_counter()
         out = {"config": str(args.config), "device": torch.cuda.get_device_name(device) if device.type == "cuda"
                else "cpu", "torch": torch.__version__, "amp": cfg.train.amp, "max_tokens": cfg.train.max_tokens,
