@@ -12,8 +12,10 @@ import pytest
 import torch
 
 import attnlab.trainer
+import attnlab.translate
 from attnlab.memory import ENV
 from attnlab.trainer import TrainConfig, Trainer
+from attnlab.translate import DecodeConfig, Translator
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
@@ -54,4 +56,12 @@ def test_the_trainer_keeps_freed_memory_on_the_cpu(monkeypatch, tmp_path):
     data = torch.utils.data.TensorDataset(torch.zeros(3))
     data.lengths = lambda: [4, 4, 4]
     Trainer(torch.nn.Linear(1, 1), TrainConfig(max_tokens=4, device="cpu", progress=False), data, data, tmp_path)
+    assert calls == [1]
+
+
+def test_the_translator_keeps_freed_memory_on_the_cpu(monkeypatch):
+    """A beam's caches are reordered into new buffers every step: decoding on the CPU reuses freed memory too."""
+    calls = []
+    monkeypatch.setattr(attnlab.translate, "keep_freed_memory", lambda: calls.append(1) or True)
+    Translator(torch.nn.Linear(1, 1), None, DecodeConfig(), "cpu")
     assert calls == [1]

@@ -10,11 +10,11 @@ import torch
 from attnlab.attention import causal_mask, padding_mask
 from attnlab.batching import collate_packed_seq2seq, collate_seq2seq
 from attnlab.errors import AttnlabError
-from attnlab.search import beam_search, greedy_search
+from attnlab.search import beam_search, greedy_search, select_batch
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from attnlab.trainer import Seq2SeqTask, optimizer_groups
-from attnlab.transformer import (DecoderLayer, EncoderLayer, PositionalEncoding, TransformerConfig,
-                                 TransformerSeq2Seq)
+from attnlab.transformer import (CACHE_ROOM, DecoderLayer, EncoderLayer, PositionalEncoding, TransformerConfig,
+                                 TransformerEncoderOutput, TransformerSeq2Seq)
 
 D, H, FF = 16, 4, 32
 V_SRC, V_TGT = 23, 19
@@ -307,17 +307,111 @@ def test_greedy_search_matches_brute_force(norm, positions):
         assert hyp.attention.shape == (len(tokens), 2, H, 7)
 
 
-@pytest.mark.parametrize("norm,positions", [("post", "learned"), ("pre", "sinusoidal")])
-def test_beam_search_matches_uncached(norm, positions):
-    model = _eos_friendly(_model(norm=norm, positions=positions))
+@pytest.mark.parametrize("norm,positions,max_len", [("post", "learned", 8), ("pre", "sinusoidal", 8),
+                                                    ("pre", "learned", 2 * CACHE_ROOM + 3)])
+def test_beam_search_matches_uncached(norm, positions, max_len):
+    """The cached search equals re-running the prefix, also past the caches' first two rooms (max_len 35: the
+    untrained model's beams run to the limit, every step a reorder of the cache)."""
+    model = _model(norm=norm, positions=positions)
+    model = _eos_friendly(model) if max_len < CACHE_ROOM else model
     src, lengths, _ = _batch()
-    cached = beam_search(model, src, lengths, beam_size=3, max_len=8, length_penalty=0.6, n_best=2)
-    brute = beam_search(Uncached(model), src, lengths, beam_size=3, max_len=8, length_penalty=0.6, n_best=2)
+    cached = beam_search(model, src, lengths, beam_size=3, max_len=max_len, length_penalty=0.6, n_best=2)
+    brute = beam_search(Uncached(model), src, lengths, beam_size=3, max_len=max_len, length_penalty=0.6, n_best=2)
     for ours, ref in zip(cached, brute):
         assert [h.tokens for h in ours] == [h.tokens for h in ref]
         assert [h.finished for h in ours] == [h.finished for h in ref]
         assert [h.score for h in ours] == pytest.approx([h.score for h in ref], abs=1e-5)
-    assert any(h.finished for hyps in cached for h in hyps)
+    if max_len < CACHE_ROOM:
+        assert any(h.finished for hyps in cached for h in hyps)
+    else:
+        assert max(len(h.tokens) for hyps in cached for h in hyps) > 2 * CACHE_ROOM
+
+
+def test_cache_makes_room_without_copying_every_step():
+    """Steps write into the state's buffers in place; the room doubles (16, 32, 64) only when full; every step
+    still equals teacher forcing."""
+    model = _model()
+    T = 2 * CACHE_ROOM + 1
+    src, lengths, _ = _batch()
+    torch.manual_seed(2)
+    tgt_in = torch.cat([torch.full((3, 1), BOS_ID), torch.randint(4, V_TGT, (3, T - 1))], dim=1)
+    with torch.no_grad():
+        full = torch.log_softmax(model(src, lengths, tgt_in), dim=-1)  # (B, T, V)
+        enc = model.encode(src, lengths)
+        state = model.init_state(enc)
+        for t in range(T):
+            logp, new, _ = model.step(tgt_in[:, t], state, enc)
+            torch.testing.assert_close(logp, full[:, t].float())
+            room = CACHE_ROOM * 2 ** (t // CACHE_ROOM)
+            assert new.t == t + 1 and new.k_room.size(3) == room and new.k.shape == (3, H, 2, t + 1, D // H)
+            if t % CACHE_ROOM:  # not full: the same buffers
+                assert new.k_room.data_ptr() == state.k_room.data_ptr()
+                assert new.v_room.data_ptr() == state.v_room.data_ptr()
+            state = new
+
+
+def test_state_select_batch_copies_the_decoded_rows_only():
+    model = _model()
+    src, lengths, tgt_in = _batch()
+    with torch.no_grad():
+        enc = model.encode(src, lengths)
+        state = model.init_state(enc)
+        for t in range(3):
+            _, state, _ = model.step(tgt_in[:, t], state, enc)
+        rows = torch.tensor([2, 0, 0])
+        picked = select_batch(state, rows)
+        assert picked.t == 3 and picked.k_room.shape == state.k_room.shape
+        torch.testing.assert_close(picked.k, state.k[rows], rtol=0, atol=0)
+        torch.testing.assert_close(picked.v, state.v[rows], rtol=0, atol=0)
+        before = state.k.clone()
+        model.step(tgt_in[:, 3], picked, select_batch(enc, rows))  # writes into the copy, not the original
+        torch.testing.assert_close(state.k, before, rtol=0, atol=0)
+
+
+def test_beams_share_the_memory_of_their_sentence():
+    """Beam search's start (each sentence K times in a row) shares the encoder's tensors; a step then equals
+    the step on copied rows, log-probs and cross-attention weights; other rows are copies."""
+    model = _model()
+    src, lengths, tgt_in = _batch()
+    K = 4
+    with torch.no_grad():
+        enc = model.encode(src, lengths)
+        shared = select_batch(enc, torch.arange(3).repeat_interleave(K))
+        assert shared.beams == K and shared.k is enc.k and shared.mask is enc.mask
+        copied = TransformerEncoderOutput(*(x.repeat_interleave(K, dim=0) for x in (enc.memory, enc.mask, enc.k,
+                                                                                   enc.v)))
+        state_s, state_c = model.init_state(shared), model.init_state(copied)
+        prev = tgt_in[:, :3].repeat_interleave(K, dim=0)  # (3K, 3): the beams differ from the second token
+        prev[1::K, 1] = 5
+        for t in range(3):
+            for need_weights in (False, True):
+                logp_s, new_s, w_s = model.step(prev[:, t], state_s, shared, need_weights=need_weights)
+                logp_c, new_c, w_c = model.step(prev[:, t], state_c, copied, need_weights=need_weights)
+                torch.testing.assert_close(logp_s, logp_c)
+                if need_weights:
+                    assert w_s.shape == (3 * K, 2, H, 7)
+                    torch.testing.assert_close(w_s, w_c)
+            state_s, state_c = new_s, new_c
+        rows = torch.tensor([5, 0, 11])  # sentences 1, 0, 2
+        again = select_batch(shared, rows)
+        assert again.beams == 1
+        torch.testing.assert_close(again.k, enc.k[rows // K], rtol=0, atol=0)
+        torch.testing.assert_close(again.mask, enc.mask[rows // K])
+
+
+def test_beam_search_with_shared_memory_equals_copied_memory(monkeypatch):
+    """Hypotheses, scores and attention histories of beam search are those of the copied-memory path."""
+    model = _eos_friendly(_model())
+    src, lengths, _ = _batch()
+    shared = beam_search(model, src, lengths, beam_size=3, max_len=10, n_best=2, need_weights=True)
+    monkeypatch.setattr(TransformerEncoderOutput, "select_batch", lambda self, index: TransformerEncoderOutput(
+        *(x.index_select(0, index // self.beams) for x in (self.memory, self.mask, self.k, self.v))))
+    copied = beam_search(model, src, lengths, beam_size=3, max_len=10, n_best=2, need_weights=True)
+    for ours, ref in zip(shared, copied):
+        assert [h.tokens for h in ours] == [h.tokens for h in ref]
+        assert [h.score for h in ours] == pytest.approx([h.score for h in ref], abs=1e-9)
+        for a, b in zip(ours, ref):
+            torch.testing.assert_close(a.attention, b.attention)
 
 
 # ---------------------------------------------------------------------------------------------- packing

@@ -6,7 +6,8 @@
         def step(self, prev: Tensor, state: Any, enc: Any, need_weights: bool = False
                  ) -> tuple[Tensor, Any, Tensor | None]                  # log-probs (B, V), state, (B, ..., S)
 
-`enc` and `state` are any nest of tensors with the batch in dim 0; `select_batch` reorders them.
+`enc` and `state` are any nest of tensors with the batch in dim 0 (or objects with their own `select_batch`);
+`select_batch` reorders them.
 
 Conventions:
 - ``max_len`` counts decoding steps, i.e. generated tokens including EOS. A hypothesis that reaches its limit
@@ -60,10 +61,14 @@ class Hypothesis:
 def select_batch(obj: Any, index: Tensor) -> Any:
     """Rows `index` (dim 0) of every tensor in a nest of dataclasses, tuples, lists and dicts.
 
-    Non-tensor leaves (None, ints, strings) are kept as they are; containers keep their types.
+    Non-tensor leaves (None, ints, strings) are kept as they are; containers keep their types. An object with its
+    own `select_batch(index)` method (a cache with room to grow: `attnlab.transformer.TransformerState`) is asked
+    for its rows.
     """
     if isinstance(obj, Tensor):
         return obj.index_select(0, index.to(obj.device))
+    if callable(getattr(obj, "select_batch", None)) and not isinstance(obj, type):
+        return obj.select_batch(index)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.replace(obj, **{f.name: select_batch(getattr(obj, f.name), index)
                                            for f in dataclasses.fields(obj) if f.init})

@@ -21,6 +21,7 @@ H heads (h), Dh head dim (D / h), F d_ff, N layers, V vocabulary.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -85,13 +86,56 @@ class TransformerEncoderOutput:
     # without a copy, where the (B, N_dec, ...) layout's slice [:, i] made every attention product copy it
     k: Tensor  # (B, H, N_dec, S, Dh) cross-attention keys of every decoder layer
     v: Tensor  # (B, H, N_dec, S, Dh) cross-attention values
+    # decoder rows per sentence: beam search decodes B * beams rows, row r in sentence r // beams, and every beam
+    # of a sentence attends to the one copy of its memory (its K queries in one product, not K copies read)
+    beams: int = 1
+
+    def select_batch(self, index: Tensor) -> TransformerEncoderOutput:
+        """Decoder rows `index`: each sentence `beams` times in a row (beam search's start) shares the memory
+        without a copy; any other rows are copied (`attnlab.search.select_batch` calls it)."""
+        B, n = self.mask.size(0), index.numel()
+        index = index.to(self.mask.device)
+        if self.beams == 1 and n % B == 0 and n > B and torch.equal(
+                index, torch.arange(B, device=index.device).repeat_interleave(n // B)):
+            return dataclasses.replace(self, beams=n // B)
+        rows = index // self.beams
+        return TransformerEncoderOutput(*(x.index_select(0, rows) for x in (self.memory, self.mask, self.k, self.v)))
+
+
+CACHE_ROOM = 16  # positions a self-attention cache first makes room for; it doubles when full
 
 
 @dataclass
 class TransformerState:
-    k: Tensor  # (B, H, N_dec, t, Dh) self-attention keys of the positions decoded so far, every layer (heads
-    v: Tensor  # (B, H, N_dec, t, Dh)   before layers, as in TransformerEncoderOutput)
-    t: int  # positions decoded so far (the same for every row, so a plain int survives `select_batch`)
+    """The self-attention keys and values of the positions decoded so far, every layer, in buffers with room for
+    more: a step writes its own position in place (no copy of the cache), and the room doubles when full.
+
+    A step writes slot t of the buffers it was given, so stepping twice from one state overwrites the first step's
+    slot: to branch, `select_batch` first (it copies the rows it keeps, positions 0..t-1 only).
+    """
+
+    k_room: Tensor  # (B, H, N_dec, C, Dh), C >= t (heads before layers, as in TransformerEncoderOutput)
+    v_room: Tensor  # (B, H, N_dec, C, Dh)
+    t: int  # positions decoded so far (the same for every row)
+
+    @property
+    def k(self) -> Tensor:
+        return self.k_room[:, :, :, :self.t]  # (B, H, N_dec, t, Dh)
+
+    @property
+    def v(self) -> Tensor:
+        return self.v_room[:, :, :, :self.t]  # (B, H, N_dec, t, Dh)
+
+    def select_batch(self, index: Tensor) -> TransformerState:
+        """Rows `index` of the cache (a beam's reorder) in new buffers of the same room, in one pass: only the t
+        positions decoded so far are copied. `attnlab.search.select_batch` calls it."""
+        index = index.to(self.k_room.device)
+        rooms = []
+        for cache, room in ((self.k, self.k_room), (self.v, self.v_room)):
+            new = room.new_empty((index.numel(),) + room.shape[1:])
+            torch.index_select(cache, 0, index, out=new[:, :, :, :self.t])
+            rooms.append(new)
+        return TransformerState(rooms[0], rooms[1], self.t)
 
 
 # ---------------------------------------------------------------------------------------------- embeddings
@@ -218,17 +262,18 @@ class DecoderLayer(_Residual):
         return y, self_w, cross_w
 
     def step(self, y_t: Tensor, cache: tuple[Tensor, Tensor], memory_kv: tuple[Tensor, Tensor] | None = None,
-             memory_mask: Tensor | None = None, need_weights: bool = False
+             memory_mask: Tensor | None = None, need_weights: bool = False, beams: int = 1
              ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """One position t against the cached keys/values of positions 0..t-1.
 
         `cache` holds positions 0..t-1 and room for position t: this step writes its own key and value into the
-        last slot, in place, and attends over all t + 1 (`decoder_step` allocates the room for every layer at
-        once, so the cache is copied once per step, not once per layer and again to stack the layers).
+        last slot, in place, and attends over all t + 1 (`decoder_step` gives it a view of the state's buffers,
+        which have room for later positions: the cache is not copied to grow).
 
-        Shape: y_t (B, 1, D), cache (k, v) (B, H, t + 1, Dh) each, memory_kv (k, v) (B, H, S, Dh) each from
-        `self.cross_attn.project_kv(memory, memory)` (None without cross-attention) -> y_t (B, 1, D), self
-        weights (B, H, 1, t + 1), cross weights (B, H, 1, S) (None without need_weights).
+        Shape: y_t (B, 1, D), cache (k, v) (B, H, t + 1, Dh) each, memory_kv (k, v) (B / beams, H, S, Dh) each
+        from `self.cross_attn.project_kv(memory, memory)` (None without cross-attention), memory_mask
+        broadcastable to (B / beams, H, 1, S) -> y_t (B, 1, D), self weights (B, H, 1, t + 1), cross weights
+        (B, H, 1, S) (None without need_weights). beams: rows per memory row (`TransformerEncoderOutput.beams`).
         """
         h = self.inp(y_t, self.norm1)
         k_t, v_t = self.self_attn.project_kv(h, h)  # (B, H, 1, Dh)
@@ -237,50 +282,65 @@ class DecoderLayer(_Residual):
         v[:, :, -1:] = v_t
         a, self_w = self.self_attn.attend_projected(h, k, v, None, need_weights)  # no future keys exist yet
         y_t = self.add(y_t, a, self.norm1)
-        y_t, cross_w = self._cross_ff(y_t, memory_kv, memory_mask, need_weights)
+        y_t, cross_w = self._cross_ff(y_t, memory_kv, memory_mask, need_weights, beams)
         return y_t, self_w, cross_w
 
     def _cross_ff(self, y: Tensor, memory_kv: tuple[Tensor, Tensor] | None, memory_mask: Tensor | None,
-                  need_weights: bool) -> tuple[Tensor, Tensor | None]:
+                  need_weights: bool, beams: int = 1) -> tuple[Tensor, Tensor | None]:
+        """Cross-attention and FFN blocks. beams > 1 (one position, y (B, 1, D)): the beams of a sentence are its
+        `beams` queries against its one memory row, (B / beams, beams, D)."""
         cross_w = None
         if self.cross_attn is not None:
             h = self.inp(y, self.norm2)
+            B, T, D = h.shape
+            if beams > 1:
+                h = h.reshape(B // beams, beams * T, D)  # T == 1
             a, cross_w = self.cross_attn.attend_projected(h, *memory_kv, memory_mask, need_weights)  # (B, T, D)
+            if beams > 1:
+                a = a.reshape(B, T, D)
+                if cross_w is not None:  # (B / beams, H, beams, S) -> (B, H, 1, S)
+                    cross_w = cross_w.transpose(1, 2).reshape(B, cross_w.size(1), T, cross_w.size(-1))
             y = self.add(y, a, self.norm2)
         return self.add(y, self.ff(self.inp(y, self.ff_norm)), self.ff_norm), cross_w
 
 
 def decoder_step(layers: nn.ModuleList, y: Tensor, state: TransformerState,
                  memory_kv: tuple[Tensor, Tensor] | None = None, memory_mask: Tensor | None = None,
-                 need_weights: bool = False) -> tuple[Tensor, TransformerState, Tensor | None, Tensor | None]:
+                 need_weights: bool = False, beams: int = 1
+                 ) -> tuple[Tensor, TransformerState, Tensor | None, Tensor | None]:
     """One position through a stack of `DecoderLayer`s with the KV cache: the one cached step of the
     encoder-decoder and of the decoder-only LM.
 
-    Shape: y (B, 1, D) (embedded token at position state.t), state caches (B, H, N, t, Dh), memory_kv (k, v)
-    (B, H, N, S, Dh) each or None -> y (B, 1, D), state with caches (B, H, N, t + 1, Dh), self weights
+    Shape: y (B, 1, D) (embedded token at position state.t), state.k/v (B, H, N, t, Dh), memory_kv (k, v)
+    (B / beams, H, N, S, Dh) each or None (beams: `TransformerEncoderOutput.beams`) -> y (B, 1, D), state with k/v (B, H, N, t + 1, Dh) (the same buffers
+    unless they were full: see `TransformerState`), self weights
     (B, N, H, t + 1) and cross weights (B, N, H, S) (None without need_weights or cross-attention).
     """
-    B, H, N, t, Dh = state.k.shape
-    # the caches of all layers with room for position t, in one copy each (the cache keeps its dtype)
-    k, v = state.k.new_empty(B, H, N, t + 1, Dh), state.v.new_empty(B, H, N, t + 1, Dh)
-    k[:, :, :, :t] = state.k
-    v[:, :, :, :t] = state.v
+    B, H, N, room, Dh = state.k_room.shape
+    t = state.t
+    k, v = state.k_room, state.v_room
+    if t == room:  # full: double the room of every layer's cache, one copy each (the cache keeps its dtype)
+        room = max(2 * room, CACHE_ROOM)
+        k, v = k.new_empty(B, H, N, room, Dh), v.new_empty(B, H, N, room, Dh)
+        k[:, :, :, :t] = state.k
+        v[:, :, :, :t] = state.v
     self_ws, cross_ws = [], []
     for i, layer in enumerate(layers):
         kv_i = (memory_kv[0][:, :, i], memory_kv[1][:, :, i]) if memory_kv is not None else None
-        y, self_w, cross_w = layer.step(y, (k[:, :, i], v[:, :, i]), kv_i, memory_mask, need_weights)  # (B, 1, D)
+        cache = (k[:, :, i, :t + 1], v[:, :, i, :t + 1])  # (B, H, t + 1, Dh) each, slot t written by the layer
+        y, self_w, cross_w = layer.step(y, cache, kv_i, memory_mask, need_weights, beams)  # (B, 1, D)
         self_ws.append(self_w)
         cross_ws.append(cross_w)
-    state = TransformerState(k, v, t + 1)  # (B, H, N, t + 1, Dh)
+    state = TransformerState(k, v, t + 1)  # (B, H, N, t + 1, Dh) decoded
     self_w = torch.stack(self_ws, dim=1)[:, :, :, 0] if need_weights else None  # (B, N, H, t + 1)
     cross_w = torch.stack(cross_ws, dim=1)[:, :, :, 0] if need_weights and memory_kv is not None else None
     return y, state, self_w, cross_w  # cross_w (B, N, H, S)
 
 
 def empty_state(batch: int, layers: int, heads: int, head_dim: int, like: Tensor) -> TransformerState:
-    """Empty self-attention caches (B, H, N, 0, Dh) with the dtype and device of `like`."""
-    empty = like.new_zeros(batch, heads, layers, 0, head_dim)
-    return TransformerState(empty, empty, 0)
+    """Empty self-attention caches (B, H, N, 0, Dh) with the dtype and device of `like` (no room yet)."""
+    return TransformerState(like.new_empty(batch, heads, layers, 0, head_dim),
+                            like.new_empty(batch, heads, layers, 0, head_dim), 0)
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -414,7 +474,7 @@ class TransformerSeq2Seq(nn.Module):
     def init_state(self, enc: TransformerEncoderOutput) -> TransformerState:
         """Empty self-attention caches: (B, H, N, 0, Dh)."""
         B, H, N, _, Dh = enc.k.shape
-        return empty_state(B, N, H, Dh, enc.k)
+        return empty_state(B * enc.beams, N, H, Dh, enc.k)
 
     def step(self, prev: Tensor, state: TransformerState, enc: TransformerEncoderOutput, need_weights: bool = False
              ) -> tuple[Tensor, TransformerState, Tensor | None]:
@@ -425,7 +485,7 @@ class TransformerSeq2Seq(nn.Module):
         """
         y = self._embed(prev[:, None], self.tgt_embed, self.tgt_pos, offset=state.t)  # (B, 1, D)
         y, state, _, cross = decoder_step(self.decoder, y, state, (enc.k, enc.v), enc.mask[:, None, None, :],
-                                          need_weights)  # (B, 1, D)
+                                          need_weights, enc.beams)  # (B, 1, D)
         logits = self.generator(self.dec_norm(y)[:, 0])  # (B, V)
         return F.log_softmax(logits.float(), dim=-1), state, cross
 

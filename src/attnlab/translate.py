@@ -13,6 +13,7 @@ from torch import nn
 from attnlab.batching import pad_sequences
 from attnlab.config import MAX_BEAM, MAX_LEN
 from attnlab.errors import AttnlabError
+from attnlab.memory import keep_freed_memory
 from attnlab.search import TraceStep, beam_search, greedy_search, max_output_length
 from attnlab.tokenizers import EOS_ID, TokenizerPair
 from attnlab.trainer import amp_dtype, autocast
@@ -75,6 +76,8 @@ class Translator:
         self.model = model.to(device).eval()
         self.tokenizers, self.decode, self.device = tokenizers, decode, torch.device(device)
         self.amp_dtype = amp_dtype(decode.amp, self.device, key="decode.amp")  # None: fp32
+        if self.device.type == "cpu":  # a beam's caches, reordered every step, reuse freed memory (attnlab.memory)
+            keep_freed_memory()
 
     def encode_source(self, sentences: list[str]) -> list[list[int]]:
         return encode_source(self.tokenizers, self.decode, sentences)
