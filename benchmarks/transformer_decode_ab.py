@@ -6,7 +6,10 @@ default step limit (a random model runs to it: the most steps, so the KV cache's
 seconds of each and how many outputs are the same (all should be).
 
     git show COMMIT:src/attnlab/transformer.py > /tmp/old_transformer.py
-    python benchmarks/transformer_decode_ab.py /tmp/old_transformer.py [THREADS=2]
+    python benchmarks/transformer_decode_ab.py /tmp/old_transformer.py [THREADS=2] [keep]
+
+`keep`: glibc's malloc keeps freed memory in this process (`attnlab.memory.keep_freed_memory`, as `Translator`
+does on the CPU); without it, malloc as it comes.
 """
 import importlib.util
 import json
@@ -16,11 +19,13 @@ import time
 import torch
 
 from attnlab.experiment import load_experiment
+from attnlab.memory import keep_freed_memory
 from attnlab.search import beam_search, greedy_search, max_output_length
 from attnlab.transformer import TransformerSeq2Seq
 spec = importlib.util.spec_from_file_location("old_transformer", sys.argv[1])
 old = importlib.util.module_from_spec(spec); sys.modules[spec.name] = old; spec.loader.exec_module(old)
 torch.set_num_threads(int(sys.argv[2]) if len(sys.argv) > 2 else 2)
+keep = len(sys.argv) > 3 and sys.argv[3] == "keep" and keep_freed_memory()
 cfg = load_experiment("configs/bible-transformer-small.toml").model.transformer
 torch.manual_seed(0)
 new_m = TransformerSeq2Seq(8000, 8000, cfg).eval()
@@ -47,4 +52,4 @@ for search, k in (("greedy", 1), ("beam", 5)):
     res[search] = {"new_s": round(secs["new"], 3), "old_s": round(secs["old"], 3),
                    "old_over_new": round(secs["old"] / secs["new"], 3),
                    "same_outputs": sum(a == b for a, b in zip(outs["new"], outs["old"])), "sentences": len(outs["new"])}
-print(json.dumps({"threads": torch.get_num_threads(), "torch": torch.__version__, **res}))
+print(json.dumps({"threads": torch.get_num_threads(), "torch": torch.__version__, "keep_freed_memory": keep, **res}))
