@@ -312,8 +312,8 @@ def decoder_step(layers: nn.ModuleList, y: Tensor, state: TransformerState,
     encoder-decoder and of the decoder-only LM.
 
     Shape: y (B, 1, D) (embedded token at position state.t), state.k/v (B, H, N, t, Dh), memory_kv (k, v)
-    (B / beams, H, N, S, Dh) each or None (beams: `TransformerEncoderOutput.beams`) -> y (B, 1, D), state with k/v (B, H, N, t + 1, Dh) (the same buffers
-    unless they were full: see `TransformerState`), self weights
+    (B / beams, H, N, S, Dh) each or None (beams: `TransformerEncoderOutput.beams`) -> y (B, 1, D), state with
+    k/v (B, H, N, t + 1, Dh) (the same buffers unless they were full: see `TransformerState`), self weights
     (B, N, H, t + 1) and cross weights (B, N, H, S) (None without need_weights or cross-attention).
     """
     B, H, N, room, Dh = state.k_room.shape
