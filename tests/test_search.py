@@ -257,6 +257,30 @@ def test_max_len_per_sentence(search):
         assert all(len(h.tokens) + h.finished <= limit for h in nbest)
 
 
+def test_beam_search_drops_stopped_sentences_from_the_batch():
+    """A sentence at its limit leaves the batch at the next step (the model sees only the others' rows), and each
+    sentence's n-best is the one it gets searched alone."""
+    limits = torch.tensor([2, 7, 4, 1])
+    src, lengths = _batch(6)
+    rows = []
+
+    class Counting(MarkovLM):
+        def step(self, prev, state, enc, need_weights=False):
+            rows.append(prev.numel())
+            assert enc.bias.size(0) == prev.numel() == state.history[0].numel()
+            return super().step(prev, state, enc, need_weights)
+
+    hyps = beam_search(Counting(6, eos_bias=-1e9), src, lengths, 3, limits, 0.6, n_best=2, need_weights=True)
+    assert rows == [12, 9, 6, 6, 3, 3, 3]
+    for b in range(4):
+        alone = beam_search(MarkovLM(6, eos_bias=-1e9), src[b:b + 1], lengths[b:b + 1], 3, limits[b:b + 1], 0.6,
+                            n_best=2, need_weights=True)[0]
+        assert [h.tokens for h in hyps[b]] == [h.tokens for h in alone]
+        assert [h.score for h in hyps[b]] == pytest.approx([h.score for h in alone], abs=1e-12)
+        for h, a in zip(hyps[b], alone):
+            torch.testing.assert_close(h.attention, a.attention)
+
+
 def test_unfinished_tops_up_the_n_best():
     a = 3
     model = TableLM({BOS_ID: {EOS_ID: 0.5, a: 0.5}, a: {a: 1.0}})  # after a, EOS is impossible

@@ -397,6 +397,12 @@ def test_beams_share_the_memory_of_their_sentence():
         assert again.beams == 1
         torch.testing.assert_close(again.k, enc.k[rows // K], rtol=0, atol=0)
         torch.testing.assert_close(again.mask, enc.mask[rows // K])
+        searching = select_batch(shared, torch.arange(K, 3 * K))  # sentence 0 stopped: the beams of 1 and 2 stay
+        assert searching.beams == K and searching.k.size(0) == 2
+        torch.testing.assert_close(searching.v, enc.v[1:], rtol=0, atol=0)
+        torch.testing.assert_close(searching.memory, enc.memory[1:], rtol=0, atol=0)
+        mixed = select_batch(shared, torch.arange(1, K + 1))  # not whole groups: rows copied
+        assert mixed.beams == 1 and torch.equal(mixed.mask, enc.mask[torch.arange(1, K + 1) // K])
 
 
 def test_beam_search_with_shared_memory_equals_copied_memory(monkeypatch):

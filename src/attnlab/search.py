@@ -21,8 +21,9 @@ Conventions:
 - Early stop (GNMT/tensor2tensor bound): log-probs are <= 0, so an alive beam's raw log-prob a can only fall,
   and its best reachable score is a / max lp over the lengths it can still end with. A sentence stops once it
   has n_best finished hypotheses and its best alive beam's bound cannot beat the n_best-th finished score; the
-  result is then the same as searching to max_len. Stopped sentences keep their rows in the batch, masked
-  to -inf, until every sentence is done (simpler than shrinking the batch).
+  result is then the same as searching to max_len. Beam search drops a stopped sentence's rows from the batch
+  (the model's state and `enc` too) at the next step, as fairseq does: the model computes only for the
+  sentences still searching. Greedy search keeps finished rows until every sentence is done.
 - Call the model in eval mode; search runs under torch.no_grad().
 - Tracing (``beam_search(..., trace=[])``): the search's own record of every step of every sentence
   (`TraceStep`: the 2K candidates, the beam each extends, token, scores, and whether it was kept, finished or
@@ -157,16 +158,19 @@ def greedy_search(model: Any, src: Tensor, src_lengths: Tensor, max_len: int | T
 class Beams:
     """Search bookkeeping for B sentences x K beams; the model's own state is kept apart."""
 
+    # per sentence still in the batch (B of them: `beam_shrink` drops the stopped ones)
     scores: Tensor  # (B, K) raw log-prob of each alive beam; -inf: empty slot or stopped sentence
     tokens: Tensor  # (N, t) generated tokens, without BOS
     attention: Tensor | None  # (N, t, ..., S) attention history of each alive beam
     limits: Tensor  # (B,) long, CPU: steps allowed per sentence
     done: Tensor  # (B,) bool, CPU
-    finished: list[list[Hypothesis]]  # per sentence, in the order found
+    sentence: list[int]  # (B,) each one's index in the input
+    # per input sentence
+    finished: list[list[Hypothesis]]  # in the order found
     unfinished: list[list[Hypothesis]]  # alive beams of a sentence that hit its limit: the fallback
     n_best: int
     alpha: float
-    trace: list[list[TraceStep]] | None = None  # per sentence, when tracing
+    trace: list[list[TraceStep]] | None = None  # when tracing
 
 
 @dataclass
@@ -209,7 +213,8 @@ def beam_init(model: Any, src: Tensor, src_lengths: Tensor, beam_size: int, max_
     scores = torch.full((B, K), NEG_INF, device=src.device)
     scores[:, 0] = 0.0
     beams = Beams(scores, torch.zeros(B * K, 0, dtype=torch.long, device=src.device), None, _limits(max_len, B),
-                  torch.zeros(B, dtype=torch.bool), [[] for _ in range(B)], [[] for _ in range(B)], n_best, alpha)
+                  torch.zeros(B, dtype=torch.bool), list(range(B)), [[] for _ in range(B)], [[] for _ in range(B)],
+                  n_best, alpha)
     return enc, state, beams
 
 
@@ -248,8 +253,9 @@ def beam_prune(beams: Beams, cand: Candidates, weights: Tensor | None, t: int) -
     for b, j in ends:
         row, raw = parent_k[b][j], scores_k[b][j]
         attention = None if weights is None else _append(beams.attention, weights, row)
-        beams.finished[b].append(Hypothesis(history[row].tolist(), raw / length_penalty(t + 1, beams.alpha),
-                                            raw, attention, finished=True))
+        beams.finished[beams.sentence[b]].append(Hypothesis(history[row].tolist(),
+                                                             raw / length_penalty(t + 1, beams.alpha), raw,
+                                                             attention, finished=True))
     if beams.trace is not None:
         beam_record(beams, cand, pick, t)
     rows = parent.gather(1, pick).view(-1)  # (N,)
@@ -286,8 +292,9 @@ def beam_record(beams: Beams, cand: Candidates, pick: Tensor, t: int) -> None:
                slot.tolist())
     for b, (n, parent, token, raw, status, slots) in enumerate(rows):
         if n:
-            beams.trace[b].append(TraceStep(t, parent[:n], token[:n], raw[:n], [x / lp for x in raw[:n]],
-                                            [STATUS[c] for c in status[:n]], slots[:n]))
+            beams.trace[beams.sentence[b]].append(TraceStep(t, parent[:n], token[:n], raw[:n],
+                                                            [x / lp for x in raw[:n]],
+                                                            [STATUS[c] for c in status[:n]], slots[:n]))
 
 
 def trace_tokens(trace: list[TraceStep], step: int, index: int) -> list[int]:
@@ -320,27 +327,43 @@ def _stop_sentences(beams: Beams, steps: int, scores_host: Tensor) -> None:
     was_done = beams.done.clone()
     history = None  # beams.tokens on the CPU, copied once if a sentence reaches its limit
     for b in (~beams.done).nonzero().flatten().tolist():
-        limit, best_alive = int(beams.limits[b]), max(scores[b])
+        limit, best_alive, finished = int(beams.limits[b]), max(scores[b]), beams.finished[beams.sentence[b]]
         if steps >= limit:
             history = beams.tokens.cpu() if history is None else history
             for k, raw in enumerate(scores[b]):
                 if raw > NEG_INF:
                     row = b * K + k
                     attention = None if beams.attention is None else beams.attention[row].cpu()
-                    beams.unfinished[b].append(Hypothesis(history[row].tolist(),
-                                                          raw / length_penalty(steps, beams.alpha), raw,
-                                                          attention, finished=False))
+                    beams.unfinished[beams.sentence[b]].append(Hypothesis(
+                        history[row].tolist(), raw / length_penalty(steps, beams.alpha), raw, attention,
+                        finished=False))
             beams.done[b] = True
         elif best_alive == NEG_INF:
             beams.done[b] = True
-        elif len(beams.finished[b]) >= beams.n_best:
-            kth = sorted((h.score for h in beams.finished[b]), reverse=True)[beams.n_best - 1]
+        elif len(finished) >= beams.n_best:
+            kth = sorted((h.score for h in finished), reverse=True)[beams.n_best - 1]
             best_lp = max(length_penalty(steps + 1, beams.alpha), length_penalty(limit, beams.alpha))
             beams.done[b] = kth >= best_alive / best_lp
     if not torch.equal(was_done, beams.done):
         # masked_fill_, not boolean indexing, and an asynchronous copy (from pageable memory CUDA stages it at
         # once): the host does not wait for the device here
         beams.scores.masked_fill_(beams.done.to(beams.scores.device, non_blocking=True)[:, None], NEG_INF)
+
+
+def beam_shrink(beams: Beams) -> Tensor | None:
+    """Drops the stopped sentences from the batch: beams keeps the B' still searching, in order. Returns the rows
+    (B' * K,) of theirs, to select from the model's state and `enc`; None when none stopped."""
+    if not beams.done.any():
+        return None
+    K = beams.scores.size(1)
+    keep = (~beams.done).nonzero().flatten()  # (B',) CPU
+    rows = (keep[:, None] * K + torch.arange(K)).flatten().to(beams.scores.device)  # (B' * K,)
+    beams.scores = beams.scores[keep.to(beams.scores.device)]
+    beams.tokens = beams.tokens[rows]
+    beams.attention = None if beams.attention is None else beams.attention[rows]
+    beams.limits, beams.done = beams.limits[keep], beams.done[keep]
+    beams.sentence = [beams.sentence[b] for b in keep.tolist()]
+    return rows
 
 
 def beam_finalize(beams: Beams) -> list[list[Hypothesis]]:
@@ -382,5 +405,8 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor, beam_size: int, ma
         rows, prev = beam_prune(beams, cand, weights if need_weights else None, t)
         if beams.done.all():
             break
+        keep = beam_shrink(beams)  # (N',) the slots of the sentences still searching, or None: all are
+        if keep is not None:
+            rows, prev, enc = rows[keep], prev[keep], select_batch(enc, keep)
         state = select_batch(state, rows)
     return beam_finalize(beams)

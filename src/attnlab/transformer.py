@@ -91,14 +91,22 @@ class TransformerEncoderOutput:
     beams: int = 1
 
     def select_batch(self, index: Tensor) -> TransformerEncoderOutput:
-        """Decoder rows `index`: each sentence `beams` times in a row (beam search's start) shares the memory
-        without a copy; any other rows are copied (`attnlab.search.select_batch` calls it)."""
-        B, n = self.mask.size(0), index.numel()
+        """Decoder rows `index` (`attnlab.search.select_batch` calls it). Beam search's start (each sentence K
+        times in a row) shares the memory without a copy; whole groups of beams in order (the sentences still
+        searching) keep sharing it, with the memory of those sentences only; any other rows are copied."""
+        B, n, K = self.mask.size(0), index.numel(), self.beams
         index = index.to(self.mask.device)
-        if self.beams == 1 and n % B == 0 and n > B and torch.equal(
+        if K == 1 and n % B == 0 and n > B and torch.equal(
                 index, torch.arange(B, device=index.device).repeat_interleave(n // B)):
             return dataclasses.replace(self, beams=n // B)
-        rows = index // self.beams
+        if K > 1 and n % K == 0:
+            groups = index.view(-1, K)  # (B', K)
+            first = groups[:, :1]
+            if torch.equal(groups, first + torch.arange(K, device=index.device)) and not (first % K).any():
+                rows = first.flatten() // K  # (B',) the sentences kept
+                return TransformerEncoderOutput(*(x.index_select(0, rows)
+                                                  for x in (self.memory, self.mask, self.k, self.v)), beams=K)
+        rows = index // K
         return TransformerEncoderOutput(*(x.index_select(0, rows) for x in (self.memory, self.mask, self.k, self.v)))
 
 
