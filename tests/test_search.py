@@ -257,7 +257,8 @@ def test_max_len_per_sentence(search):
         assert all(len(h.tokens) + h.finished <= limit for h in nbest)
 
 
-def test_beam_search_drops_stopped_sentences_from_the_batch():
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_search_drops_stopped_sentences_from_the_batch(beam_size):
     """A sentence at its limit leaves the batch at the next step (the model sees only the others' rows), and each
     sentence's n-best is the one it gets searched alone."""
     limits = torch.tensor([2, 7, 4, 1])
@@ -270,11 +271,15 @@ def test_beam_search_drops_stopped_sentences_from_the_batch():
             assert enc.bias.size(0) == prev.numel() == state.history[0].numel()
             return super().step(prev, state, enc, need_weights)
 
-    hyps = beam_search(Counting(6, eos_bias=-1e9), src, lengths, 3, limits, 0.6, n_best=2, need_weights=True)
-    assert rows == [12, 9, 6, 6, 3, 3, 3]
+    def search(model, b=slice(None)):
+        if beam_size == 1:
+            return greedy_search(model, src[b], lengths[b], limits[b], need_weights=True)
+        return beam_search(model, src[b], lengths[b], beam_size, limits[b], 0.6, n_best=2, need_weights=True)
+
+    hyps = search(Counting(6, eos_bias=-1e9))
+    assert rows == [beam_size * n for n in (4, 3, 2, 2, 1, 1, 1)]
     for b in range(4):
-        alone = beam_search(MarkovLM(6, eos_bias=-1e9), src[b:b + 1], lengths[b:b + 1], 3, limits[b:b + 1], 0.6,
-                            n_best=2, need_weights=True)[0]
+        alone = search(MarkovLM(6, eos_bias=-1e9), slice(b, b + 1))[0]
         assert [h.tokens for h in hyps[b]] == [h.tokens for h in alone]
         assert [h.score for h in hyps[b]] == pytest.approx([h.score for h in alone], abs=1e-12)
         for h, a in zip(hyps[b], alone):

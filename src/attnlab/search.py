@@ -23,7 +23,7 @@ Conventions:
   has n_best finished hypotheses and its best alive beam's bound cannot beat the n_best-th finished score; the
   result is then the same as searching to max_len. Beam search drops a stopped sentence's rows from the batch
   (the model's state and `enc` too) at the next step, as fairseq does: the model computes only for the
-  sentences still searching. Greedy search keeps finished rows until every sentence is done.
+  sentences still searching. Greedy search drops a finished sentence's row the same way.
 - Call the model in eval mode; search runs under torch.no_grad().
 - Tracing (``beam_search(..., trace=[])``): the search's own record of every step of every sentence
   (`TraceStep`: the 2K candidates, the beam each extends, token, scores, and whether it was kept, finished or
@@ -117,7 +117,8 @@ def _mask_special(log_probs: Tensor) -> Tensor:
 @torch.no_grad()
 def greedy_search(model: Any, src: Tensor, src_lengths: Tensor, max_len: int | Tensor,
                   need_weights: bool = False) -> list[list[Hypothesis]]:
-    """The most probable next token at each step, for all sentences at once; one hypothesis per sentence.
+    """The most probable next token at each step, for all sentences at once; one hypothesis per sentence. A
+    sentence that ends (EOS or its limit) leaves the batch at the next step, its state and `enc` rows too.
 
     Shape: src (B, S), src_lengths (B,), max_len int or (B,) -> B lists of one Hypothesis.
     """
@@ -125,25 +126,31 @@ def greedy_search(model: Any, src: Tensor, src_lengths: Tensor, max_len: int | T
     limits = _limits(max_len, B)
     enc = model.encode(src, src_lengths)
     state = model.init_state(enc)
-    prev = torch.full((B,), BOS_ID, dtype=torch.long, device=src.device)  # (B,)
-    alive = torch.ones(B, dtype=torch.bool, device=src.device)
-    steps = torch.zeros(B, dtype=torch.long, device=src.device)  # steps taken per row
-    log_prob = torch.zeros(B, dtype=torch.float64, device=src.device)
+    prev = torch.full((B,), BOS_ID, dtype=torch.long, device=src.device)  # (B',) the rows still decoding
+    rows = torch.arange(B, device=src.device)  # (B',) each one's sentence
     limits_dev = limits.to(src.device)
-    tokens, attention = [], []
+    tokens = torch.full((B, int(limits.max())), PAD_ID, dtype=torch.long, device=src.device)  # (B, T)
+    steps = torch.zeros(B, dtype=torch.long, device=src.device)  # steps taken per sentence
+    log_prob = torch.zeros(B, dtype=torch.float64, device=src.device)
+    attention = None  # (B, T, ..., S)
     for t in range(int(limits.max())):
-        log_probs, state, weights = model.step(prev, state, enc, need_weights)  # (B, V)
-        best, prev = _mask_special(log_probs).max(dim=-1)  # (B,), (B,)
-        log_prob += torch.where(alive, best.double(), 0.0)
-        steps += alive.long()
-        tokens.append(prev)
+        log_probs, state, weights = model.step(prev, state, enc, need_weights)  # (B', V)
+        best, prev = _mask_special(log_probs).max(dim=-1)  # (B',), (B',)
+        log_prob[rows] += best.double()
+        steps[rows] += 1
+        tokens[rows, t] = prev
         if need_weights and weights is not None:
-            attention.append(weights)
-        alive &= (prev != EOS_ID) & (t + 1 < limits_dev)
-        if not alive.any():
-            break
-    tokens_bt = torch.stack(tokens, dim=1).cpu()  # (B, T)
-    attn_bt = torch.stack(attention, dim=1).cpu() if attention else None  # (B, T, ..., S)
+            if attention is None:
+                attention = weights.new_zeros((B, tokens.size(1)) + weights.shape[1:])
+            attention[rows, t] = weights
+        going = (prev != EOS_ID) & (t + 1 < limits_dev[rows])  # (B',)
+        if not going.all():
+            if not going.any():
+                break
+            keep = going.nonzero().flatten()  # (B'',)
+            rows, prev = rows[keep], prev[keep]
+            state, enc = select_batch(state, keep), select_batch(enc, keep)
+    tokens_bt, attn_bt = tokens.cpu(), None if attention is None else attention.cpu()  # (B, T), (B, T, ..., S)
     hyps = []
     for b, (n, lp) in enumerate(zip(steps.tolist(), log_prob.tolist())):
         toks = tokens_bt[b, :n].tolist()
