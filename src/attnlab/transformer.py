@@ -10,7 +10,9 @@
 
 Step-wise decoding (the `attnlab.search` interface) keeps a KV cache: each step projects only its own token
 and attends to the cached keys/values of the earlier ones; the cross-attention keys/values of every decoder
-layer are projected once per sentence in `encode`. A step therefore costs O(t), not a re-run of the prefix.
+layer are projected once per sentence in `encode`. A step therefore costs O(t), not a re-run of the prefix. The
+cache has room to grow (`TransformerState`: a step writes in place, a beam's reorder copies the decoded positions
+once), and the beams of a sentence share its encoder output (`TransformerEncoderOutput.beams`).
 
 All attention goes through `attnlab.attention.MultiHeadAttention` with boolean masks (True = may attend); the
 fused kernel runs unless attention weights are requested.
