@@ -93,23 +93,22 @@ class TransformerEncoderOutput:
     beams: int = 1
 
     def select_batch(self, index: Tensor) -> TransformerEncoderOutput:
-        """Decoder rows `index` (`attnlab.search.select_batch` calls it). Beam search's start (each sentence K
-        times in a row) shares the memory without a copy; whole groups of beams in order (the sentences still
-        searching) keep sharing it, with the memory of those sentences only; any other rows are copied."""
-        B, n, K = self.mask.size(0), index.numel(), self.beams
-        index = index.to(self.mask.device)
-        if K == 1 and n % B == 0 and n > B and torch.equal(
-                index, torch.arange(B, device=index.device).repeat_interleave(n // B)):
-            return dataclasses.replace(self, beams=n // B)
-        if K > 1 and n % K == 0:
-            groups = index.view(-1, K)  # (B', K)
-            first = groups[:, :1]
-            if torch.equal(groups, first + torch.arange(K, device=index.device)) and not (first % K).any():
-                rows = first.flatten() // K  # (B',) the sentences kept
-                return TransformerEncoderOutput(*(x.index_select(0, rows)
-                                                  for x in (self.memory, self.mask, self.k, self.v)), beams=K)
-        rows = index // K
-        return TransformerEncoderOutput(*(x.index_select(0, rows) for x in (self.memory, self.mask, self.k, self.v)))
+        """Decoder rows `index` (`attnlab.search.select_batch` calls it). Rows that come in whole groups of one
+        sentence each (beam search's start: each sentence K times in a row; later, the beams of the sentences still
+        searching) share one memory row per group, without a copy when every sentence stays; other rows are
+        copied one memory row each."""
+        B, n = self.mask.size(0), index.numel()
+        rows = index.to(self.mask.device) // self.beams  # (n,) the memory row of each decoder row asked for
+        group = self.beams if self.beams > 1 else max(n // B, 1)  # decoder rows per sentence
+        beams = 1
+        if group > 1 and n % group == 0:
+            groups = rows.view(-1, group)  # (n / group, group)
+            if torch.equal(groups, groups[:, :1].expand_as(groups)):
+                rows, beams = groups[:, 0], group
+        if beams > 1 and torch.equal(rows, torch.arange(B, device=rows.device)):
+            return dataclasses.replace(self, beams=beams)
+        return TransformerEncoderOutput(*(x.index_select(0, rows) for x in (self.memory, self.mask, self.k, self.v)),
+                                        beams=beams)
 
 
 CACHE_ROOM = 16  # positions a self-attention cache first makes room for; it doubles when full
