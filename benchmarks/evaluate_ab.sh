@@ -6,9 +6,10 @@
 # e.g. bash benchmarks/evaluate_ab.sh f1aaab5 runs/tf runs/eval_ab.jsonl 2 -- --checkpoint last --beam 5
 set -euo pipefail
 old="${1:?usage: evaluate_ab.sh OLD_COMMIT RUN_DIR OUT.jsonl [ROUNDS] [-- OPTIONS]}" run="${2:?}" out="${3:?}"
-rounds="${4:-2}"
-shift $(( $# < 4 ? $# : 4 ))
-[ "${1:-}" = "--" ] && shift
+shift 3
+rounds=2
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then rounds="$1"; shift; fi
+if [ $# -gt 0 ] && [ "$1" = "--" ]; then shift; fi
 python="${PYTHON:-$PWD/.venv/bin/python}"
 src="$(mktemp -d)"
 trap 'rm -rf "$src"' EXIT
