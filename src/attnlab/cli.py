@@ -42,7 +42,7 @@ from attnlab.series import load_series_config
 from attnlab.server import serve
 from attnlab.store import format_store_stats
 from attnlab.study import compare, format_comparison
-from attnlab.tokenizers import cached_tokenizers, save_tokenizers
+from attnlab.tokenizers import cached_tokenizers, one_line, save_tokenizers
 from attnlab.trainer import read_metrics, resolve_device
 from attnlab.translate import DecodeConfig
 from attnlab.workflow import export_run, run_config, summary
@@ -289,7 +289,12 @@ def _read_inputs(args: argparse.Namespace) -> list[str]:
         except UnicodeDecodeError as e:
             line = data[: e.start].count(b"\n") + 1
             raise AttnlabError(f"<stdin>:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
-        return [line.rstrip("\r") for line in text.splitlines()]
+        # as read_lines splits a file: at "\n" only (splitlines also breaks at \x0b, \x1c, \x85, \u2028, ...), so
+        # every input line gets one output line
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        return [line.rstrip("\r") for line in lines]
     return read_lines(args.input)
 
 
@@ -303,10 +308,10 @@ def cmd_translate(args: argparse.Namespace) -> None:
     lines = _read_inputs(args)
     rows = []
     for i, nbest in enumerate(run.translations(lines, beam=args.beam, n_best=args.n_best)):
-        if args.n_best == 1:
-            rows.append(nbest[0].text if nbest else "")
+        if args.n_best == 1:  # one line per input line: control characters escaped (attnlab.tokenizers.one_line)
+            rows.append(one_line(nbest[0].text) if nbest else "")
         else:
-            rows += [f"{i}\t{t.score:.4f}\t{t.text}" for t in nbest]
+            rows += [f"{i}\t{t.score:.4f}\t{one_line(t.text)}" for t in nbest]
     text = "".join(row + "\n" for row in rows)
     if args.output:
         atomic_write_text(args.output, text)
@@ -324,7 +329,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
     for prompt in args.prompt or [""]:
         for text, logprob in run.generate(prompt, args.num, args.max_len, args.temperature, args.top_k, args.top_p,
                                           args.seed, scores=True):
-            print(f"{logprob:.2f}\t{text}" if args.scores else text)
+            print(f"{logprob:.2f}\t{one_line(text)}" if args.scores else one_line(text))
 
 
 def cmd_series(args: argparse.Namespace) -> None:

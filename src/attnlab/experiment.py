@@ -27,7 +27,7 @@ from attnlab.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
 from attnlab.runs import EvalOptions, LoadedRun, RunLoader
 from attnlab.summary import dummy_batch
 from attnlab.store import Store, StoreSpec, prepare
-from attnlab.tokenizers import TokenizerConfig, TokenizerPair, load_tokenizers
+from attnlab.tokenizers import TokenizerConfig, TokenizerPair, load_tokenizers, one_line
 from attnlab.trainer import Seq2SeqTask, TrainConfig, Training
 from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
 from attnlab.translate import DecodeConfig, Translator
@@ -277,7 +277,7 @@ def evaluate_seq2seq(run: LoadedRun, split: str, options: EvalOptions) -> dict:
     plot_bleu_by_length({run.run_dir.name: by_length}, result["plot"],
                         title=f"{run.run_dir.name}: {what} BLEU by source length")
     write_json(out / f"{name}.json", result)
-    atomic_write_text(out / f"{name}.hyp.txt", "".join(h + "\n" for h in hyps))
+    atomic_write_text(out / f"{name}.hyp.txt", "".join(one_line(h) + "\n" for h in hyps))  # a line per sentence
     return result
 
 

@@ -464,6 +464,7 @@ def generate(model: TransformerLM, tok, prompt: str = "", num: int = 1, max_len:
         raise AttnlabError(f"prompt ({len(prompt_ids)} tokens) + max_len ({max_len}) exceed the model's max_len "
                            f"({model.cfg.max_len})")
     gen = torch.Generator(device="cpu").manual_seed(seed)
+    never = [PAD_ID, BOS_ID, *tok.control_ids]  # never generated
     state = model.init_state(num, device)
     logprobs = None
     for t in [BOS_ID, *prompt_ids]:
@@ -473,7 +474,7 @@ def generate(model: TransformerLM, tok, prompt: str = "", num: int = 1, max_len:
     done = torch.zeros(num, dtype=torch.bool)
     for _ in range(max_len):
         lp = logprobs.cpu()
-        lp[:, PAD_ID] = lp[:, BOS_ID] = float("-inf")  # never generated
+        lp[:, never] = float("-inf")  # PAD, BOS and the control characters (`Tokenizer.control_ids`)
         nxt = sample_next(lp, temperature, top_k, top_p, gen)  # (num,)
         nxt = torch.where(done, torch.full_like(nxt, PAD_ID), nxt)
         score += torch.where(done, torch.zeros(num), lp.gather(1, nxt.clamp(min=0)[:, None])[:, 0])

@@ -13,7 +13,10 @@ Conventions:
 - ``max_len`` counts decoding steps, i.e. generated tokens including EOS. A hypothesis that reaches its limit
   without EOS is unfinished (``finished=False``); it is returned only when too few finished ones exist
   (as tensor2tensor does).
-- PAD and BOS are never generated: their log-probs are masked, in greedy and beam search alike.
+- PAD and BOS are never generated: their log-probs are masked, in greedy and beam search alike; so are the ids in
+  ``banned`` (the translator passes the target tokenizer's `control_ids`: pieces that decode to a newline, a tab
+  or another control character would break the one-line-per-sentence output). The mask is one index tensor made
+  once per search and applied where PAD and BOS are masked: it costs the same whatever its size.
 - Length penalty of GNMT (Wu et al. 2016, eq. 14): score = log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^alpha,
   where |Y| counts the EOS. alpha = 0 ranks by the raw log-prob.
 - Candidates as in fairseq: the 2K best continuations of the K beams; EOS among the first K finishes a
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -107,23 +111,29 @@ def _limits(max_len: int | Tensor, batch: int) -> Tensor:
     return limits
 
 
-def _mask_special(log_probs: Tensor) -> Tensor:
-    """log_probs (N, V) with PAD and BOS at -inf: never generated."""
-    special = torch.tensor([PAD_ID, BOS_ID], device=log_probs.device)
-    return log_probs.index_fill(-1, special, NEG_INF)
+def banned_ids(banned: Sequence[int] = (), device: torch.device | str = "cpu") -> Tensor:
+    """The ids a search never generates, as one index tensor on `device`: PAD, BOS and `banned`."""
+    return torch.tensor(sorted({PAD_ID, BOS_ID, *(int(i) for i in banned)}), dtype=torch.long, device=device)
+
+
+def mask_banned(log_probs: Tensor, banned: Tensor) -> Tensor:
+    """log_probs (N, V) with the ids `banned` (from `banned_ids`) at -inf: never generated."""
+    return log_probs.index_fill(-1, banned, NEG_INF)
 
 
 # ---------------------------------------------------------------------------------------------- greedy
 @torch.no_grad()
 def greedy_search(model: Any, src: Tensor, src_lengths: Tensor, max_len: int | Tensor,
-                  need_weights: bool = False) -> list[list[Hypothesis]]:
+                  need_weights: bool = False, banned: Sequence[int] = ()) -> list[list[Hypothesis]]:
     """The most probable next token at each step, for all sentences at once; one hypothesis per sentence. A
     sentence that ends (EOS or its limit) leaves the batch at the next step, its state and `enc` rows too.
+    banned: token ids never generated besides PAD and BOS (e.g. `tokenizer.control_ids`).
 
     Shape: src (B, S), src_lengths (B,), max_len int or (B,) -> B lists of one Hypothesis.
     """
     B = src.size(0)
     limits = _limits(max_len, B)
+    never = banned_ids(banned, src.device)
     enc = model.encode(src, src_lengths)
     state = model.init_state(enc)
     prev = torch.full((B,), BOS_ID, dtype=torch.long, device=src.device)  # (B',) the rows still decoding
@@ -135,7 +145,7 @@ def greedy_search(model: Any, src: Tensor, src_lengths: Tensor, max_len: int | T
     attention = None  # (B, T, ..., S)
     for t in range(int(limits.max())):
         log_probs, state, weights = model.step(prev, state, enc, need_weights)  # (B', V)
-        best, prev = _mask_special(log_probs).max(dim=-1)  # (B',), (B',)
+        best, prev = mask_banned(log_probs, never).max(dim=-1)  # (B',), (B',)
         log_prob[rows] += best.double()
         steps[rows] += 1
         tokens[rows, t] = prev
@@ -225,14 +235,16 @@ def beam_init(model: Any, src: Tensor, src_lengths: Tensor, beam_size: int, max_
     return enc, state, beams
 
 
-def beam_step(log_probs: Tensor, scores: Tensor) -> Candidates:
-    """The 2K best continuations per sentence, over all K * V (beam, token) pairs.
+def beam_step(log_probs: Tensor, scores: Tensor, banned: Tensor | None = None) -> Candidates:
+    """The 2K best continuations per sentence, over all K * V (beam, token) pairs; the ids `banned` (from
+    `banned_ids`; None: PAD and BOS) are never among them.
 
     Shape: log_probs (N, V), scores (B, K) -> Candidates of (B, 2K), best first.
     """
     B, K = scores.shape
     V = log_probs.size(-1)
-    total = scores[:, :, None] + _mask_special(log_probs).view(B, K, V)  # (B, K, V)
+    banned = banned_ids((), log_probs.device) if banned is None else banned
+    total = scores[:, :, None] + mask_banned(log_probs, banned).view(B, K, V)  # (B, K, V)
     cand, flat = total.view(B, K * V).topk(min(2 * K, K * V), dim=-1)  # (B, 2K)
     return Candidates(cand, flat // V, flat % V)
 
@@ -387,7 +399,7 @@ def beam_finalize(beams: Beams) -> list[list[Hypothesis]]:
 @torch.no_grad()
 def beam_search(model: Any, src: Tensor, src_lengths: Tensor, beam_size: int, max_len: int | Tensor,
                 length_penalty: float = 0.6, n_best: int = 1, need_weights: bool = False,
-                trace: list[list[TraceStep]] | None = None) -> list[list[Hypothesis]]:
+                trace: list[list[TraceStep]] | None = None, banned: Sequence[int] = ()) -> list[list[Hypothesis]]:
     """Beam search over all sentences and beams at once: one model.step on N = B * K rows per step.
 
     Args:
@@ -395,6 +407,7 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor, beam_size: int, ma
         max_len: step limit, an int or per sentence (B,) (see `max_output_length`).
         trace: a list to fill with the search's record, one list of `TraceStep` per sentence (its steps in
             order); None: nothing recorded.
+        banned: token ids never generated besides PAD and BOS (e.g. `tokenizer.control_ids`).
     Shape: src (B, S), src_lengths (B,) -> B lists of n_best Hypothesis, best first.
     """
     if beam_size < 1:
@@ -406,9 +419,10 @@ def beam_search(model: Any, src: Tensor, src_lengths: Tensor, beam_size: int, ma
         trace[:] = [[] for _ in range(src.size(0))]
         beams.trace = trace
     prev = torch.full((src.size(0) * beam_size,), BOS_ID, dtype=torch.long, device=src.device)  # (N,)
+    never = banned_ids(banned, src.device)
     for t in range(int(beams.limits.max())):
         log_probs, state, weights = model.step(prev, state, enc, need_weights)  # (N, V)
-        cand = beam_step(log_probs, beams.scores)
+        cand = beam_step(log_probs, beams.scores, never)
         rows, prev = beam_prune(beams, cand, weights if need_weights else None, t)
         if beams.done.all():
             break

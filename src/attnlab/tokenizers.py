@@ -3,13 +3,22 @@ Sennrich et al. 2016; unigram LM, Kudo 2018), trained on the train split only.
 
 Every tokenizer shares the same four special ids (PAD 0, BOS 1, EOS 2, UNK 3). `encode` adds no BOS/EOS;
 callers append EOS themselves. `decode` drops PAD/BOS/EOS and shows UNK as "⁇".
+
+Control characters (`is_control`: Unicode's Cc, i.e. U+0000-U+001F and U+007F-U+009F, and the line and paragraph
+separators U+2028/U+2029) end or garble a line of a line-oriented file. SentencePiece's byte fallback keeps a piece
+for each of the 256 bytes, so a model could generate a newline (<0x0A>): every tokenizer lists the ids of its pieces
+that decode to control characters (`control_ids`), which the searches never generate, and `one_line` escapes any
+that still reach line-oriented output (a sequence of byte pieces such as <0xC2><0x85> = U+0085, or text from
+another engine).
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,6 +40,25 @@ UNK_SURFACE = "\u2047"  # "⁇", what decode shows for UNK_ID (SentencePiece's o
 _SKIPPED_IDS = frozenset((PAD_ID, BOS_ID, EOS_ID))
 _NUM_BYTE_PIECES = 256
 FORMAT_VERSION = 1
+
+# What `is_control` matches: Unicode's Cc category (C0, DEL, C1) and the line/paragraph separators, every character
+# that str.splitlines() breaks a line at included.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def is_control(text: str) -> bool:
+    """Whether text holds a control character (U+0000-U+001F, U+007F-U+009F, U+2028, U+2029)."""
+    return _CONTROL.search(text) is not None
+
+
+def one_line(text: str) -> str:
+    """text as one line of a line-oriented file: each control character escaped as Python writes it in a string
+    literal ("\\n", "\\t", "\\r", "\\x1b", "\\u2028"); text without one is returned as it is. Backslashes are kept as
+    they are, so the escape is for reading, not reversible."""
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(lambda m: _ESCAPES.get(m.group(), ascii(m.group())[1:-1]), text)
 
 
 @dataclass
@@ -108,6 +136,11 @@ class CharTokenizer:
 
     def id_to_piece(self, i: int) -> str:
         return self._pieces[i]
+
+    @functools.cached_property
+    def control_ids(self) -> tuple[int, ...]:
+        """The ids of the characters that are control characters (`is_control`), ascending."""
+        return tuple(i for i, c in enumerate(self._pieces) if i >= len(SPECIALS) and is_control(c))
 
     def pieces(self, text: str) -> list[str]:
         """The token strings of text (labels for attention plots)."""
@@ -193,6 +226,23 @@ class SentencePieceTokenizer:
 
     def id_to_piece(self, i: int) -> str:
         return self._sp.id_to_piece(int(i))
+
+    @functools.cached_property
+    def control_ids(self) -> tuple[int, ...]:
+        """The ids of the pieces that decode to a control character (`is_control`), ascending: the byte pieces
+        <0x00>..<0x1F> and <0x7F>, and any piece whose own text holds one. (A byte >= 0x80 is part of a multi-byte
+        character and cannot be judged alone.)"""
+        sp = self._sp
+        out = []
+        for i in range(len(SPECIALS), sp.get_piece_size()):
+            piece = sp.id_to_piece(i)
+            if sp.is_byte(i):
+                value = int(piece[3:-1], 16)  # "<0x0A>"
+                if value < 0x20 or value == 0x7F:
+                    out.append(i)
+            elif is_control(piece):
+                out.append(i)
+        return tuple(out)
 
     def pieces(self, text: str) -> list[str]:
         """The token strings of text ("▁" marks a preceding space, "<0xE2>" a byte) for attention plots."""

@@ -101,10 +101,11 @@ class Translator:
             traces: list[list[TraceStep]] | None = [] if trace and beam > 1 else None
             with autocast(self.amp_dtype, self.device):  # decode.amp; the log-probs are float32 either way
                 if beam == 1:
-                    hyps = greedy_search(self.model, src, lengths, limit, need_weights=need_weights)
+                    hyps = greedy_search(self.model, src, lengths, limit, need_weights=need_weights,
+                                         banned=self.tokenizers.tgt.control_ids)
                 else:
                     hyps = beam_search(self.model, src, lengths, beam, limit, self.decode.length_penalty, n_best,
-                                       need_weights=need_weights, trace=traces)
+                                       need_weights=need_weights, trace=traces, banned=self.tokenizers.tgt.control_ids)
             for b, (i, nbest) in enumerate(zip(chunk, hyps)):
                 results[i] = [self._translation(ids[i], h, None if traces is None else traces[b]) for h in nbest]
         return results
