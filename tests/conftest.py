@@ -163,6 +163,17 @@ def run_or_dump(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def benchmark_module(name: str):
+    """A script of benchmarks/ as a module: tests run its functions with small counts, the script the full ones."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def make_pairs(n: int, seed: int = 0, max_words: int = 7) -> list[tuple[str, str]]:
     """Word-for-word 'translations' in reversed order: learnable only with some alignment."""
     rng = random.Random(seed)

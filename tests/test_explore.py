@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import benchmark_module
 
 from attnlab.decomposable import DecomposableAttention, DecomposableConfig
 from attnlab.errors import AttnlabError
@@ -401,3 +402,15 @@ def test_inline_page_survives_markup_in_tokens(tmp_path):
     out = ex.save_html(tmp_path / "sub" / "explorer.html")
     assert out.read_text(encoding="utf-8") == explorer_page(ex) == page
 
+
+
+# ---------------------------------------------------------------------------------------------- threads
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+def test_run_explore_from_threads_equals_each_alone(tiny_runs, family):
+    """8 threads explore one loaded run while 2 more translate with it: every exploration is exactly the one its
+    input gets alone, no error, no translation changed (before the hooks were bound to their thread: RuntimeErrors
+    and other inputs' keys). benchmarks/explore_crowd.py runs the same with the full counts."""
+    from attnlab.api import load
+
+    got = benchmark_module("explore_crowd").run_threads(load(tiny_runs[family]), threads=8, per_thread=3)
+    assert (got["errors"], got["different_from_alone"], got["translations_changed"]) == (0, 0, 0), got

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterator, Sequence
+import threading
+from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -77,6 +78,25 @@ def with_rollout(maps: dict[str, AttentionMap], key: str) -> None:
                                           attention_rollout(m.weights)[:, None], m.rows, m.cols, m.causal)
 
 
+# ---------------------------------------------------------------------------------------------- recording
+def this_thread_only(hook: Callable) -> Callable:
+    """`hook` called only for the forward passes of the thread that made it (others pass through untouched).
+
+    The explorer records a shared model's inputs and outputs with hooks while other threads (the server's other
+    lane, `Run.explore` or `Run.translate` from user threads) run the same modules: a hook bound to its thread
+    records one exploration's own forward calls and nothing of theirs, so any number of explorations and
+    translations can run at once.
+    """
+    owner = threading.get_ident()
+
+    def bound(*args):
+        if threading.get_ident() == owner:
+            return hook(*args)
+        return None
+
+    return bound
+
+
 # ---------------------------------------------------------------------------------------------- queries and keys
 class QKCapture:
     """Forward pre-hooks on MultiHeadAttention modules that keep their query and key inputs; `projected(i)`
@@ -84,7 +104,8 @@ class QKCapture:
 
     Self-attention modules are hooked on `forward` (query and key are its first two arguments). A cross-attention
     is queried through `attend_projected` with keys projected once: hook its W^Q's input (the query) and give
-    the keys' input (the encoder memory) with `set_keys`.
+    the keys' input (the encoder memory) with `set_keys`. The hooks see only the calling thread's forward passes
+    (`this_thread_only`).
     """
 
     def __init__(self) -> None:
@@ -99,7 +120,7 @@ class QKCapture:
         def hook(module, args):
             self.queries[i], self.keys[i] = args[0].detach(), args[1].detach()
 
-        self.handles.append(attn.register_forward_pre_hook(hook))
+        self.handles.append(attn.register_forward_pre_hook(this_thread_only(hook)))
 
     def add_cross(self, attn: MultiHeadAttention) -> int:
         i = self._add(attn)
@@ -107,7 +128,7 @@ class QKCapture:
         def hook(module, args):
             self.queries[i] = args[0].detach()
 
-        self.handles.append(attn.W_Q.register_forward_pre_hook(hook))
+        self.handles.append(attn.W_Q.register_forward_pre_hook(this_thread_only(hook)))
         return i
 
     def set_keys(self, i: int, key_input: Tensor) -> None:
@@ -147,14 +168,15 @@ def capture(self_attns: Sequence[MultiHeadAttention] = (), cross_attns: Sequence
 @contextlib.contextmanager
 def captured(modules: Sequence[nn.Module], inputs: bool) -> Iterator[list[list[Tensor]]]:
     """Per module, its first input (inputs=True, a forward pre-hook) or its output's first tensor (a forward hook)
-    of each call while the context is open; hooks removed on exit."""
+    of each call this thread makes while the context is open (`this_thread_only`); hooks removed on exit."""
     seen: list[list[Tensor]] = [[] for _ in modules]
 
     def keep(i: int, x) -> None:
         seen[i].append((x[0] if isinstance(x, tuple) else x).detach())
 
-    handles = [m.register_forward_pre_hook(lambda mod, args, i=i: keep(i, args)) if inputs
-               else m.register_forward_hook(lambda mod, args, out, i=i: keep(i, out)) for i, m in enumerate(modules)]
+    handles = [m.register_forward_pre_hook(this_thread_only(lambda mod, args, i=i: keep(i, args))) if inputs
+               else m.register_forward_hook(this_thread_only(lambda mod, args, out, i=i: keep(i, out)))
+               for i, m in enumerate(modules)]
     try:
         yield seen
     finally:
@@ -214,15 +236,11 @@ def explore_translation(translator, sentence: str, beam: int) -> Exploration:
         n_enc, n_dec = len(model.encoder), len(model.decoder)
         with capture([l.self_attn for l in model.encoder] + [l.self_attn for l in model.decoder],
                      [l.cross_attn for l in model.decoder]) as cap, \
-                captured([l.cross_attn.W_O for l in model.decoder], inputs=True) as heads:
-            memory = []
-            hook = model.enc_norm.register_forward_hook(lambda m, i, o: memory.append(o.detach()))
-            try:
-                att = model.attention_maps(src, lengths, tgt_in)  # (1, N, H, ., .) each
-            finally:
-                hook.remove()
+                captured([l.cross_attn.W_O for l in model.decoder], inputs=True) as heads, \
+                captured([model.enc_norm], inputs=False) as memory:
+            att = model.attention_maps(src, lengths, tgt_in)  # (1, N, H, ., .) each
             for i in range(n_enc + n_dec, n_enc + 2 * n_dec):
-                cap.set_keys(i, memory[-1])
+                cap.set_keys(i, memory[0][-1])
             specs = (("enc_self", "encoder self-attention", best.src_tokens, best.src_tokens, False, range(n_enc)),
                      ("dec_self", "decoder masked self-attention", tgt_in_pieces, tgt_in_pieces, True,
                       range(n_enc, n_enc + n_dec)),

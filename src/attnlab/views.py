@@ -143,6 +143,14 @@ class Exploration:
     def _repr_html_(self) -> str:  # Jupyter, JupyterLab, VS Code: the explorer inline
         return exploration_html(self)
 
+    def nbytes(self) -> int:
+        """The bytes its tensors hold (weights, queries and keys of every map, the steps' context vectors): what
+        keeping it costs a server."""
+        tensors = [t for m in self.maps.values() for t in (m.weights, m.q, m.k) if t is not None]
+        if self.steps is not None:
+            tensors.append(self.steps.context)
+        return sum(t.numel() * t.element_size() for t in tensors)
+
     def save_html(self, path: Path | str, title: str | None = None) -> Path:
         """The explorer of this exploration as a standalone page (offline), written atomically."""
         atomic_write_text(path, explorer_page(self, title))
