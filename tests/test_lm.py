@@ -175,6 +175,8 @@ def test_a_tiny_temperature_samples_the_argmax(temperature):
 class _IdTokenizer:
     """Token ids as text: '5 6 7'."""
 
+    control_ids = ()  # no piece decodes to a control character
+
     def encode(self, text):
         return [int(t) for t in text.split()]
 

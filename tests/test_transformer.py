@@ -167,8 +167,9 @@ def test_step_decoding_matches_teacher_forcing(norm, positions):
         state = model.init_state(enc)
         assert state.k.shape == (3, H, 2, 0, D // H)
         for t in range(tgt_in.size(1)):
-            for need_weights in (False, True):  # fused and explicit paths agree
-                logp, new_state, w = model.step(tgt_in[:, t], state, enc, need_weights=need_weights)
+            for need_weights in (False, True):  # fused and explicit paths agree (a state steps once: fork)
+                logp, new_state, w = model.step(tgt_in[:, t], state if need_weights else state.fork(), enc,
+                                                need_weights=need_weights)
                 assert logp.dtype == torch.float32
                 torch.testing.assert_close(logp, full[:, t].float())
             state = new_state
@@ -384,9 +385,11 @@ def test_beams_share_the_memory_of_their_sentence():
         prev = tgt_in[:, :3].repeat_interleave(K, dim=0)  # (3K, 3): the beams differ from the second token
         prev[1::K, 1] = 5
         for t in range(3):
-            for need_weights in (False, True):
-                logp_s, new_s, w_s = model.step(prev[:, t], state_s, shared, need_weights=need_weights)
-                logp_c, new_c, w_c = model.step(prev[:, t], state_c, copied, need_weights=need_weights)
+            for need_weights in (False, True):  # a state steps once: the first of the two steps a fork
+                logp_s, new_s, w_s = model.step(prev[:, t], state_s if need_weights else state_s.fork(), shared,
+                                                need_weights=need_weights)
+                logp_c, new_c, w_c = model.step(prev[:, t], state_c if need_weights else state_c.fork(), copied,
+                                                need_weights=need_weights)
                 torch.testing.assert_close(logp_s, logp_c)
                 if need_weights:
                     assert w_s.shape == (3 * K, 2, H, 7)

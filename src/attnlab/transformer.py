@@ -12,7 +12,9 @@ Step-wise decoding (the `attnlab.search` interface) keeps a KV cache: each step 
 and attends to the cached keys/values of the earlier ones; the cross-attention keys/values of every decoder
 layer are projected once per sentence in `encode`. A step therefore costs O(t), not a re-run of the prefix. The
 cache has room to grow (`TransformerState`: a step writes in place, a beam's reorder copies the decoded positions
-once), and the beams of a sentence share its encoder output (`TransformerEncoderOutput.beams`).
+once), and the beams of a sentence share its encoder output (`TransformerEncoderOutput.beams`). Because a step
+writes in place, a state steps once: stepping it again is an error (`CacheClock`), and `state.fork()` makes the
+copy a branching search steps instead.
 
 All attention goes through `attnlab.attention.MultiHeadAttention` with boolean masks (True = may attend); the
 fused kernel runs unless attention weights are requested.
@@ -114,18 +116,49 @@ class TransformerEncoderOutput:
 CACHE_ROOM = 16  # positions a self-attention cache first makes room for; it doubles when full
 
 
+class CacheClock:
+    """The positions written so far into one pair of cache buffers, shared by every `TransformerState` on them.
+
+    A state of t positions may step (write slot t) only while its buffers hold exactly t: it is the newest state on
+    them. Stepping an older one would overwrite the slot a later state reads, so `decoder_step` refuses it.
+    """
+
+    __slots__ = ("positions",)
+
+    def __init__(self, positions: int) -> None:
+        self.positions = positions
+
+
 @dataclass
 class TransformerState:
     """The self-attention keys and values of the positions decoded so far, every layer, in buffers with room for
     more: a step writes its own position in place (no copy of the cache), and the room doubles when full.
 
-    A step writes slot t of the buffers it was given, so stepping twice from one state overwrites the first step's
-    slot: to branch, `select_batch` first (it copies the rows it keeps, positions 0..t-1 only).
+    A step writes slot t of the buffers it was given, so each state steps once: stepping one state twice (a
+    branching search) raises an AttnlabError, since the second step would overwrite the first one's keys and
+    values. To branch, step `state.fork()` (a copy of the t decoded positions), or `select_batch` the rows first
+    (beam search does: its reorder copies the rows it keeps).
+
+    Example (one state, two continuations):
+        >>> model = TransformerSeq2Seq(12, 12, TransformerConfig(d_model=8, h=2, d_ff=16, enc_layers=1,
+        ...                                                      dec_layers=1)).eval()
+        >>> enc = model.encode(torch.tensor([[5, 6, 2]]), torch.tensor([3]))
+        >>> _, state, _ = model.step(torch.tensor([1]), model.init_state(enc), enc)
+        >>> lp_a, _, _ = model.step(torch.tensor([7]), state.fork(), enc)
+        >>> lp_b, _, _ = model.step(torch.tensor([8]), state, enc)
+        >>> _ = model.step(torch.tensor([9]), state, enc)
+        Traceback (most recent call last):
+        attnlab.errors.AttnlabError: this TransformerState (1 position) was stepped already: ...
     """
 
     k_room: Tensor  # (B, H, N_dec, C, Dh), C >= t (heads before layers, as in TransformerEncoderOutput)
     v_room: Tensor  # (B, H, N_dec, C, Dh)
     t: int  # positions decoded so far (the same for every row)
+    clock: CacheClock | None = dataclasses.field(default=None, repr=False, compare=False)  # None: new buffers
+
+    def __post_init__(self) -> None:
+        if self.clock is None:
+            self.clock = CacheClock(self.t)
 
     @property
     def k(self) -> Tensor:
@@ -143,6 +176,16 @@ class TransformerState:
         for cache, room in ((self.k, self.k_room), (self.v, self.v_room)):
             new = room.new_empty((index.numel(),) + room.shape[1:])
             torch.index_select(cache, 0, index, out=new[:, :, :, :self.t])
+            rooms.append(new)
+        return TransformerState(rooms[0], rooms[1], self.t)
+
+    def fork(self) -> TransformerState:
+        """A copy to step independently of this state (a branch of a search): new buffers of the same room, the t
+        decoded positions copied."""
+        rooms = []
+        for cache, room in ((self.k, self.k_room), (self.v, self.v_room)):
+            new = room.new_empty(room.shape)
+            new[:, :, :, :self.t] = cache
             rooms.append(new)
         return TransformerState(rooms[0], rooms[1], self.t)
 
@@ -327,12 +370,16 @@ def decoder_step(layers: nn.ModuleList, y: Tensor, state: TransformerState,
     """
     B, H, N, room, Dh = state.k_room.shape
     t = state.t
-    k, v = state.k_room, state.v_room
+    k, v, clock = state.k_room, state.v_room, state.clock
     if t == room:  # full: double the room of every layer's cache, one copy each (the cache keeps its dtype)
         room = max(2 * room, CACHE_ROOM)
-        k, v = k.new_empty(B, H, N, room, Dh), v.new_empty(B, H, N, room, Dh)
+        k, v, clock = k.new_empty(B, H, N, room, Dh), v.new_empty(B, H, N, room, Dh), CacheClock(t)
         k[:, :, :, :t] = state.k
         v[:, :, :, :t] = state.v
+    elif clock.positions != t:  # slot t belongs to a later state already: writing it would change that state
+        raise AttnlabError(f"this TransformerState ({t} position{'s' * (t != 1)}) was stepped already: its cache "
+                           f"buffers hold {clock.positions} positions, and stepping it again would overwrite the "
+                           "later state's keys and values; step state.fork() to branch")
     self_ws, cross_ws = [], []
     for i, layer in enumerate(layers):
         kv_i = (memory_kv[0][:, :, i], memory_kv[1][:, :, i]) if memory_kv is not None else None
@@ -340,7 +387,8 @@ def decoder_step(layers: nn.ModuleList, y: Tensor, state: TransformerState,
         y, self_w, cross_w = layer.step(y, cache, kv_i, memory_mask, need_weights, beams)  # (B, 1, D)
         self_ws.append(self_w)
         cross_ws.append(cross_w)
-    state = TransformerState(k, v, t + 1)  # (B, H, N, t + 1, Dh) decoded
+    clock.positions = t + 1  # slot t is this step's: the state it was given is spent
+    state = TransformerState(k, v, t + 1, clock)  # (B, H, N, t + 1, Dh) decoded
     self_w = torch.stack(self_ws, dim=1)[:, :, :, 0] if need_weights else None  # (B, N, H, t + 1)
     cross_w = torch.stack(cross_ws, dim=1)[:, :, :, 0] if need_weights and memory_kv is not None else None
     return y, state, self_w, cross_w  # cross_w (B, N, H, S)
