@@ -28,7 +28,7 @@ from attnlab.runs import EvalOptions, LoadedRun, RunLoader
 from attnlab.summary import dummy_batch
 from attnlab.store import Store, StoreSpec, prepare
 from attnlab.tokenizers import TokenizerConfig, TokenizerPair, load_tokenizers, one_line
-from attnlab.trainer import Seq2SeqTask, TrainConfig, Training
+from attnlab.trainer import Seq2SeqTask, TrainConfig, Training, check_sentence_budget
 from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
 from attnlab.translate import DecodeConfig, Translator
 
@@ -116,6 +116,15 @@ class ExperimentConfig:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     summary: SummaryConfig = field(default_factory=SummaryConfig)
     pretrained: PretrainedConfig = field(default_factory=PretrainedConfig)
+
+    def __post_init__(self) -> None:
+        check_sentence_budget(self.train)
+        tie = self.model.transformer.tie_embeddings
+        if self.model.family == "transformer" and tie == "all" and not self.tokenizer.joint:
+            raise AttnlabError("model.transformer.tie_embeddings = 'all' shares one embedding between source and "
+                               "target ids, but tokenizer.joint = false gives each side its own pieces: the same id "
+                               "would be two different pieces; set tokenizer.joint = true or tie_embeddings = "
+                               "'decoder'")
 
 
 def load_experiment(path: Path | str | None, overrides: list[str] | None = None) -> ExperimentConfig:

@@ -39,7 +39,7 @@ from attnlab.errors import AttnlabError
 from attnlab.fileio import read_lines, write_json
 from attnlab.runs import EvalOptions, LoadedRun
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair, build_tokenizers
-from attnlab.trainer import TrainConfig, Training, sequence_loss, summed_loss
+from attnlab.trainer import TrainConfig, Training, check_sentence_budget, sequence_loss, summed_loss
 from attnlab.transformer import (DecoderLayer, PositionalEncoding, TransformerConfig, TransformerSeq2Seq,
                                  TransformerState, decoder_step, empty_state, init_transformer_weights)
 
@@ -138,6 +138,9 @@ class LMExperimentConfig:
     model: LMSection = field(default_factory=LMSection)
     train: TrainConfig = field(default_factory=TrainConfig)
     generate: GenerateConfig = field(default_factory=GenerateConfig)
+
+    def __post_init__(self) -> None:
+        check_sentence_budget(self.train)
 
 
 def is_lm_config(data: dict) -> bool:

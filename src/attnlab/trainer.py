@@ -106,6 +106,21 @@ class TrainConfig:
                 raise AttnlabError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if not 0.0 < self.plateau_factor <= 1.0:
             raise AttnlabError(f"plateau_factor must be in (0, 1], got {self.plateau_factor}")
+        if self.pack_length and not self.pack:
+            raise AttnlabError(f"pack_length = {self.pack_length} sizes packed rows, but pack = false: set "
+                               "pack = true to pack, or leave pack_length out")
+
+
+MIN_SENTENCE_TOKENS = 2  # the cost of the shortest sentence example: one token and its EOS (or BOS)
+
+
+def check_sentence_budget(cfg: TrainConfig) -> None:
+    """An AttnlabError unless train.max_tokens holds at least one sentence: for the families whose examples end in
+    EOS or start with BOS (translation, language models). A series window costs 1, and so may a pair's row."""
+    if cfg.max_tokens < MIN_SENTENCE_TOKENS:
+        raise AttnlabError(f"train.max_tokens = {cfg.max_tokens} cannot hold any sentence (the shortest costs "
+                           f"{MIN_SENTENCE_TOKENS} tokens: one token and its EOS); it is the token budget of a batch "
+                           "of padded sentences, e.g. 4096")
 
 
 def read_metrics(run_dir: Path | str) -> list[dict]:
@@ -417,8 +432,14 @@ class Trainer:
         (train.pack) for tasks that can pack."""
         cfg = self.cfg
         if not cfg.pack:
-            return TokenBudgetBatchSampler(data.lengths(), cfg.max_tokens, shuffle=True, seed=cfg.seed,
-                                           num_replicas=self.world, rank=self.rank), self.task.collate
+            sampler = TokenBudgetBatchSampler(data.lengths(), cfg.max_tokens, shuffle=True, seed=cfg.seed,
+                                              num_replicas=self.world, rank=self.rank)
+            over = int((sampler.costs > cfg.max_tokens).sum())
+            if over and self.is_main:  # kept, not dropped: each is a batch of its own
+                log.warning("%s of %s training examples cost more than train.max_tokens (%d tokens): each is a batch "
+                            "of its own, over the budget (the longest costs %d)", f"{over:,}", f"{len(sampler.costs):,}",
+                            cfg.max_tokens, int(sampler.costs.max()))
+            return sampler, self.task.collate
         if not hasattr(self.task, "collate_packed"):
             raise AttnlabError(f"train.pack: the examples of {type(self.task).__name__} cannot be packed; "
                                "set train.pack = false")
