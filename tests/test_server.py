@@ -418,3 +418,225 @@ def test_explore_rnn_lm_and_the_bounded_store(explorer):
     for _ in range(8):  # the store keeps the last 8 explorations
         explorer.post("/api/explore", json={"model": "rnn", "sentence": "a cat", "beam": 1})
     assert explorer.get(f"/api/explore/{first}/weights", params={"map": "align"}).status_code == 404
+
+
+# ---------------------------------------------------------------------------------------------- HTTP and connections
+@pytest.mark.parametrize("method, path, status, allow", [
+    ("OPTIONS", "/api/models", 204, "GET, HEAD, OPTIONS"),
+    ("OPTIONS", "/api/translate", 204, "POST, OPTIONS"),
+    ("OPTIONS", "/api/explore/0123/weights", 204, "GET, HEAD, OPTIONS"),
+    ("HEAD", "/api/models", 200, None),
+    ("HEAD", "/healthz", 200, None),
+    ("HEAD", "/", 200, None),
+    ("PUT", "/api/models", 405, "GET, HEAD, OPTIONS"),
+    ("GET", "/api/translate", 405, "POST, OPTIONS"),
+    ("HEAD", "/api/translate", 405, "POST, OPTIONS"),
+    ("DELETE", "/api/explore", 405, "POST, OPTIONS"),
+    ("TRACE", "/healthz", 405, "GET, HEAD, OPTIONS"),
+    ("POST", "/static/app.js", 405, "GET, HEAD, OPTIONS"),  # a mount's 405 too
+    ("OPTIONS", "/nowhere", 404, None),
+])
+def test_methods_head_options_and_allow(client, method, path, status, allow):
+    """HEAD wherever GET is served (the GET's headers, no body), OPTIONS answered with 204 and `Allow`, and every
+    405 carries `Allow` (before: no Allow on 62 of 62 405s, and HEAD and OPTIONS got 405 on every GET route)."""
+    r = client.request(method, path)
+    assert r.status_code == status, r.text
+    assert r.headers.get("allow") == allow
+    if method == "HEAD":
+        assert r.content == b"" and int(r.headers["content-length"]) > 0
+    if status >= 400 and method != "HEAD":
+        assert r.json()["error"]
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
+def test_a_body_that_is_not_json_is_a_415(client, content_type):
+    body = b'{"model": "rnn", "sentence": "the cat"}'
+    for path in ("/api/translate", "/api/explore"):
+        r = client.post(path, content=body, headers={"Content-Type": content_type})
+        assert r.status_code == 415 and "must be JSON" in r.json()["error"]
+    for ok in ("application/json; charset=utf-8", "application/vnd.api+json"):
+        assert client.post("/api/translate", content=body, headers={"Content-Type": ok}).status_code == 200
+
+
+def test_openapi_names_the_models_and_the_sentence_limits(client):
+    """The schema lists the served models (an enum with an example) and bounds the sentence (at least one
+    non-space character, at most max_chars), so that a request built from the schema alone reaches decoding."""
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    for name in ("TranslateRequest", "ExploreRequest"):
+        fields = schemas[name]["properties"]
+        assert fields["model"]["enum"] == ["rnn", "transformer"] and fields["model"]["examples"] == ["rnn"]
+        assert (fields["sentence"]["minLength"], fields["sentence"]["maxLength"]) == (1, MAX_CHARS)
+        assert fields["sentence"]["pattern"] == r"[^\s\u00b6]"
+    example = {"model": schemas["TranslateRequest"]["properties"]["model"]["examples"][0],
+               "sentence": schemas["TranslateRequest"]["properties"]["sentence"]["examples"][0]}
+    assert client.post("/api/translate", json=example).status_code == 200
+    # n_best is "at most the beam size": a larger one returns beam hypotheses (a schema cannot say n_best <= beam)
+    r = client.post("/api/translate", json={**example, "beam": 2, "n_best": 5})
+    assert r.status_code == 200 and len(r.json()["nbest"]) == 2
+
+
+def _guarded(models, **limits) -> uvicorn.Config:
+    """uvicorn as `attnlab serve` runs it: the guarded protocol, uvicorn's own concurrency limit off."""
+    from attnlab.serving import guarded_h11
+
+    app_limits = {k: limits.pop(k) for k in ("body_timeout", "max_requests") if k in limits}
+    limits = {"max_connections": 100, "header_timeout": 30.0, **limits}
+    return uvicorn.Config(create_app(models, max_chars=MAX_CHARS, **app_limits), log_level="warning",
+                          http=guarded_h11(**limits), limit_concurrency=None, timeout_keep_alive=30)
+
+
+def _connect(port: int, source: str = "127.0.0.1") -> socket.socket:
+    conn = socket.create_connection(("127.0.0.1", port), timeout=60, source_address=(source, 0))
+    return conn
+
+
+def _answer(conn: socket.socket) -> tuple[int, dict, bytes]:
+    """The status, the headers and the body of the one response on conn, read until the server closes it."""
+    data = b""
+    while chunk := conn.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, body
+
+
+TRANSLATE = b'{"model": "rnn", "sentence": "the cat"}'
+POST_HEAD = (b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+             b"Connection: close\r\n")
+
+
+def test_a_slow_body_gets_a_408_and_others_are_served(models):
+    """A body that never finishes is answered 408 (JSON) after the body timeout, and the connection closed; a
+    normal request meanwhile gets its 200 (before: no timeout, and 4,400 slow bodies locked others out)."""
+    with _uvicorn(_guarded(models, body_timeout=0.5)) as (server, port):
+        slow = _connect(port)
+        slow.sendall(POST_HEAD % 1000 + b"\r\n" + b'{"model": "rnn", "sen')
+        t0 = time.monotonic()
+        status, data = _post(f"http://127.0.0.1:{port}/api/translate", TRANSLATE)
+        assert status == 200 and data["translation"]
+        status, headers, body = _answer(slow)
+        assert status == 408 and "did not arrive within 0.5 s" in json.loads(body)["error"]
+        assert time.monotonic() - t0 >= 0.5 - 0.01 and headers["connection"] == "close"
+
+
+@pytest.mark.parametrize("pieces", [1, 40])
+def test_a_request_head_over_16_kib_gets_a_431(models, pieces):
+    """A head over 16 KiB gets 431 (JSON), whether it arrives at once (which h11's own limit missed: 9,000 headers
+    got a 200) or in pieces; a head just under the limit is served."""
+    with _uvicorn(_guarded(models)) as (server, port):
+        def send(n_headers: int) -> tuple[int, dict, bytes]:
+            head = POST_HEAD % len(TRANSLATE) + b"".join(b"X-Pad-%05d: %s\r\n" % (i, b"v" * 20) for i in range(n_headers))
+            data = head + b"\r\n" + TRANSLATE
+            conn = _connect(port)
+            step = -(-len(data) // pieces)
+            try:
+                for i in range(0, len(data), step):
+                    conn.sendall(data[i:i + step])
+            except OSError:  # the server answered and closed before the whole head was sent
+                pass
+            return _answer(conn)
+
+        status, _, body = send(9000)  # ~330 KiB
+        assert status == 431 and "request head over 16384 bytes" in json.loads(body)["error"]
+        status, _, body = send(450)  # ~16 KiB: under the limit
+        assert status == 200, body
+
+
+def test_one_client_cannot_take_every_connection(models):
+    """Past its own limit a client (an address) gets a JSON 503 with Retry-After on each new connection, while
+    another client is served (before: everyone was reset past --max-connections)."""
+    with _uvicorn(_guarded(models, max_per_client=3)) as (server, port):
+        held = [_connect(port, "127.0.0.2") for _ in range(3)]
+        refused = _connect(port, "127.0.0.2")
+        refused.sendall(POST_HEAD % len(TRANSLATE) + b"\r\n" + TRANSLATE)
+        status, headers, body = _answer(refused)
+        assert status == 503 and headers["retry-after"] == "1" and "too many connections from 127.0.0.2" in \
+            json.loads(body)["error"]
+        status, data = _post(f"http://127.0.0.1:{port}/api/translate", TRANSLATE)
+        assert status == 200 and data["translation"]
+        held[0].close()  # a slot of 127.0.0.2's frees, and it is served again
+        deadline = time.monotonic() + 30
+        while True:
+            again = _connect(port, "127.0.0.2")
+            again.sendall(POST_HEAD % len(TRANSLATE) + b"\r\n" + TRANSLATE)
+            if _answer(again)[0] == 200:
+                break
+            assert time.monotonic() < deadline, "the freed slot was never given back"
+            time.sleep(0.05)
+        for conn in held[1:]:
+            conn.close()
+
+
+def test_past_max_connections_the_oldest_idle_one_is_closed(models):
+    """With every connection taken by idle clients (each under its own limit), a new client is served: the
+    connection idle the longest is closed to make room."""
+    with _uvicorn(_guarded(models, max_connections=4)) as (server, port):
+        idle = [_connect(port, f"127.0.0.{10 + i}") for i in range(4)]
+        status, data = _post(f"http://127.0.0.1:{port}/api/translate", TRANSLATE)
+        assert status == 200 and data["translation"]
+        assert idle[0].recv(1024) == b""  # the oldest, closed by the server
+        idle[1].settimeout(0.2)  # the others are still open (none was needed)
+        with pytest.raises(socket.timeout):
+            idle[1].recv(1024)
+        for conn in idle:
+            conn.close()
+
+
+def test_when_every_connection_is_busy_a_new_one_gets_a_json_503(models):
+    """Every connection holding a whole request being answered (none to close): a new connection gets 503 with
+    Retry-After in JSON; so does a request past the app's concurrency limit (uvicorn's own limit answered plain
+    text 'Service Unavailable' without Retry-After)."""
+    translator = models["rnn"].translator
+    release, real = threading.Event(), translator.translate
+    in_decode = threading.Semaphore(0)
+
+    def held(*args, **kwargs):
+        in_decode.release()
+        release.wait(300)
+        return real(*args, **kwargs)
+
+    url = lambda port: f"http://127.0.0.1:{port}/api/translate"  # noqa: E731
+    translator.translate = held
+    try:
+        with _uvicorn(_guarded(models, max_connections=1, max_per_client=10)) as (server, port), ThreadPoolExecutor(2) as pool:
+            busy = pool.submit(_post, url(port), TRANSLATE)
+            assert in_decode.acquire(timeout=60)
+            conn = _connect(port)
+            conn.sendall(POST_HEAD % len(TRANSLATE) + b"\r\n" + TRANSLATE)
+            status, headers, body = _answer(conn)
+            assert status == 503 and headers["retry-after"] == "1" and "the server is full" in json.loads(body)["error"]
+            release.set()
+            assert busy.result(timeout=60)[0] == 200
+        release.clear()
+        with _uvicorn(_guarded(models, max_requests=1)) as (server, port), ThreadPoolExecutor(2) as pool:
+            busy = pool.submit(_post, url(port), TRANSLATE)
+            assert in_decode.acquire(timeout=60)
+            req = urllib.request.Request(url(port), data=TRANSLATE, headers={"Content-Type": "application/json"})
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(req, timeout=60)
+            assert refused.value.code == 503 and refused.value.headers["Retry-After"] == "1"
+            assert "requests in progress" in json.loads(refused.value.read())["error"]
+            release.set()
+            assert busy.result(timeout=60)[0] == 200
+    finally:
+        release.set()
+        translator.translate = real
+
+
+def test_a_slow_head_after_a_response_is_closed_too(models):
+    """The head timer is armed again after each response: a keep-alive connection that starts its next request
+    head and never finishes it is closed (uvicorn's keep-alive timer stops at the first byte); a malformed request
+    gets a JSON 400."""
+    with _uvicorn(_guarded(models, header_timeout=0.5)) as (server, port):
+        conn = _connect(port)
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+        t0 = time.monotonic()
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHos")
+        assert conn.recv(1024) == b""
+        assert time.monotonic() - t0 >= 0.5 - 0.01
+        bad = _connect(port)
+        bad.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        status, headers, body = _answer(bad)
+        assert status == 400 and json.loads(body) == {"error": "malformed HTTP request"}

@@ -452,7 +452,8 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> None:
     serve(args.run_dirs, args.host, args.port, str(resolve_device(args.device)), args.checkpoint, args.max_chars,
-          args.max_connections, args.header_timeout, args.timeout, args.engine)
+          args.max_connections, args.header_timeout, args.timeout, args.engine, args.body_timeout,
+          args.max_connections_per_client)
 
 
 # ---------------------------------------------------------------------------------------------- parser
@@ -808,6 +809,12 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--header-timeout", type=_float(0.001, 3600.0), default=10.0,
                      help="close a connection that has not sent its request head within this many seconds "
                           "(default 10)")
+    srv.add_argument("--body-timeout", type=_float(0.001, 3600.0), default=10.0,
+                     help="answer 408 and close when a request body has not fully arrived this many seconds after "
+                          "its head (default 10)")
+    srv.add_argument("--max-connections-per-client", type=_int(1, MAX_CONNECTIONS), default=256,
+                     help="open connections per client IP address (default 256; behind a reverse proxy every "
+                          "client has the proxy's address: let the proxy limit clients, see docs/deployment.md)")
     srv.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch",
                      help="decode Transformer runs with their CTranslate2 export (exported on first use; attention: "
                           "the last layer's, mean of heads)")

@@ -46,9 +46,10 @@ from importlib.resources import files
 from pathlib import Path
 
 import uvicorn
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
@@ -61,7 +62,8 @@ from attnlab.errors import AttnlabError
 from attnlab.pairs import pair_ids
 from attnlab.plotting import clean_piece
 from attnlab.runs import LoadedRun
-from attnlab.serving import BodyLimit, Busy, Lane, RateLimit, guarded_h11, json_error, listen, raise_fd_limit
+from attnlab.serving import (MAX_LINGERING, BodyLimit, Busy, ConcurrencyLimit, HttpMethods, Lane, RateLimit,
+                             allowed_methods, guarded_h11, json_error, listen, raise_fd_limit)
 from attnlab.translate import CTranslate2Translator, Translator
 from attnlab.workflow import run_config
 
@@ -82,7 +84,12 @@ class TranslateRequest(BaseModel):
     model: str = Field(description="a model name from GET /api/models", max_length=200)
     sentence: str = Field(description="the source sentence (normalized like `attnlab translate` input)")
     beam: int | None = Field(None, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy (default: the run's)")
-    n_best: int = Field(1, ge=1, le=MAX_BEAM, description="hypotheses to return in nbest (at most the beam size)")
+    n_best: int = Field(1, ge=1, le=MAX_BEAM, description="hypotheses to return in nbest, at most the beam size (a "
+                                                          "larger n_best returns beam hypotheses)")
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="what was wrong, in one line")
 
 
 class Hypothesis(BaseModel):
@@ -331,22 +338,30 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONResp
 
 # ---------------------------------------------------------------------------------------------- app
 def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: int = 64 * 1024,
-               timeout: float = 60.0) -> FastAPI:
+               timeout: float = 60.0, body_timeout: float = 10.0, max_requests: int = 4096) -> FastAPI:
     """The FastAPI app serving `models` (see `load_models`) and the static explorer page; `timeout`: seconds a
-    translation request may take, queueing included."""
+    translation request may take, queueing included; `body_timeout`: seconds a request body may take to arrive
+    (408); `max_requests`: requests in progress at once (beyond: 503 with Retry-After)."""
     # /docs and /redoc would load Swagger/ReDoc from a CDN: off, the page must work offline
     app = FastAPI(title="attnlab attention explorer", version=__import__("attnlab").__version__,
                   docs_url=None, redoc_url=None,
                   description="Translate with trained attnlab runs and get their cross-attention weights.")
     # a layer of weights is up to ~1 MB of JSON, ~4x smaller gzipped; level 1: level 9 took seconds per model view
     app.add_middleware(GZipMiddleware, minimum_size=16 * 1024, compresslevel=1)
-    app.add_middleware(BodyLimit, max_bytes=max_body)
+    app.add_middleware(BodyLimit, max_bytes=max_body, timeout=body_timeout)
+    app.add_middleware(HttpMethods)  # HEAD as GET, OPTIONS
+    app.add_middleware(ConcurrencyLimit, max_requests=max_requests)  # the outermost: refuses before anything runs
     app.add_exception_handler(RequestValidationError, _validation_error)
     store = Explorations()
 
     @app.exception_handler(StarletteHTTPException)
     def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return json_error(exc.status_code, str(exc.detail))
+        if exc.status_code == 405:  # the routes' methods, from the top (a mount, /static, has its own scope)
+            scope = {"type": "http", "path": request.scope["path"], "method": request.method,
+                     "root_path": request.scope.get("app_root_path", "")}
+            allow = ", ".join(allowed_methods(app.routes, scope))
+            return json_error(405, f"method {request.method} is not allowed here; allowed: {allow}", {"Allow": allow})
+        return json_error(exc.status_code, str(exc.detail), exc.headers)
 
     @app.exception_handler(Busy)
     def _busy(request: Request, exc: Busy) -> JSONResponse:
@@ -386,25 +401,36 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
             raise HTTPException(422, f"{what} is empty")
         return text
 
+    def json_body(request: Request) -> None:
+        """415 for a body that is not JSON (a missing Content-Type is read as JSON)."""
+        kind = request.headers.get("content-type")
+        if kind is not None:
+            media = kind.split(";")[0].strip().lower()
+            if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+                raise HTTPException(415, f"the body must be JSON (Content-Type: application/json), not {media!r}")
+
+    errors = {400: {"description": "malformed JSON", "model": ErrorBody},
+              404: {"description": "unknown model", "model": ErrorBody},
+              408: {"description": f"the request body did not arrive within {body_timeout:g} s", "model": ErrorBody},
+              413: {"description": "request body too large", "model": ErrorBody},
+              415: {"description": "the body is not JSON (Content-Type)", "model": ErrorBody},
+              422: {"description": "empty, too long or invalid sentence, bad beam size"},
+              503: {"description": "the server or the model's queue is full, or the time limit passed; see "
+                                   "Retry-After", "model": ErrorBody}}
+
     # a plain `def`: FastAPI runs it in its thread pool, so decoding never blocks the event loop
-    @app.post("/api/translate", response_model=TranslateResponse,
-              responses={400: {"description": "malformed JSON"}, 404: {"description": "unknown model"},
-                         413: {"description": "request body too large"},
-                         422: {"description": "empty, too long or invalid sentence, bad beam size"},
-                         503: {"description": "the model's queue is full or the time limit passed; see Retry-After"}})
+    @app.post("/api/translate", response_model=TranslateResponse, responses=errors,
+              dependencies=[Depends(json_body)])
     def api_translate(req: TranslateRequest) -> TranslateResponse:
         served = lookup(req.model)
         sentence = clean(req.sentence)
+        beam = served.info.beam if req.beam is None else req.beam
         try:
-            return translate_one(served, sentence, req.beam, timeout, req.n_best)
+            return translate_one(served, sentence, beam, timeout, min(req.n_best, beam))
         except AttnlabError as e:  # e.g. more tokens than decode.max_src_tokens
             raise HTTPException(422, str(e)) from None
 
-    @app.post("/api/explore",
-              responses={400: {"description": "malformed JSON"}, 404: {"description": "unknown model"},
-                         413: {"description": "request body too large"},
-                         422: {"description": "empty, too long or invalid sentence, bad beam size"},
-                         503: {"description": "the model's queue is full or the time limit passed; see Retry-After"}})
+    @app.post("/api/explore", responses=errors, dependencies=[Depends(json_body)])
     def api_explore(req: ExploreRequest) -> JSONResponse:
         """Every attention map of one input (shapes and labels; weights are fetched per layer), the n-best list
         and each output token's probability with the top 5 alternatives."""
@@ -462,24 +488,52 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
         return FileResponse(STATIC_DIR / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.openapi = lambda: openapi_with_models(app, models, max_chars)
     return app
+
+
+def openapi_with_models(app: FastAPI, models: dict[str, ServedModel], max_chars: int) -> dict:
+    """FastAPI's schema of `app`, with what the request models cannot say statically: the served model names (an
+    enum with an example; /api/translate: the translation models) and the sentence's limits (a non-space
+    character, at most max_chars characters; the run's token limit is checked on the server, 422), so that a
+    client or a schema fuzzer sends requests that reach decoding."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    translation = [name for name, m in models.items() if m.info.kind == "translation"]
+    sentence = {"minLength": 1, "maxLength": max_chars, "pattern": r"[^\s\u00b6]",
+                "examples": ["In the beginning was the Word"]}
+    for request, names in (("TranslateRequest", translation or list(models)), ("ExploreRequest", list(models))):
+        fields = schema["components"]["schemas"][request]["properties"]
+        fields["model"].update(enum=names, examples=names[:1])
+        fields["sentence"].update(sentence)
+        for option in fields.get("sentence_b", {}).get("anyOf", []):
+            if option.get("type") == "string":
+                option.update(sentence)
+    app.openapi_schema = schema
+    return schema
 
 
 def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
           checkpoint: str = "best", max_chars: int = 1000, max_connections: int = 4096,
-          header_timeout: float = 10.0, timeout: float = 60.0, engine: str = "torch") -> None:
-    """Load the runs and serve them with uvicorn until Ctrl-C or SIGTERM (in-flight requests finish first)."""
+          header_timeout: float = 10.0, timeout: float = 60.0, engine: str = "torch", body_timeout: float = 10.0,
+          max_connections_per_client: int = 256) -> None:
+    """Load the runs and serve them with uvicorn until Ctrl-C or SIGTERM (in-flight requests finish first).
+    Connections are guarded by `serving.guarded_h11` (per client and in all, request heads); uvicorn's own
+    concurrency limit is off: `serving.ConcurrencyLimit` answers its 503 in JSON with Retry-After."""
     models = load_models(run_dirs, checkpoint, device, max_chars, engine)
-    app = create_app(models, max_chars=max_chars, timeout=timeout)
+    app = create_app(models, max_chars=max_chars, timeout=timeout, body_timeout=body_timeout,
+                     max_requests=max_connections)
     sock = listen(host, port)
     port = sock.getsockname()[1]
-    raise_fd_limit(max_connections + 256)
+    raise_fd_limit(max_connections + MAX_LINGERING + 256)
     for name in ("uvicorn.error", "attnlab"):
         logging.getLogger(name).addFilter(RateLimit())
     where = f"[{host}]" if ":" in host else host
     log.info("serving %s at http://%s:%d/  (API schema: /openapi.json; Ctrl-C stops)", ", ".join(models), where,
              port)
-    config = uvicorn.Config(app, log_level="warning", http=guarded_h11(max_connections, header_timeout),
-                            limit_concurrency=max_connections, timeout_keep_alive=5, backlog=2048,
-                            h11_max_incomplete_event_size=16 * 1024, timeout_graceful_shutdown=int(timeout))
+    protocol = guarded_h11(max_connections, header_timeout, max_connections_per_client, max_head=16 * 1024)
+    config = uvicorn.Config(app, log_level="warning", http=protocol, limit_concurrency=None, timeout_keep_alive=5,
+                            backlog=2048, h11_max_incomplete_event_size=16 * 1024,
+                            timeout_graceful_shutdown=int(timeout))
     uvicorn.Server(config).run(sockets=[sock])
