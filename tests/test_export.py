@@ -2,7 +2,9 @@
 sinusoidal/learned positions, tied/untied output layer), greedy translations of a trained run are identical, the
 CLI exports and translates, and RNN runs are refused."""
 
+import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from attnlab.export import transformer_spec  # noqa: E402
 from attnlab.tokenizers import BOS_ID, EOS_ID, SPECIALS  # noqa: E402
 from attnlab.transformer import TransformerConfig, TransformerSeq2Seq  # noqa: E402
 from attnlab.workflow import export_run, load_translator  # noqa: E402
+from conftest import tiny_experiment  # noqa: E402
 
 V = 40
 
@@ -139,3 +142,271 @@ def test_exported_language_model_log_probs_equal_attnlab(tmp_path, norm, activat
         ours = model(torch.tensor([tokens])).log_softmax(-1)[0, :-1].gather(1, torch.tensor(tokens[1:])[:, None])[:, 0]
     theirs = generator.score_batch([[vocab[i] for i in tokens]])[0].log_probs
     torch.testing.assert_close(torch.tensor(theirs), ours, atol=1e-4, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------- exports written like checkpoints
+SENTENCES = "the red house\nmy old door opens\na cat sees the big green window\n"
+
+
+@pytest.fixture
+def run_copy(tiny_runs, tmp_path):
+    """A private copy of the trained Transformer run (the tests below damage it) and an input file."""
+    (tmp_path / "in.txt").write_text(SENTENCES)
+    return shutil.copytree(tiny_runs["transformer"], tmp_path / "run")
+
+
+def translate(run, capsys, *extra) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `attnlab translate RUN in.txt --beam 1 ...` in this process."""
+    capsys.readouterr()
+    rc = main(["translate", str(run), str(run.parent / "in.txt"), "--beam", "1", "--device", "cpu", *extra])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def snapshot(folder) -> dict:
+    """{relative path: bytes} of every file under a folder (links not followed)."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+FILE_LINKS = ("model.bin", "config.json", "shared_vocabulary.json", "attnlab.json", "tokenizer/tokenizer.json")
+
+
+@pytest.mark.parametrize("position", FILE_LINKS + ("tokenizer", "."))
+@pytest.mark.parametrize("how", ["export", "export --out", "translate"])
+def test_no_write_through_a_symlink_in_an_export_folder(run_copy, tmp_path, capsys, position, how):
+    """A symlink at any position of an export folder (a file, the tokenizer folder, the export folder itself) to a
+    decoy: `attnlab export` (default place or --out) and `translate --engine ctranslate2` never write into the
+    decoy; a linked file or tokenizer folder is replaced by the export's own, a linked export folder refused."""
+    out = tmp_path / "out" if how == "export --out" else run_copy / "ctranslate2-best-float32"
+    assert main(["export", str(run_copy)] + (["--out", str(out)] if how == "export --out" else [])) == 0
+    decoys = tmp_path / "decoys"
+    (decoys / "folder").mkdir(parents=True)
+    (decoys / "file").write_bytes(b"decoy")
+    target = out / position if position != "." else out
+    if position in FILE_LINKS:
+        target.unlink()
+        target.symlink_to(decoys / "file")
+    else:
+        shutil.rmtree(target)
+        target.symlink_to(decoys / "folder", target_is_directory=True)
+    capsys.readouterr()
+    if how == "translate":
+        rc, _, err = translate(run_copy, capsys, "--engine", "ctranslate2")
+    else:
+        rc = main(["export", str(run_copy)] + (["--out", str(out)] if how == "export --out" else []))
+        err = capsys.readouterr().err
+    assert snapshot(decoys) == {"file": b"decoy"}  # no decoy modified, nothing written into the decoy folder
+    if position == ".":  # the export folder itself: refused, naming it
+        assert rc == 2 and "is a symlink" in err and str(out) in err and len(error_lines(err)) == 1
+    else:
+        assert rc == 0 and not target.is_symlink()
+        assert "model.bin" in snapshot(out)
+
+
+@pytest.mark.parametrize("position", ["tokenizer", "checkpoints", "eval", "config.json", "metrics.jsonl",
+                                      "tokenizer/tokenizer.json", "checkpoints/best.json", "checkpoints/latest.json",
+                                      "checkpoints/step_00000020.json", "eval/dev.json"])
+def test_no_write_through_a_symlink_in_a_run_folder(tiny_runs, tmp_path, capsys, position):
+    """A symlink in a run folder to a decoy (a copy of what it replaces, so that reading it succeeds): `train
+    --resume` (config, metrics, checkpoints, tokenizer) and `evaluate` (eval/) never write into it: a linked
+    folder we write into is refused with one line naming it, a linked file is replaced (metrics.jsonl, appended
+    to, is refused)."""
+    run = shutil.copytree(tiny_runs["transformer"], tmp_path / "run")
+    decoys = tmp_path / "decoys"
+    (decoys / "folder").mkdir(parents=True)
+    (decoys / "file").write_bytes(b"decoy\n")
+    target = run / position
+    if position in ("tokenizer", "checkpoints", "eval"):
+        if target.exists():
+            shutil.copytree(target, decoys / "folder", dirs_exist_ok=True)
+            shutil.rmtree(target)
+        target.symlink_to(decoys / "folder", target_is_directory=True)
+    else:
+        target.parent.mkdir(exist_ok=True)
+        if target.exists():
+            shutil.copy(target, decoys / "file")
+            target.unlink()
+        target.symlink_to(decoys / "file")
+    before = snapshot(decoys)
+    capsys.readouterr()
+    if position.startswith("eval"):
+        rc = main(["evaluate", str(run), "--split", "dev", "--device", "cpu", "--beam", "1", "--max-sentences", "5"])
+    else:
+        rc = main(["train", "--resume", str(run), "--set", "train.max_steps=22"])
+    err = capsys.readouterr().err
+    assert snapshot(decoys) == before  # no decoy modified, nothing written into a decoy folder
+    if position in ("checkpoints", "eval"):
+        assert rc == 2 and error_lines(err) == [f"attnlab: error: {target}: is a symlink; attnlab never writes "
+                                                "through a link inside a run or export folder (remove the link)"]
+    elif position.startswith("tokenizer"):  # resume only reads the tokenizer (through the link: no write)
+        assert rc == 0
+    else:  # replaced by the run's own file
+        assert rc == 0 and not target.is_symlink(), err
+
+
+def error_lines(stderr: str) -> list[str]:
+    """The error lines of a command's stderr (the rest is its log)."""
+    return [line for line in stderr.splitlines() if line.startswith("attnlab:")]
+
+
+def test_a_new_run_refuses_a_linked_tokenizer_folder(tiny_tsv, tmp_path):
+    from attnlab.workflow import train
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (tmp_path / "decoy").mkdir()
+    (run / "tokenizer").symlink_to(tmp_path / "decoy", target_is_directory=True)
+    with pytest.raises(AttnlabError, match="tokenizer: is a symlink"):
+        train(tiny_experiment(tiny_tsv, "transformer", max_steps=1), run)
+    assert not list((tmp_path / "decoy").iterdir())
+
+
+def test_a_kill_during_the_export_leaves_the_old_export_or_none(run_copy, capsys, monkeypatch):
+    """CTranslate2 writes model.bin into a private folder that is renamed into place when complete: an export
+    interrupted while model.bin is half written leaves no export (or the old one), and the next `translate
+    --engine ctranslate2` exports again. A truncated model.bin and a kill's leftovers are rebuilt too."""
+    rc, reference, _ = translate(run_copy, capsys)
+    assert rc == 0
+    out = run_copy / "ctranslate2-best-float32"
+    shutil.rmtree(out, ignore_errors=True)
+    spec_class = type(transformer_spec(*_tiny_model_and_vocab()))
+
+    def killed_save(self, output_dir):
+        (Path(output_dir) / "model.bin").write_bytes(b"\0" * 1000)  # half a model.bin, then the kill
+        raise KeyboardInterrupt
+
+    for _ in range(2):  # no export yet, then an old one
+        old = snapshot(out) if out.exists() else None
+        with monkeypatch.context() as m:
+            m.setattr(spec_class, "save", killed_save)
+            assert main(["export", str(run_copy)]) == 130
+        assert (snapshot(out) if out.exists() else None) == old  # the old export or none
+        assert not list(run_copy.glob(".ctranslate2*"))  # nothing half-made left
+        assert translate(run_copy, capsys, "--engine", "ctranslate2")[:2] == (0, reference)
+    good = snapshot(out)
+    # what a SIGKILL leaves: an export cut short (no manifest, a truncated model.bin) beside a staging folder
+    (out / "attnlab.json").unlink()
+    (out / "model.bin").write_bytes(good["model.bin"][:5000])
+    shutil.copytree(out, run_copy / ".ctranslate2-best-float32.0badcafe.tmp")
+    rc, text, err = translate(run_copy, capsys, "--engine", "ctranslate2")
+    assert (rc, text) == (0, reference) and snapshot(out) == good
+    # the same export named with --ct2-model: refused with one line naming the file, no traceback
+    (out / "model.bin").write_bytes(good["model.bin"][:5000])
+    rc, text, err = translate(run_copy, capsys, "--engine", "ctranslate2", "--ct2-model", str(out))
+    assert rc == 2 and text == "" and "model.bin" in err and len(error_lines(err)) == 1
+
+
+def _tiny_model_and_vocab():
+    model = TransformerSeq2Seq(V, V, TransformerConfig(d_model=8, h=2, d_ff=16, enc_layers=1, dec_layers=1,
+                                                       max_len=16))
+    vocab = list(SPECIALS) + [f"w{i}" for i in range(len(SPECIALS), V)]
+    return model, vocab, vocab
+
+
+def test_a_stale_export_is_rebuilt(run_copy, capsys):
+    """After the checkpoint `--checkpoint last` names moved (as `train --resume` does), `translate --engine
+    ctranslate2` exports again instead of reusing the old export, and translates like the PyTorch engine."""
+    from attnlab.checkpoint import load_weights, resolve_checkpoint, save_weights
+    from attnlab.fileio import write_json
+
+    rc, before, _ = translate(run_copy, capsys, "--engine", "ctranslate2", "--checkpoint", "last")
+    assert rc == 0
+    out = run_copy / "ctranslate2-last-float32"
+    old = snapshot(out)
+    model = load_translator(run_copy).model
+    load_weights(model, resolve_checkpoint(run_copy, "last"))
+    with torch.no_grad():  # another step's weights: a different greedy output
+        model.generator.weight.copy_(model.generator.weight.roll(1, 0))
+    save_weights(model, run_copy / "checkpoints" / "step_00000099.safetensors")
+    shutil.copy(run_copy / "checkpoints" / "step_00000020.json", run_copy / "checkpoints" / "step_00000099.json")
+    write_json(run_copy / "checkpoints" / "latest.json", {"step": 99, "name": "step_00000099"})
+    rc, torch_out, _ = translate(run_copy, capsys, "--checkpoint", "last")
+    assert rc == 0 and torch_out != before
+    rc, ct2_out, _ = translate(run_copy, capsys, "--engine", "ctranslate2", "--checkpoint", "last")
+    assert (rc, ct2_out) == (0, torch_out)
+    assert snapshot(out)["model.bin"] != old["model.bin"]
+    assert '"step_00000099.safetensors"' in (out / "attnlab.json").read_text()
+
+
+def shuffle(tokens):
+    return tokens[:4] + tokens[5:6] + tokens[4:5] + tokens[6:]
+
+
+TAMPERS = {  # name: (file, what it does to the file's bytes)
+    "model.bin truncated": ("model.bin", lambda b: b[: len(b) // 2]),
+    "model.bin byte flipped": ("model.bin", lambda b: b[: len(b) // 2] + bytes([b[len(b) // 2] ^ 0x01])
+                               + b[len(b) // 2 + 1:]),
+    "model.bin zeroed": ("model.bin", lambda b: bytes(len(b))),
+    "config.json bad JSON": ("config.json", lambda b: b[:-5]),
+    "decoder_start_token": ("config.json", lambda b: b.replace(b'"decoder_start_token": "<s>"',
+                                                              b'"decoder_start_token": "</s>"')),
+    "layer_norm_epsilon 1e300": ("config.json", lambda b: b.replace(b"1e-05", b"1e300")),
+    "layer_norm_epsilon -1": ("config.json", lambda b: b.replace(b"1e-05", b"-1")),
+    "vocabulary shuffled": ("shared_vocabulary.json",
+                            lambda b: json.dumps(shuffle(json.loads(b))).encode()),
+    "vocabulary entry renamed": ("shared_vocabulary.json",
+                                 lambda b: json.dumps(json.loads(b)[:-1] + ["renamed"]).encode()),
+    "vocabulary entry missing": ("shared_vocabulary.json", lambda b: json.dumps(json.loads(b)[:-1]).encode()),
+}
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_runs, tmp_path_factory):
+    """A copy of the trained Transformer run with its own export (the tamper tests damage the export, and put it
+    back after), and the PyTorch engine's translation of in.txt."""
+    run = shutil.copytree(tiny_runs["transformer"], tmp_path_factory.mktemp("tamper") / "run")
+    (run.parent / "in.txt").write_text(SENTENCES)
+    out = run / "ctranslate2-best-float32"
+    shutil.rmtree(out, ignore_errors=True)
+    export_run(run, out)
+    return run, [t[0].text + "\n" for t in load_translator(run).translate(SENTENCES.splitlines(), beam_size=1)]
+
+
+@pytest.mark.parametrize("rehash", [False, True], ids=["manifest", "rehashed manifest"])
+@pytest.mark.parametrize("name", list(TAMPERS))
+def test_a_tampered_export_is_rebuilt_or_refused(exported, capsys, name, rehash):
+    """Every tamper family, on the run's own export (rebuilt, then translated like the PyTorch engine) and on an
+    export named with --ct2-model (refused: exit 2, one line naming the file), also when the tamperer rewrote the
+    manifest's hashes (then the files themselves are checked against the run's tokenizer). No traceback, no wrong
+    translation with exit 0 (but a flipped weight byte under a rewritten manifest, which only the hash finds)."""
+    from attnlab.export import export_files
+
+    run, reference = exported
+    reference = "".join(reference)
+    own = run / "ctranslate2-best-float32"
+    good = snapshot(own)
+    file, tamper = TAMPERS[name]
+    try:
+        for explicit in (True, False):
+            (own / file).write_bytes(tamper(good[file]))
+            assert (own / file).read_bytes() != good[file]
+            if rehash:
+                manifest = json.loads(good["attnlab.json"])
+                manifest["files"] = export_files(own)
+                (own / "attnlab.json").write_text(json.dumps(manifest))
+            rc, text, err = translate(run, capsys, "--engine", "ctranslate2",
+                                      *(["--ct2-model", str(own)] if explicit else []))
+            if rc == 0 and rehash and name == "model.bin byte flipped":
+                continue  # a valid model with one weight changed: only the manifest's hash could tell
+            if explicit:
+                assert rc == 2 and text == "" and str(own) in err and len(error_lines(err)) == 1, err
+            else:
+                assert (rc, text) == (0, reference), err
+                assert snapshot(own)[file] == good[file]
+    finally:
+        for f, data in good.items():
+            (own / f).write_bytes(data)
+
+
+def test_export_out_must_not_be_the_current_folder_or_hold_other_files(run_copy, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", str(run_copy), "--out", ""]) == 2
+    assert "current folder" in capsys.readouterr().err and not (tmp_path / "model.bin").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    assert main(["export", str(run_copy), "--out", str(tmp_path / "mine")]) == 2
+    assert "notes.txt" in capsys.readouterr().err and (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    assert main(["export", str(run_copy), "--out", str(tmp_path / "new")]) == 0  # and again over its own export
+    assert main(["export", str(run_copy), "--out", str(tmp_path / "new")]) == 0
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["attnlab.json", "config.json", "model.bin",
+                                                                    "shared_vocabulary.json", "tokenizer"]

@@ -11,10 +11,11 @@ A run's checkpoint folder::
 
 Saving a checkpoint is a transaction (`save_checkpoint`): the three step files, then latest.json, then (if the
 step is the best so far) best.json, then pruning, each file written to a temporary name, flushed and renamed into
-place. A kill at any point therefore leaves latest.json and best.json naming complete files whose contents
-belong to the step they name; pruning never deletes a step a pointer names, and a pointer may name only a
-`step_N` of its own folder. `recover` (run before a resume) removes what a kill left behind: temporary files and
-the files of steps after latest.
+place. A kill at any point therefore leaves latest.json and best.json naming complete files whose contents belong
+to the step they name; pruning never deletes a step a pointer names, and a pointer may name only a `step_N` of
+its own folder. Nothing is written through a symlink: a linked file is replaced, a linked checkpoint folder
+refused (the run folder is the writes' `root`, `attnlab.fileio.atomic_write`). `recover` (run before a resume)
+removes what a kill left behind: temporary files and the files of steps after latest.
 
 Runs written before best.json became a pointer have best.safetensors and a best.json without "name"; they load
 as before.
@@ -58,10 +59,11 @@ def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     return tensors, meta
 
 
-def save_weights(model: nn.Module, path: Path) -> None:
+def save_weights(model: nn.Module, path: Path, root: Path | None = None) -> None:
     """Model weights as safetensors. Tied weights (the same tensor under several names) are stored once, the other
     names recorded as aliases in the file's metadata. Every tensor is copied out on its own: cuDNN's RNNs keep their
-    weights as views of one flat buffer, which safetensors' `save_model` refuses to write."""
+    weights as views of one flat buffer, which safetensors' `save_model` refuses to write. `root`: the run folder
+    (`attnlab.fileio.atomic_write`)."""
     tensors: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     seen: dict[tuple, str] = {}
@@ -73,7 +75,7 @@ def save_weights(model: nn.Module, path: Path) -> None:
         seen[key] = name
         tensors[name] = t.detach().to("cpu", copy=True).contiguous()
     meta = {"attnlab_aliases": json.dumps(aliases, sort_keys=True)}
-    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
+    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta), root)
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
@@ -209,17 +211,19 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optimizer: torc
                     trainer_state: dict, keep_last: int, best: bool = False) -> Path:
     """Writes the checkpoint of `step` as a transaction: weights, optimizer/RNG tensors, trainer state (each
     atomic), then latest.json, then, if `best`, best.json (with trainer_state["best_score"]), then prunes: of the
-    steps up to latest, the keep_last newest stay, and so do the steps latest and best name."""
+    steps up to latest, the keep_last newest stay, and so do the steps latest and best name. The run folder
+    (`ckpt_dir`'s parent) is the writes' root: a checkpoint folder that is a symlink is refused."""
+    root = ckpt_dir.parent
     stem = ckpt_dir / step_name(step)
-    save_weights(model, stem.with_suffix(".safetensors"))
+    save_weights(model, stem.with_suffix(".safetensors"), root)
     tensors, optim_meta = optimizer_tensors(optimizer)
     tensors["rng.torch"] = torch.get_rng_state()
     if torch.cuda.is_available():
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"rng.cuda.{i}"] = s
-    atomic_write(Path(f"{stem}.train.safetensors"), lambda tmp: save_file(tensors, tmp))
-    write_json(stem.with_suffix(".json"), {**trainer_state, "optimizer": optim_meta, "step": step})
-    write_json(ckpt_dir / "latest.json", {"step": step, "name": stem.name})
+    atomic_write(Path(f"{stem}.train.safetensors"), lambda tmp: save_file(tensors, tmp), root)
+    write_json(stem.with_suffix(".json"), {**trainer_state, "optimizer": optim_meta, "step": step}, root)
+    write_json(ckpt_dir / "latest.json", {"step": step, "name": stem.name}, root)
     if best:
         write_best(ckpt_dir, step, trainer_state.get("best_score"))
     prune(ckpt_dir, keep_last)
@@ -228,7 +232,7 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optimizer: torc
 
 def write_best(ckpt_dir: Path, step: int, score: float | None) -> None:
     """Points best.json at the (complete) checkpoint of `step`; a legacy best.safetensors goes."""
-    write_json(ckpt_dir / "best.json", {"step": step, "name": step_name(step), "score": score})
+    write_json(ckpt_dir / "best.json", {"step": step, "name": step_name(step), "score": score}, ckpt_dir.parent)
     (ckpt_dir / "best.safetensors").unlink(missing_ok=True)
 
 

@@ -21,19 +21,31 @@ Shape legend: D d_model, V vocabulary, N layers.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import re
+import shutil
+import stat
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from attnlab.checkpoint import resolve_checkpoint
 from attnlab.errors import AttnlabError
-from attnlab.fileio import atomic_write_bytes, make_dirs, write_json
+from attnlab.fileio import (atomic_write_bytes, file_sha256, make_dirs, new_folder, read_json, read_lines,
+                            replace_folder, write_json)
 from attnlab.runs import LoadedRun
-from attnlab.tokenizers import SPECIALS
+from attnlab.tokenizers import SPECIALS, TokenizerPair
 
 log = logging.getLogger("attnlab")
 
+MANIFEST = "attnlab.json"  # what the export was made from, and each file's size and SHA-256
+# what an export folder may hold: CTranslate2's files, the tokenizer, MANIFEST, and temporary files of a write a
+# kill interrupted (an export replaces the whole folder, so anything else in it would be deleted)
+EXPORT_NAME = re.compile(r"\.?(model\.bin|config\.json|attnlab\.json|tokenizer|"
+                         r"(shared_|source_|target_)?vocabulary\.(json|txt))(\.[0-9a-f]+\.(tmp|old))?")
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16",
                  "int8_bfloat16")
 
@@ -173,11 +185,58 @@ def ctranslate2_dir(run_dir: Path | str, checkpoint: str = "best", quantization:
     return Path(run_dir) / f"ctranslate2-{checkpoint}-{quantization}"
 
 
-def export_ctranslate2(run: LoadedRun, out: Path | str | None = None, quantization: str = "float32") -> Path:
+def tokenizer_sha256(folder: Path | str) -> str:
+    """One SHA-256 over a tokenizer folder's files (names and contents, in name order); "" when it has none."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return ""
+    files = sorted(f for f in folder.iterdir() if f.is_file())
+    if not files:
+        return ""
+    return hashlib.sha256("".join(f"{f.name}\0{file_sha256(f)}\n" for f in files).encode()).hexdigest()
+
+
+def export_source(run_dir: Path | str, checkpoint: str = "best") -> dict:
+    """What an export of a run is made from: the checkpoint file `checkpoint` ("best" or "last") resolves to now,
+    its SHA-256 and the tokenizer's (`tokenizer_sha256`). An export records it in MANIFEST; a reuse compares it."""
+    path = resolve_checkpoint(run_dir, checkpoint)
+    if not path.is_file():
+        raise AttnlabError(f"{path}: no such checkpoint")
+    return {"checkpoint": checkpoint, "checkpoint_file": path.name, "checkpoint_sha256": file_sha256(path),
+            "tokenizer_sha256": tokenizer_sha256(Path(run_dir) / "tokenizer")}
+
+
+def check_export_folder(out: Path) -> None:
+    """Refuses, naming it, an export folder that attnlab must not replace: the current folder (`--out ''`), a
+    symlink, a file, or a folder holding anything that is not part of an export (replacing an export deletes the
+    old folder)."""
+    if str(out) in ("", ".") or out.resolve() == Path.cwd().resolve():
+        raise AttnlabError(f"--out {str(out)!r} names the current folder; an export needs a folder of its own")
+    if not os.path.lexists(out):
+        return
+    mode = os.lstat(out).st_mode
+    if stat.S_ISLNK(mode):
+        raise AttnlabError(f"{out}: is a symlink; attnlab never writes through a link (remove it, or export to "
+                           "another --out)")
+    if not stat.S_ISDIR(mode):
+        raise AttnlabError(f"{out}: is a file; choose another --out")
+    foreign = sorted(p.name for p in out.iterdir() if not EXPORT_NAME.fullmatch(p.name))
+    if foreign:
+        raise AttnlabError(f"{out}: holds {foreign[0]!r}, which is not part of a CTranslate2 export; export to a new "
+                           "or empty folder")
+
+
+def export_ctranslate2(run: LoadedRun, out: Path | str | None = None, quantization: str = "float32",
+                       source: dict | None = None) -> Path:
     """Writes the CTranslate2 model of a loaded Transformer translation run (for `ctranslate2.Translator`) or
     language-model run (for `ctranslate2.Generator`) to `out` (default `ctranslate2_dir`); returns the directory.
     The weights are quantized as asked (int8: 8-bit weights, float32 compute). `attnlab.workflow.export_run`
-    loads the run and calls this."""
+    loads the run and calls this.
+
+    The export is written like a checkpoint: everything goes into a new private folder beside `out` (CTranslate2
+    writes model.bin itself), then MANIFEST with what it was made from (`source`, default `export_source` of the
+    run now) and every file's size and SHA-256, then the folder is renamed to `out` (`replace_folder`): a kill
+    leaves the old export or none, never a truncated model.bin, and no file is written through a link."""
     ct2 = _ct2()
     run_dir = run.run_dir
     if quantization not in QUANTIZATIONS:
@@ -186,19 +245,152 @@ def export_ctranslate2(run: LoadedRun, out: Path | str | None = None, quantizati
         raise AttnlabError(f"{run_dir}: a {run.family.title} run cannot be exported to CTranslate2, which has no "
                            "RNN models; Transformer translation and language-model runs can")
     out = Path(out) if out is not None else ctranslate2_dir(run_dir, run.checkpoint, quantization)
+    check_export_folder(out)
+    source = source if source is not None else export_source(run_dir, run.checkpoint)
     if run.family.name == "lm":
         spec = language_model_spec(run.model, vocabulary(run.tokenizers.tgt))
     else:
         spec = transformer_spec(run.model, vocabulary(run.tokenizers.src), vocabulary(run.tokenizers.tgt))
     spec.validate()
     spec.optimize(quantization=None if quantization == "float32" else quantization)
-    make_dirs(out)
-    spec.save(str(out))
-    for f in sorted((run_dir / "tokenizer").iterdir()):  # the SentencePiece models, to tokenize without attnlab
-        if f.is_file():
-            atomic_write_bytes(out / "tokenizer" / f.name, f.read_bytes())
-    write_json(out / "attnlab.json", {"run": str(run_dir.resolve()), "checkpoint": run.checkpoint,
-                                      "quantization": quantization, "ctranslate2": ct2.__version__,
-                                      "family": run.family.name, "max_len": run.model.cfg.max_len})
+    make_dirs(out.parent)
+    staging = new_folder(out.parent, out.name)
+    try:
+        spec.save(str(staging))
+        for f in sorted((run_dir / "tokenizer").iterdir()):  # the SentencePiece models, to tokenize without attnlab
+            if f.is_file():
+                atomic_write_bytes(staging / "tokenizer" / f.name, f.read_bytes(), staging)
+        write_json(staging / MANIFEST, {**source, "run": str(run_dir.resolve()), "quantization": quantization,
+                                        "ctranslate2": ct2.__version__, "family": run.family.name,
+                                        "max_len": run.model.cfg.max_len, "files": export_files(staging)}, staging)
+        replace_folder(staging, out)
+    except BaseException:  # Ctrl-C included: the half-made folder goes
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     log.info("exported %s (%s) to %s", run_dir, quantization, out)
     return out
+
+
+def export_files(model_dir: Path) -> dict[str, dict]:
+    """{relative path: {"size", "sha256"}} of the files of an export folder (its MANIFEST and temporary files
+    excepted); a symlink in it, or something that is neither a file nor a folder, is an AttnlabError naming it."""
+    files = {}
+    for path in sorted(model_dir.rglob("*")):
+        rel = path.relative_to(model_dir).as_posix()
+        if rel == MANIFEST or path.name.startswith("."):
+            continue
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            raise AttnlabError(f"{path}: is a symlink; an export holds only its own files")
+        if stat.S_ISREG(mode):
+            files[rel] = {"size": os.lstat(path).st_size, "sha256": file_sha256(path)}
+        elif not stat.S_ISDIR(mode):
+            raise AttnlabError(f"{path}: is neither a file nor a folder")
+    return files
+
+
+def check_export(model_dir: Path | str, tokenizers: TokenizerPair, source: dict | None = None) -> None:
+    """Checks a CTranslate2 translation export before it is loaded; any disagreement is an AttnlabError naming the
+    file:
+
+    - MANIFEST (when there is one; required with `source`): every file is there with the size and SHA-256
+      recorded, and none is added (a truncated, zeroed or flipped model.bin, an export cut short);
+    - `source` (a reuse of a run's own export): made from the checkpoint and tokenizer `export_source` names now;
+    - config.json: attnlab's special tokens, decoding starts from <s>, no BOS/EOS added to the source (attnlab
+      adds its EOS), a LayerNorm epsilon in (0, 1) (the limit of `attnlab.transformer.TransformerConfig`);
+    - the vocabularies: exactly the run's tokenizers' pieces in id order (size, specials, order, names).
+
+    model.bin itself is checked by loading it (`attnlab.translate.CTranslate2Translator`)."""
+    model_dir = Path(model_dir)
+    if os.path.islink(model_dir):
+        raise AttnlabError(f"{model_dir}: is a symlink; attnlab never reads or writes an export through a link")
+    if not (model_dir / "model.bin").is_file():
+        raise AttnlabError(f"{model_dir}: not a CTranslate2 model directory (model.bin missing); create it with "
+                           "attnlab export RUN_DIR --to ctranslate2")
+    manifest = read_manifest(model_dir, required=source is not None)
+    if manifest is not None:
+        check_files(model_dir, manifest)
+    if source is not None:
+        for key in ("checkpoint_sha256", "tokenizer_sha256"):
+            if manifest.get(key) != source[key]:
+                what = ("checkpoint " + source["checkpoint_file"]) if key == "checkpoint_sha256" else "tokenizer"
+                raise AttnlabError(f"{model_dir / MANIFEST}: exported from another {what.split()[0]} than the run's "
+                                   f"{source['checkpoint']} {what} now")
+    check_config(model_dir / "config.json")
+    src, tgt = vocabulary(tokenizers.src), vocabulary(tokenizers.tgt)
+    if (model_dir / "shared_vocabulary.json").is_file() or (model_dir / "shared_vocabulary.txt").is_file():
+        if src != tgt:
+            raise AttnlabError(f"{model_dir}: one shared vocabulary, but the run's source and target tokenizers "
+                               "differ")
+        check_vocabulary(model_dir, "shared_vocabulary", tgt)
+    else:
+        check_vocabulary(model_dir, "source_vocabulary", src)
+        check_vocabulary(model_dir, "target_vocabulary", tgt)
+
+
+def read_manifest(model_dir: Path, required: bool) -> dict | None:
+    """The export's MANIFEST with its file list, or None when it has none (an export of another tool or of an
+    older attnlab) and `required` is false."""
+    path = model_dir / MANIFEST
+    if not os.path.lexists(path):
+        if required:
+            raise AttnlabError(f"{path}: missing (an export cut short or made by an older attnlab)")
+        return None
+    manifest = read_json(path)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        if required or isinstance(manifest, dict) and "files" in manifest:
+            raise AttnlabError(f"{path}: expected a JSON object with the key files (made by an older attnlab?)")
+        return None
+    return manifest
+
+
+def check_files(model_dir: Path, manifest: dict) -> None:
+    """Every file of the export has the size and SHA-256 its MANIFEST records, and no file is missing or added."""
+    recorded, present = manifest["files"], export_files(model_dir)
+    for rel in sorted(set(recorded) | set(present)):
+        if rel not in present:
+            raise AttnlabError(f"{model_dir / rel}: missing (the export's {MANIFEST} lists it)")
+        if rel not in recorded:
+            raise AttnlabError(f"{model_dir / rel}: not part of the export ({MANIFEST} does not list it)")
+        if recorded[rel] != present[rel]:
+            size = present[rel]["size"]
+            raise AttnlabError(f"{model_dir / rel}: changed since the export ({size:,} bytes, a SHA-256 other than "
+                               f"the one {MANIFEST} records); export the run again")
+
+
+def check_config(path: Path) -> None:
+    """config.json of a translation export: attnlab's special tokens, no source BOS/EOS, a sane epsilon."""
+    cfg = read_json(path)
+    if not isinstance(cfg, dict):
+        raise AttnlabError(f"{path}: expected a JSON object")
+    expected = {"decoder_start_token": SPECIALS[1], "bos_token": SPECIALS[1], "eos_token": SPECIALS[2],
+                "unk_token": SPECIALS[3]}
+    for key, value in expected.items():
+        if cfg.get(key, value) != value:
+            raise AttnlabError(f"{path}: {key} is {cfg[key]!r}; an attnlab model needs {value!r}")
+    for key in ("add_source_bos", "add_source_eos"):
+        if cfg.get(key, False) is not False:
+            raise AttnlabError(f"{path}: {key} must be false (attnlab adds the source's EOS itself)")
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        raise AttnlabError(f"{path}: layer_norm_epsilon is {eps!r}; it must be a number in (0, 1)")
+
+
+def check_vocabulary(model_dir: Path, stem: str, pieces: list[str]) -> None:
+    """The vocabulary file `stem`.json (or CTranslate2 2.x's `stem`.txt) holds exactly `pieces`, in order."""
+    path = model_dir / f"{stem}.json"
+    if path.is_file():
+        tokens = read_json(path)
+    elif (model_dir / f"{stem}.txt").is_file():
+        path = model_dir / f"{stem}.txt"
+        tokens = read_lines(path)
+    else:
+        raise AttnlabError(f"{path}: missing")
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise AttnlabError(f"{path}: expected a list of tokens")
+    if tokens != pieces:
+        if len(tokens) != len(pieces):
+            raise AttnlabError(f"{path}: {len(tokens)} tokens, the run's tokenizer has {len(pieces)}")
+        i = next(i for i, (a, b) in enumerate(zip(tokens, pieces)) if a != b)
+        raise AttnlabError(f"{path}: token {i} is {tokens[i]!r}, the run's tokenizer has {pieces[i]!r} (the "
+                           "vocabulary must be the tokenizer's pieces in id order)")

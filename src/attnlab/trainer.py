@@ -31,7 +31,7 @@ from attnlab.batching import (PackedBatchSampler, Seq2SeqBatch, TokenBudgetBatch
 from attnlab.checkpoint import load_checkpoint, read_pointer, recover, save_checkpoint, step_name, write_best
 from attnlab.config import MAX_COUNT, MAX_LEN, MAX_SEED, MAX_THREADS, from_dict
 from attnlab.errors import AttnlabError
-from attnlab.fileio import append_line, atomic_write_text, make_dirs
+from attnlab.fileio import append_line, atomic_write_text, make_dirs, real_dir
 from attnlab.logs import Progress
 from attnlab.loss import smoothed_cross_entropy
 from attnlab.memory import keep_freed_memory
@@ -457,7 +457,7 @@ class Trainer:
         except ImportError:
             raise AttnlabError("train.tensorboard = true needs the tensorboard package "
                                "(pip install tensorboard)") from None
-        return SummaryWriter(str(self.run_dir / "tensorboard"))
+        return SummaryWriter(str(real_dir(self.run_dir / "tensorboard", self.run_dir)))  # never into a link
 
     # ------------------------------------------------------------------------------------------ steps
     def _autocast(self) -> contextlib.AbstractContextManager:

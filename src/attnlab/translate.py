@@ -144,8 +144,13 @@ class CTranslate2Translator:
         if not (self.model_dir / "model.bin").is_file():
             raise AttnlabError(f"{self.model_dir}: not a CTranslate2 model directory (model.bin missing); create it "
                                "with attnlab export RUN_DIR --to ctranslate2")
-        self.ct2 = ctranslate2.Translator(str(self.model_dir), device="cpu", inter_threads=1,
-                                          intra_threads=threads or torch.get_num_threads())
+        try:
+            self.ct2 = ctranslate2.Translator(str(self.model_dir), device="cpu", inter_threads=1,
+                                              intra_threads=threads or torch.get_num_threads())
+        except Exception as e:  # a damaged model.bin: RuntimeError, ValueError, IndexError ... of CTranslate2
+            lines = str(e).strip().splitlines() or [type(e).__name__]
+            raise AttnlabError(f"{self.model_dir / 'model.bin'}: CTranslate2 cannot load it ({lines[0][:200]}); "
+                               "export the run again") from None
         self.tokenizers, self.decode = tokenizers, decode
         tgt = tokenizers.tgt
         self.tgt_ids = {tgt.id_to_piece(i): i for i in range(tgt.vocab_size)}
@@ -188,6 +193,10 @@ class CTranslate2Translator:
             if 0 < rows.size(0) < len(tgt_tokens):
                 rows = torch.cat([rows, rows[-1:].expand(len(tgt_tokens) - rows.size(0), -1)])
             weights = rows
+        unknown = [t for t in tokens if t not in self.tgt_ids]
+        if unknown:  # a vocabulary that is not the run's tokenizer's (`attnlab.export.check_export` catches it first)
+            raise AttnlabError(f"{self.model_dir}: the model produced {unknown[0]!r}, which the run's target "
+                               "tokenizer does not have")
         tgt_ids = [self.tgt_ids[t] for t in tokens]
         return Translation(text=self.tokenizers.tgt.decode(tgt_ids), score=float(score), src_tokens=src_pieces,
                            tgt_tokens=tgt_tokens, attention=weights)

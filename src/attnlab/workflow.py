@@ -24,9 +24,10 @@ import torch
 from attnlab.checkpoint import load_weights, resolve_checkpoint
 from attnlab.config import MAX_PARAMETERS, apply_overrides, to_dict
 from attnlab.errors import AttnlabError
-from attnlab.export import ctranslate2_dir, export_ctranslate2
+from attnlab.export import (check_export, check_export_folder, ctranslate2_dir, export_ctranslate2, export_source,
+                            read_manifest)
 from attnlab.families import family_of, family_of_config, load_family_config, require
-from attnlab.fileio import make_dirs, read_json, write_json
+from attnlab.fileio import make_dirs, read_json, real_dir, write_json
 from attnlab.runs import EvalOptions, Family, LoadedRun
 from attnlab.summary import format_table, layer_table
 from attnlab.tokenizers import TokenizerPair, load_tokenizers, save_tokenizers
@@ -120,9 +121,10 @@ def train(cfg: Any, run_dir: Path | str, resume: bool = False, overrides: list[s
     if not resume:
         tokenizers = family.make_tokenizers(cfg, data)
     make_dirs(run_dir)
+    real_dir(run_dir / "checkpoints", run_dir)  # a linked folder is refused before anything is written into it
     if tokenizers is not None and not resume:
-        save_tokenizers(tokenizers, run_dir / "tokenizer")
-    write_json(run_dir / "config.json", to_dict(cfg))
+        save_tokenizers(tokenizers, real_dir(run_dir / "tokenizer", run_dir))
+    write_json(run_dir / "config.json", to_dict(cfg), run_dir)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     torch.manual_seed(cfg.train.seed)
@@ -170,6 +172,9 @@ def load_run(run_dir: Path | str, checkpoint: str = "best", device: str | torch.
     cfg = family.from_dict(raw)
     device = resolve_device(device) if isinstance(device, str) else device
     tokenizers = run_tokenizers(run_dir)
+    if tokenizers is None and family.uses_tokenizers(cfg):  # else a model of the config's default sizes
+        raise AttnlabError(f"{run_dir}: the run's tokenizer folder ({run_dir / 'tokenizer'}) is missing; a "
+                           f"{family.title} run reads and writes text with it")
     model = build_model(family, cfg, tokenizers)
     load_weights(model, resolve_checkpoint(run_dir, checkpoint))
     return LoadedRun(run_dir, family, cfg, tokenizers, model.to(device).eval(), checkpoint, device)
@@ -193,25 +198,53 @@ def load_translator(run_dir: Path | str, checkpoint: str = "best", device: str =
 
 def ctranslate2_translator(run_dir: Path | str, checkpoint: str, tokenizers: TokenizerPair, decode: Any,
                            model_dir: Path | str | None = None) -> CTranslate2Translator:
-    """A translation run decoded by CTranslate2 with its tokenizers and decode settings, from `model_dir` or the
-    run's own float32 export (`ctranslate2_model`, made on first use)."""
-    model_dir = model_dir if model_dir is not None else ctranslate2_model(run_dir, checkpoint)
+    """A translation run decoded by CTranslate2 with its tokenizers and decode settings, from `model_dir` (checked
+    by `attnlab.export.check_export`: a disagreement is an AttnlabError naming the file) or the run's own float32
+    export (`ctranslate2_model`: made on first use, made again when stale or damaged)."""
+    if model_dir is None:
+        model_dir = ctranslate2_model(run_dir, checkpoint, tokenizers)
+        try:
+            return CTranslate2Translator(model_dir, tokenizers, decode)
+        except AttnlabError as e:  # model.bin does not load although the manifest agrees: rewritten with it
+            log.info("exporting %s again: %s", run_dir, e)
+            export_run(run_dir, model_dir, "float32", checkpoint)
+    else:
+        check_export(model_dir, tokenizers)
+        manifest = read_manifest(Path(model_dir), required=False)
+        source = export_source(run_dir, checkpoint)
+        if manifest is not None and manifest.get("checkpoint_sha256") != source["checkpoint_sha256"]:
+            log.warning("%s was exported from another checkpoint than the run's %s one (%s)", model_dir, checkpoint,
+                        source["checkpoint_file"])
     return CTranslate2Translator(model_dir, tokenizers, decode)
 
 
 def export_run(run_dir: Path | str, out: Path | str | None = None, quantization: str = "float32",
                checkpoint: str = "best") -> Path:
     """Exports a Transformer translation or language-model run to CTranslate2 (`attnlab.export`); returns the
-    model directory (default RUN_DIR/ctranslate2-<checkpoint>-<quantization>)."""
-    return export_ctranslate2(load_run(run_dir, checkpoint, "cpu"), out, quantization)
+    model directory (default RUN_DIR/ctranslate2-<checkpoint>-<quantization>). The checkpoint and tokenizer are
+    hashed before the weights are loaded: a checkpoint that moves meanwhile makes the export stale, never wrongly
+    current."""
+    source = export_source(run_dir, checkpoint)
+    return export_ctranslate2(load_run(run_dir, checkpoint, "cpu"), out, quantization, source)
 
 
-def ctranslate2_model(run_dir: Path | str, checkpoint: str = "best") -> Path:
-    """The run's float32 CTranslate2 model directory, exported on first use (what `--engine ctranslate2` runs
-    without an explicit model directory)."""
+def ctranslate2_model(run_dir: Path | str, checkpoint: str = "best", tokenizers: TokenizerPair | None = None
+                      ) -> Path:
+    """The run's float32 CTranslate2 model directory (what `--engine ctranslate2` runs without an explicit model
+    directory), exported on first use and exported again when `attnlab.export.check_export` finds it stale (made
+    from another checkpoint or tokenizer: `train --resume` moved `checkpoint`) or damaged (a file changed,
+    missing, or the export cut short)."""
+    run_dir = Path(run_dir)
     out = ctranslate2_dir(run_dir, checkpoint)
-    if not (out / "model.bin").is_file():
+    tokenizers = tokenizers if tokenizers is not None else run_tokenizers(run_dir)
+    check_export_folder(out)  # a link or a file there: refused, not exported again
+    try:
+        check_export(out, tokenizers, export_source(run_dir, checkpoint))
+    except AttnlabError as e:
+        if out.exists() or out.is_symlink():
+            log.info("exporting %s again: %s", run_dir, e)
         export_run(run_dir, out, "float32", checkpoint)
+        check_export(out, tokenizers, export_source(run_dir, checkpoint))
     return out
 
 
@@ -230,6 +263,7 @@ def evaluate_run(run: LoadedRun, split: str = "test", options: EvalOptions = Eva
     if options.source is not None and "translate" not in run.family.abilities:
         raise AttnlabError(f"--source picks the English rendering of a translation run's source side; this is a "
                            f"{run.family.title} run")
+    real_dir(run.run_dir / "eval", run.run_dir)  # the family writes its results there: never into a link
     return run.family.evaluate(run, split, options)
 
 

@@ -1,0 +1,69 @@
+"""attnlab.fileio: atomic writes never follow a symlink (a linked file is replaced, a linked folder below the run
+or export folder `root` refused), and a folder is replaced as a whole."""
+
+import os
+
+import pytest
+
+from attnlab.errors import AttnlabError
+from attnlab.fileio import append_line, atomic_write_text, new_file, real_dir, replace_folder, write_json
+
+
+@pytest.fixture
+def decoys(tmp_path):
+    (tmp_path / "decoys" / "folder").mkdir(parents=True)
+    (tmp_path / "decoys" / "file").write_text("decoy")
+    return tmp_path / "decoys"
+
+
+def untouched(decoys) -> bool:
+    return (decoys / "file").read_text() == "decoy" and not list((decoys / "folder").iterdir())
+
+
+def test_a_linked_file_is_replaced_never_followed(tmp_path, decoys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").symlink_to(decoys / "file")
+    write_json(run / "config.json", {"a": 1}, root=run)
+    assert not (run / "config.json").is_symlink() and (run / "config.json").read_text() == '{\n  "a": 1\n}\n'
+    (run / "log.txt").symlink_to(decoys / "file")
+    with pytest.raises(AttnlabError, match="log.txt: cannot append"):
+        append_line(run / "log.txt", "x")
+    assert untouched(decoys) and not [p for p in run.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("linked", ["eval", "eval/deeper"])
+def test_a_linked_folder_below_the_root_is_refused(tmp_path, decoys, linked):
+    run = tmp_path / "run"
+    (run / linked).parent.mkdir(parents=True, exist_ok=True)
+    (run / linked).symlink_to(decoys / "folder", target_is_directory=True)
+    with pytest.raises(AttnlabError, match=f"{run / linked}: is a symlink"):
+        atomic_write_text(run / "eval" / "deeper" / "x.txt", "x", root=run)
+    with pytest.raises(AttnlabError, match="is a symlink"):
+        real_dir(run / "eval" / "deeper", run)
+    assert untouched(decoys)
+    (run / "file").write_text("")
+    with pytest.raises(AttnlabError, match="expected a folder"):
+        real_dir(run / "file", run)
+
+
+def test_new_file_is_new(tmp_path):
+    fd, path = new_file(tmp_path, "model.bin")
+    os.close(fd)
+    assert path.parent == tmp_path and path.name.startswith(".model.bin.") and path.stat().st_size == 0
+
+
+def test_replace_folder_swaps_whole_folders_and_refuses_a_link(tmp_path, decoys):
+    for content in ("old", "new"):
+        staging = tmp_path / f".out.{content}.tmp"
+        staging.mkdir()
+        (staging / "model.bin").write_text(content)
+        (staging / "tokenizer").symlink_to(decoys / "folder", target_is_directory=True)  # removed, not followed
+        replace_folder(staging, tmp_path / "out")
+        assert (tmp_path / "out" / "model.bin").read_text() == content and not staging.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decoys", "out"]  # the old folder went
+    (tmp_path / "link").symlink_to(decoys / "folder", target_is_directory=True)
+    (tmp_path / ".x.tmp").mkdir()
+    with pytest.raises(AttnlabError, match="link: is a symlink"):
+        replace_folder(tmp_path / ".x.tmp", tmp_path / "link")
+    assert untouched(decoys)
