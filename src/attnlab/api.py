@@ -10,7 +10,8 @@
     attnlab.show(weights, src_tokens, tgt_tokens)      # any attention a model of yours computed
 
 Every call takes the same path as the command line (`attnlab.workflow`), so a run trained here is a run directory
-like any other, and a user's mistake is the same one-line `attnlab.AttnlabError`.
+like any other, and a user's mistake is the same one-line `attnlab.AttnlabError`: each public function checks its
+arguments' types and ranges where it is entered, with the command line's limits (`attnlab.config.MAX_BEAM`, ...).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import dataclasses
 import html
 import importlib
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -28,7 +30,8 @@ import torch
 
 from attnlab import views
 from attnlab.explore import explore_run
-from attnlab.config import (PACKAGED_CONFIGS, apply_overrides, from_dict, packaged_configs, read_config_file,
+from attnlab.config import (MAX_BEAM, MAX_COUNT, MAX_LEN, MAX_SAMPLES, MAX_SEED, MAX_VOCAB, PACKAGED_CONFIGS,
+                            apply_overrides, check_range, from_dict, packaged_configs, read_config_file,
                             resolve_config, to_dict)
 from attnlab.corpus import normalize
 from attnlab.errors import AttnlabError
@@ -48,6 +51,72 @@ log = logging.getLogger("attnlab")
 
 DATA_SUFFIXES = (".tsv", ".jsonl", ".json", ".txt")  # `corpus(path)`: a data file, not a config
 COMPRESSED = (".gz", ".xz", ".bz2")
+SPLITS = ("train", "dev", "test")
+CHECKPOINTS = ("best", "last")
+
+
+# ---------------------------------------------------------------------------------------------- arguments
+# The checks at the entry of the public functions: a wrong type or a value past the command line's limit is one
+# AttnlabError naming the argument, never a TypeError from deep inside or an allocation of the size asked for.
+def _int(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AttnlabError(f"{name} must be an integer in [{lo}, {hi}], not {type(value).__name__} {value!r:.40}")
+    check_range(name, value, lo, hi)
+    return value
+
+
+def _optional_int(name: str, value: Any, lo: int, hi: int) -> int | None:
+    return None if value is None else _int(name, value, lo, hi)
+
+
+def _optional_number(name: str, value: Any, lo: float, hi: float) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise AttnlabError(f"{name} must be a number in [{lo}, {hi}], not {type(value).__name__} {value!r:.40}")
+    check_range(name, value, lo, hi)
+    return float(value)
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise AttnlabError(f"{name} must be True or False, not {type(value).__name__} {value!r:.40}")
+    return value
+
+
+def _text(name: str, value: Any) -> str:
+    """A str that is text: bytes are refused (decode them first), and so is a lone surrogate (not UTF-8)."""
+    if not isinstance(value, str):
+        hint = ": decode it first, e.g. data.decode('utf-8')" if isinstance(value, (bytes, bytearray)) else ""
+        raise AttnlabError(f"{name} must be a str, not {type(value).__name__}{hint}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise AttnlabError(f"{name} holds a lone surrogate (U+{ord(value[e.start]):04X} at character {e.start}), "
+                           "which is not text (a str decoded with errors='surrogateescape'?)") from None
+    return value
+
+
+def _optional_text(name: str, value: Any) -> str | None:
+    return None if value is None else _text(name, value)
+
+
+def _texts(name: str, values: Any) -> list[str]:
+    """A list of str from a list, tuple or other sequence of str (not one str or bytes)."""
+    if isinstance(values, (str, bytes, bytearray)) or not isinstance(values, Sequence):
+        hint = ": decode it first, e.g. data.decode('utf-8')" if isinstance(values, (bytes, bytearray)) else ""
+        raise AttnlabError(f"{name} must be a str or a list of str, not {type(values).__name__}{hint}")
+    return [_text(f"{name}[{i}]", v) for i, v in enumerate(values)]
+
+
+def _path(name: str, value: Any) -> Path:
+    if not isinstance(value, (str, os.PathLike)):
+        raise AttnlabError(f"{name} must be a path (a str or pathlib.Path), not {type(value).__name__}")
+    return Path(os.fsdecode(value))
+
+
+def _optional_path(name: str, value: Any) -> Path | None:
+    return None if value is None else _path(name, value)
 
 
 # ---------------------------------------------------------------------------------------------- configs
@@ -87,7 +156,7 @@ def _first_sentence(path: Path) -> str:
 
 def config_path(name: str | Path) -> Path:
     """The file of a config: an existing path as given, or a packaged config's bare name ("demo")."""
-    return resolve_config(name)
+    return resolve_config(_path("name", name))
 
 
 def override_list(overrides: Mapping[str, Any] | Sequence[str] | None = None, **kw: Any) -> list[str]:
@@ -95,11 +164,18 @@ def override_list(overrides: Mapping[str, Any] | Sequence[str] | None = None, **
     double underscore for each dot (train__max_steps=50)."""
     items: list[str] = []
     if isinstance(overrides, Mapping):
+        bad = [k for k in overrides if not isinstance(k, str)]
+        if bad:
+            raise AttnlabError(f"overrides: the keys are dotted config keys (str), not {type(bad[0]).__name__} "
+                               f"{bad[0]!r:.40}")
         items += [f"{k}={_value(v)}" for k, v in overrides.items()]
     elif overrides is not None:
-        if isinstance(overrides, str):
-            raise AttnlabError(f"overrides: give a dict or a list of KEY=VALUE strings, not the string {overrides!r}")
-        items += [str(o) for o in overrides]
+        if not isinstance(overrides, (list, tuple)) or not all(isinstance(o, str) for o in overrides):
+            what = f"the string {overrides!r:.60}" if isinstance(overrides, str) else type(overrides).__name__
+            if isinstance(overrides, (list, tuple)):
+                what = next(f"{type(o).__name__} {o!r:.40} in the {what}" for o in overrides if not isinstance(o, str))
+            raise AttnlabError(f"overrides: give a dict or a list of KEY=VALUE strings, not {what}")
+        items += list(overrides)
     items += [f"{k.replace('__', '.')}={_value(v)}" for k, v in kw.items()]
     return items
 
@@ -214,6 +290,9 @@ class Run:
         self.require("translate")
         if isinstance(sentences, str):
             raise AttnlabError("translations() takes a list of sentences; translate() takes one sentence too")
+        sentences = _texts("sentences", sentences)
+        beam, n_best = _optional_int("beam", beam, 1, MAX_BEAM), _int("n_best", n_best, 1, MAX_BEAM)
+        _bool("need_weights", need_weights)
         clean = [normalize(s) for s in sentences]
         keep = [i for i, s in enumerate(clean) if s]
         results = self._translator.translate([clean[i] for i in keep], beam_size=beam, n_best=n_best,
@@ -226,7 +305,7 @@ class Run:
     def translate(self, sentences: str | Sequence[str], beam: int | None = None) -> str | list[str]:
         """The best translation of one sentence (a str) or of each of a list (a list of str)."""
         one = isinstance(sentences, str)
-        results = self.translations([sentences] if one else list(sentences), beam)
+        results = self.translations([sentences] if one else _texts("sentences", sentences), beam)
         texts = [nbest[0].text if nbest else "" for nbest in results]
         return texts[0] if one else texts
 
@@ -235,6 +314,8 @@ class Run:
         """Every attention map of one input (`attnlab.views.Exploration`, what `attnlab serve` shows): the
         translation of a sentence (beam: the run's by default), a language model's greedy continuation of a
         prompt (max_new tokens), or a sentence pair (sentence_b). In a notebook it displays the explorer."""
+        sentence, beam = _text("sentence", sentence), _optional_int("beam", beam, 1, MAX_BEAM)
+        sentence_b, max_new = _optional_text("sentence_b", sentence_b), _int("max_new", max_new, 1, MAX_LEN)
         text = normalize(sentence)
         if not text and self.family != "lm":
             raise AttnlabError("the sentence is empty")
@@ -249,6 +330,11 @@ class Run:
         """`num` samples of a language-model run after `prompt` (settings default to the run's [generate]);
         scores=True: (text, log-probability) pairs."""
         self.require("generate")
+        prompt, num, seed = _text("prompt", prompt), _int("num", num, 1, MAX_SAMPLES), _int("seed", seed, 0, MAX_SEED)
+        max_len, top_k = _optional_int("max_len", max_len, 1, MAX_LEN), _optional_int("top_k", top_k, 0, MAX_VOCAB)
+        temperature, top_p = _optional_number("temperature", temperature, 0.0, 100.0), \
+            _optional_number("top_p", top_p, 0.0, 1.0)
+        _bool("scores", scores)
         g = self.config.generate
         pick = lambda value, default: default if value is None else value  # noqa: E731
         samples = generate(self.model, self.tokenizers.tgt, prompt, num, pick(max_len, g.max_len),
@@ -262,6 +348,11 @@ class Run:
         source length for translation, perplexity for a language model, accuracy for pairs, MSE for series. It
         is also written under RUN_DIR/eval/. source: a Bible translation run's English rendering to translate
         from ("kjv", "web"; None: the run's first `data.english`), trained on or not."""
+        if split not in SPLITS:
+            raise AttnlabError(f"unknown split {split!r:.40}; choose train, dev or test")
+        beam = _optional_int("beam", beam, 1, MAX_BEAM)
+        max_sentences = _int("max_sentences", max_sentences, 0, MAX_COUNT)
+        hard_negatives, source = _optional_text("hard_negatives", hard_negatives), _optional_text("source", source)
         return evaluate_run(self.loaded, split, EvalOptions(beam, max_sentences, hard_negatives, source))
 
     @property
@@ -318,8 +409,13 @@ def load(run_dir: Path | str, checkpoint: str = "best", device: str = "cpu", eng
     "bf16"; None: the run's decode.amp): the precision of a translation run's search (translate, evaluate).
     decode_batch_size (None: the run's decode.batch_size): sentences per search batch, for this load only (a GPU
     decodes 256 at once about as fast as 64; a CPU is faster with the default 64)."""
+    run_dir, model_dir = _path("run_dir", run_dir), _optional_path("model_dir", model_dir)
+    if checkpoint not in CHECKPOINTS:
+        raise AttnlabError(f"checkpoint {checkpoint!r:.40} is not one of {', '.join(CHECKPOINTS)}")
+    if not isinstance(device, str):
+        raise AttnlabError(f"device must be a str such as 'cpu', 'cuda' or 'auto', not {type(device).__name__}")
     if engine not in ("torch", "ctranslate2"):
-        raise AttnlabError(f"unknown engine {engine!r}; choose torch or ctranslate2")
+        raise AttnlabError(f"unknown engine {engine!r:.40}; choose torch or ctranslate2")
     run_config(run_dir)  # a clear error for a folder that is no run, before anything is loaded
     loaded = load_run(run_dir, checkpoint, device)
     decode = {k: v for k, v in (("amp", decode_amp), ("batch_size", decode_batch_size)) if v is not None}
@@ -345,6 +441,8 @@ def train(config: Any, out: Path | str | None = None, *, resume: bool = False,
     its limits may change. Progress: a bar with loss and tokens/s (a notebook widget in Jupyter).
     """
     sets = override_list(overrides, **kw)
+    out = _optional_path("out", out)
+    _bool("resume", resume)
     if resume:
         if out is None:
             raise AttnlabError("resume=True needs out=, the run directory to continue")
@@ -390,14 +488,19 @@ def show(attention: Any, src_tokens: Sequence[str] | None = None, tgt_tokens: Se
     (the columns) and target tokens (the rows; None: self-attention over src_tokens); scheme: how pieces join
     into words for the word toggle ("sentencepiece", "wordpiece", "char"; default: from the tokens). out: write
     the page as a standalone HTML file instead (returns its path); outside a notebook `out` is needed."""
+    out, title = _optional_path("out", out), _text("title", title)
     if isinstance(attention, views.Exploration):
         ex = attention
     else:
         if src_tokens is None:
             raise AttnlabError("show(attention, src_tokens, tgt_tokens): give the tokens of the attention's columns")
-        ex = views.attention_exploration(attention, list(src_tokens),
-                                           None if tgt_tokens is None else list(tgt_tokens), title=title,
-                                           scheme=scheme)
+        for i, t in enumerate(attention if isinstance(attention, (tuple, list)) else [attention]):
+            if isinstance(t, torch.Tensor) and (t.is_meta or t.layout != torch.strided):
+                where = "attention" if not isinstance(attention, (tuple, list)) else f"attention[{i}]"
+                raise AttnlabError(f"{where} is a {'meta' if t.is_meta else str(t.layout)} tensor: give its values "
+                                   "(a dense tensor on a real device, e.g. t.to_dense() or the model run on 'cpu')")
+        # the tokens as given: views.token_list refuses one string (it would be split into characters)
+        ex = views.attention_exploration(attention, src_tokens, tgt_tokens, title=title, scheme=scheme)
     if out is not None:
         out = Path(out)
         ex.save_html(out)

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from attnlab import api
-from attnlab.config import MAX_BEAM, MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SEED, MAX_VOCAB
+from attnlab.config import MAX_BEAM, MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SAMPLES, MAX_SEED, MAX_VOCAB
 from attnlab.corpus import ENGLISH_MODULES, bible_corpus, cache_dir, corpus_stats, file_corpus, format_stats, normalize
 from attnlab.errors import AttnlabError
 from attnlab.experiment import format_seq2seq_eval, prepare_corpus
@@ -51,7 +51,6 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 NESTED_COMMANDS = ("data", "paraphrase", "plot")  # commands with sub-commands of their own
 # Limits of the numeric options without a config key of their own (the others share config.py's): each far beyond
 # a useful value and small enough that nothing they size (a batch of samples, a list of seeds) exhausts memory.
-MAX_SAMPLES = 1024  # generate --num (one batch), report --samples
 MAX_SUMMARY_LEN = 4096  # summary --src-len/--tgt-len: a dummy batch
 MAX_CHARS = 10**6  # serve --max-chars
 MAX_CONNECTIONS = 10**6  # serve --max-connections

@@ -38,6 +38,7 @@ MAX_LAYERS = 1024  # layers of a stack
 MAX_VOCAB = 2**20  # tokens of a vocabulary (SentencePiece models are far smaller)
 MAX_LEN = 65536  # tokens of one sequence: positions, source limit, generated tokens, packed rows
 MAX_BEAM = 256  # hypotheses per sentence; the search holds beam x batch rows of vocabulary scores each step
+MAX_SAMPLES = 1024  # samples a language model draws at once (one batch): generate --num, Run.generate(num=)
 MAX_THREADS = 1024  # torch CPU threads
 MAX_PARAMETERS = 10**9  # a model's parameters: 4 GB of float32 weights, 16 GB with gradients and Adam's moments
 

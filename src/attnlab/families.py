@@ -58,13 +58,15 @@ FAMILIES: tuple[Family, ...] = (
            recognise=pairs.is_paraphrase_config, load_config=pairs.load_paraphrase_config,
            load_data=lambda cfg, tokenizers: pairs.load_pairs(cfg), make_tokenizers=pairs.make_pair_tokenizers, build_model=pairs.build_pair_model,
            training=pairs.pair_training, evaluate=pairs.evaluate_pairs, format_eval=pairs.format_pair_eval,
-           summary_inputs=pairs.pair_summary_inputs, abilities=frozenset({"classify"})),
+           summary_inputs=pairs.pair_summary_inputs, abilities=frozenset({"classify"}),
+           uses_tokenizers=lambda cfg: cfg.model.family != "minilm"),  # MiniLM's WordPiece comes with its weights
     Family(name="series", title="many-to-one series regressor", config_class=series.SeriesExperimentConfig,
            recognise=series.is_series_config, load_config=series.load_series_config,
            load_data=lambda cfg, tokenizers: series.make_splits(cfg.series), make_tokenizers=lambda cfg, data: None,
            build_model=series.build_series_model, training=series.series_training,
            evaluate=series.evaluate_series, format_eval=series.format_series_eval,
-           summary_inputs=series.series_summary_inputs, abilities=frozenset({"regress"})),
+           summary_inputs=series.series_summary_inputs, abilities=frozenset({"regress"}),
+           uses_tokenizers=lambda cfg: False),
     _seq2seq("transformer", "Transformer encoder-decoder", lambda raw: _model_family(raw) == "transformer"),
     _seq2seq("rnn", "RNN encoder-decoder", _is_rnn),
 )

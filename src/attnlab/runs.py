@@ -60,7 +60,8 @@ class Family:
     initialise(cfg, model, load_run) (optional; a new run only: weights from elsewhere, e.g. another run loaded
     with `load_run(run_dir, checkpoint, device, ability)`, which the pipeline hands in); training(cfg, data, tokenizers,
     model) -> Training; evaluate(LoadedRun, split, EvalOptions) -> result dict (it writes RUN_DIR/eval/...);
-    format_eval(result) -> text; summary_inputs(cfg, tokenizers | None, src_len, tgt_len) -> (inputs, description).
+    format_eval(result) -> text; summary_inputs(cfg, tokenizers | None, src_len, tgt_len) -> (inputs, description);
+    uses_tokenizers(cfg) -> whether a run of cfg has RUN_DIR/tokenizer (`load_run` refuses one without it).
     """
 
     name: str
@@ -77,6 +78,7 @@ class Family:
     summary_inputs: Callable[[Any, TokenizerPair | None, int, int], tuple[tuple, str]]
     abilities: frozenset[str]
     initialise: Callable[[Any, nn.Module, RunLoader], None] | None = None
+    uses_tokenizers: Callable[[Any], bool] = lambda cfg: True
 
     def from_dict(self, data: dict) -> Any:
         """The typed config of a raw dict (RUN_DIR/config.json plus overrides), validated key by key."""
