@@ -1,6 +1,8 @@
 """CTranslate2 export: the exported model's token log-probabilities equal attnlab's own (pre/post-norm, ReLU/GELU,
 sinusoidal/learned positions, tied/untied output layer), greedy translations of a trained run are identical, the
-CLI exports and translates, and RNN runs are refused."""
+CLI exports and translates, and RNN runs are refused. Exports are written like checkpoints (issue 36): never
+through a symlink in a run or export folder, a kill leaves the old export or none, a stale or tampered export is
+rebuilt (the run's own) or refused with one line (one named with --ct2-model)."""
 
 import json
 import shutil

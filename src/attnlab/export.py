@@ -16,6 +16,12 @@ attnlab, plus the run's tokenizer files under tokenizer/ (SentencePiece models `
 The source gets attnlab's EOS appended by the caller (as `Translator.encode_source` does), decoding starts from
 <s>. RNN runs are refused: CTranslate2 has no RNN models.
 
+An export is written like a checkpoint (`export_ctranslate2`): into a new private folder, then renamed into place,
+with attnlab.json (MANIFEST) recording the checkpoint's and the tokenizer's SHA-256 and every file's; nothing is
+written through a symlink. Before an export is loaded, `check_export` holds it against its manifest and the run's
+tokenizer: `attnlab.workflow` rebuilds the run's own export when it is stale or damaged, and refuses an export
+named with --ct2-model with one line naming the file.
+
 Shape legend: D d_model, V vocabulary, N layers.
 """
 
@@ -311,11 +317,11 @@ def check_export(model_dir: Path | str, tokenizers: TokenizerPair, source: dict 
     if manifest is not None:
         check_files(model_dir, manifest)
     if source is not None:
-        for key in ("checkpoint_sha256", "tokenizer_sha256"):
-            if manifest.get(key) != source[key]:
-                what = ("checkpoint " + source["checkpoint_file"]) if key == "checkpoint_sha256" else "tokenizer"
-                raise AttnlabError(f"{model_dir / MANIFEST}: exported from another {what.split()[0]} than the run's "
-                                   f"{source['checkpoint']} {what} now")
+        if manifest.get("checkpoint_sha256") != source["checkpoint_sha256"]:
+            raise AttnlabError(f"{model_dir / MANIFEST}: exported from another checkpoint than the run's "
+                               f"{source['checkpoint']} one now ({source['checkpoint_file']})")
+        if manifest.get("tokenizer_sha256") != source["tokenizer_sha256"]:
+            raise AttnlabError(f"{model_dir / MANIFEST}: exported with another tokenizer than the run's")
     check_config(model_dir / "config.json")
     src, tgt = vocabulary(tokenizers.src), vocabulary(tokenizers.tgt)
     if (model_dir / "shared_vocabulary.json").is_file() or (model_dir / "shared_vocabulary.txt").is_file():
