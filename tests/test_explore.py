@@ -414,3 +414,12 @@ def test_run_explore_from_threads_equals_each_alone(tiny_runs, family):
 
     got = benchmark_module("explore_crowd").run_threads(load(tiny_runs[family]), threads=8, per_thread=3)
     assert (got["errors"], got["different_from_alone"], got["translations_changed"]) == (0, 0, 0), got
+
+
+def test_token_choices_never_offer_what_the_searches_never_generate():
+    """PAD, BOS and the banned control pieces are never among the alternatives, however probable."""
+    from attnlab.explore import token_choices
+
+    lp = torch.log_softmax(torch.tensor([[9.0, 8.0, 1.0, 7.0, 2.0, 3.0]]), -1)  # ids 0 (PAD), 1 (BOS), 3 the best
+    choices = token_choices(lp, [2], str, banned=[3])
+    assert [p for p, _ in choices[0].top] == ["5", "4", "2"] and choices[0].piece == "2"

@@ -192,16 +192,18 @@ def stacked_qk(cap: QKCapture, indices: Sequence[int]) -> tuple[Tensor, Tensor, 
 
 
 # ---------------------------------------------------------------------------------------------- decoding
-def token_choices(log_probs: Tensor, targets: Sequence[int], piece, generated: Sequence[bool] | None = None
-                  ) -> list[TokenChoice]:
-    """Per position, the target's probability and the TOP_K most probable tokens (PAD and BOS never are: the
-    search never generates them). log_probs (T, V), targets T ids, piece(id) -> str."""
+def token_choices(log_probs: Tensor, targets: Sequence[int], piece, generated: Sequence[bool] | None = None,
+                  banned: Sequence[int] = ()) -> list[TokenChoice]:
+    """Per position, the target's probability and the TOP_K most probable tokens (PAD, BOS and `banned`, the
+    tokenizer's `control_ids`, never are: the searches never generate them). log_probs (T, V), targets T ids,
+    piece(id) -> str."""
     lp = log_probs.float().clone()
-    lp[:, [PAD_ID, BOS_ID]] = float("-inf")
+    lp[:, [PAD_ID, BOS_ID, *banned]] = float("-inf")
     top = lp.topk(min(TOP_K, lp.size(-1)), dim=-1)
     out = []
     for t, target in enumerate(targets):
-        alts = [(piece(i), math.exp(v)) for v, i in zip(top.values[t].tolist(), top.indices[t].tolist())]
+        alts = [(piece(i), math.exp(v)) for v, i in zip(top.values[t].tolist(), top.indices[t].tolist())
+                if v > float("-inf")]
         out.append(TokenChoice(piece(target), math.exp(float(lp[t, target])), alts,
                                True if generated is None else generated[t]))
     return out
@@ -273,7 +275,8 @@ def explore_translation(translator, sentence: str, beam: int) -> Exploration:
                        for rec in trace for j, status in enumerate(rec.status) if status in ("finished", "unfinished")}
     return Exploration(family="transformer" if isinstance(model, TransformerSeq2Seq) else "rnn", output=best.text,
                        maps=maps, scheme=scheme_of(tgt), score=best.score, nbest=[(t.text, t.score) for t in nbest],
-                       choices=token_choices(log_probs, out_ids, tgt.id_to_piece), steps=steps)
+                       choices=token_choices(log_probs, out_ids, tgt.id_to_piece, banned=tgt.control_ids),
+                       steps=steps)
 
 
 @torch.no_grad()
@@ -297,7 +300,7 @@ def explore_generation(run: LoadedRun, prompt: str, max_new: int) -> Exploration
     log_probs = model(tokens)[0].log_softmax(-1).cpu()[: len(targets)]  # (T, V)
     generated = [t > len(prompt_ids) for t in range(1, len(targets) + 1)]
     return Exploration(family="lm", output=sample.text, maps=maps, scheme=scheme_of(tok), score=sample.logprob,
-                       choices=token_choices(log_probs, targets, tok.id_to_piece, generated))
+                       choices=token_choices(log_probs, targets, tok.id_to_piece, generated, tok.control_ids))
 
 
 @torch.no_grad()

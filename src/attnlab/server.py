@@ -13,8 +13,10 @@ A FastAPI app with a JSON API and one static page (`attnlab/static/`, no CDN ass
 
 Translation runs (RNN, Transformer) are translated and explored; language-model runs (a prompt and its greedy
 continuation) and sentence-pair runs (two sentences) are explored. An exploration's maps stay on the server
-(the last `MAX_EXPLORATIONS`, each bounded by the run's token limits) and are fetched a layer at a time, so a
-long input never sends every layer and head at once.
+(`Explorations`: the most recently used within `explore_memory` bytes; a dropped one answers 410) and are fetched
+a layer at a time, so a long input never sends every layer and head at once. Explorations record the shared
+model with hooks bound to their own thread (`attnlab.explore.this_thread_only`), so any number of them run
+beside each other and beside translations, and each answer is the one its request gets alone.
 
 Decoding is `attnlab.translate.Translator` (the same search as `attnlab translate`). Fair service: each model
 has two decoding lanes, each one worker thread with a bounded FIFO queue (`Lane`): a request's cost is beam x
@@ -63,7 +65,7 @@ from attnlab.pairs import pair_ids
 from attnlab.plotting import clean_piece
 from attnlab.runs import LoadedRun
 from attnlab.serving import (MAX_LINGERING, BodyLimit, Busy, ConcurrencyLimit, HttpMethods, Lane, RateLimit,
-                             allowed_methods, guarded_h11, json_error, listen, raise_fd_limit)
+                             allowed_methods, each_alone, guarded_h11, json_error, listen, raise_fd_limit)
 from attnlab.translate import CTranslate2Translator, Translator
 from attnlab.workflow import run_config
 
@@ -72,7 +74,9 @@ log = logging.getLogger("attnlab")
 MAX_BEAM = 12
 MAX_NEW = 200  # tokens a language model may generate for one exploration
 MAX_PAIR_TOKENS = 256  # tokens per sentence of a pair (decomposable runs have no limit of their own)
-MAX_EXPLORATIONS = 8  # explorations kept for their weights (each up to ~ layers x heads x 160 x 160 floats x 3)
+EXPLORE_MEMORY = 256 * 2**20  # bytes of explorations kept for their weights (a long verse through a 6-layer,
+# 8-head Transformer holds ~20 MB; a short one or an RNN's a few KB)
+MAX_DROPPED = 100_000  # ids of dropped explorations remembered, to answer 410 rather than 404
 LIGHT_COST = 5 * 64  # beam x source tokens: up to beam 5 on a 64-token sentence is a light request
 STATIC_DIR = Path(str(files("attnlab") / "static"))
 
@@ -170,9 +174,10 @@ class ServedModel:
                                f"{self.info.max_src_tokens}")
         return sum(lengths)
 
-    def explore(self, items: list[tuple[str, str | None, int, int]]) -> list[views.Exploration]:
-        """Explorations of (sentence, sentence_b, beam, max_new) items, one at a time."""
-        return [self.run.explore(sentence, sentence_b, beam, max_new) for sentence, sentence_b, beam, max_new in items]
+    def explore(self, items: list[tuple[str, str | None, int, int]]) -> list[views.Exploration | Exception]:
+        """Explorations of (sentence, sentence_b, beam, max_new) items, one at a time (identical ones once); an
+        item that fails gets its exception, its batch mates their explorations (`serving.each_alone`)."""
+        return each_alone(lambda item: self.run.explore(*item), items)
 
 
 def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:
@@ -248,10 +253,10 @@ def decode_alone(translator: Translator, sentences: list[str], beam: int, n_best
     of one), identical ones once: batch invariance. A sentence padded into a batch with others goes through
     matrix products and softmaxes of other shapes, whose summation order (and so the last bits of every score
     and weight, and at a near-tie the chosen token) depends on the company; alone, its shapes are its own, and
-    its answer is bit for bit the one `attnlab translate` gives for it alone, whatever else is being served."""
-    done = {s: translator.translate([s], beam_size=beam, n_best=n_best, need_weights=True)[0]
-            for s in dict.fromkeys(sentences)}
-    return [done[s] for s in sentences]
+    its answer is bit for bit the one `attnlab translate` gives for it alone, whatever else is being served. A
+    sentence whose decode fails gets the exception (its requests fail, not their batch mates)."""
+    return each_alone(lambda s: translator.translate([s], beam_size=beam, n_best=n_best, need_weights=True)[0],
+                      sentences)
 
 
 def in_lane(served: ServedModel, cost: int, key: object, item: object, timeout: float) -> object:
@@ -300,29 +305,48 @@ def translate_one(served: ServedModel, sentence: str, beam: int | None, timeout:
 
 
 class Explorations:
-    """The last `size` explorations by a random id (oldest dropped first), for the weights the page fetches a
-    layer at a time after POST /api/explore."""
+    """The explorations the page still fetches weights of (after POST /api/explore), by a random id, kept within a
+    memory budget: the least recently used are dropped first once their tensors (`views.Exploration.nbytes`) pass
+    `budget` bytes. An id that was dropped answers 410 (explore again), one never given 404."""
 
-    def __init__(self, size: int = MAX_EXPLORATIONS) -> None:
-        self.size = size
-        self._items: collections.OrderedDict[str, views.Exploration] = collections.OrderedDict()
+    def __init__(self, budget: int = EXPLORE_MEMORY) -> None:
+        self.budget = budget
+        self._items: collections.OrderedDict[str, tuple[views.Exploration, int]] = collections.OrderedDict()
+        self._dropped: collections.OrderedDict[str, None] = collections.OrderedDict()  # the last MAX_DROPPED ids
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def add(self, ex: views.Exploration) -> str:
-        eid = secrets.token_hex(8)
+        eid, size = secrets.token_hex(8), ex.nbytes()
         with self._lock:
-            self._items[eid] = ex
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+            self._items[eid] = (ex, size)
+            self._bytes += size
+            while self._bytes > self.budget and len(self._items) > 1:  # the newest is kept, whatever its size
+                old, (_, old_size) = self._items.popitem(last=False)
+                self._bytes -= old_size
+                self._dropped[old] = None
+                if len(self._dropped) > MAX_DROPPED:
+                    self._dropped.popitem(last=False)
         return eid
 
     def get(self, eid: str) -> views.Exploration:
         with self._lock:
-            ex = self._items.get(eid)
-        if ex is None:
-            raise HTTPException(404, f"no exploration {eid[:40]!r} (unknown, or one of more than {self.size} "
-                                     "recent ones): explore the input again")
-        return ex
+            kept = self._items.get(eid)
+            if kept is not None:
+                self._items.move_to_end(eid)
+                return kept[0]
+            dropped = eid in self._dropped
+        if dropped:
+            raise HTTPException(410, f"exploration {eid[:40]!r} has expired (the server keeps the most recently used "
+                                     f"explorations within {self.budget / 2**20:g} MiB): explore the input again")
+        raise HTTPException(404, f"no exploration {eid[:40]!r}: explore the input again")
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
 
 
 def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -338,10 +362,12 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONResp
 
 # ---------------------------------------------------------------------------------------------- app
 def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: int = 64 * 1024,
-               timeout: float = 60.0, body_timeout: float = 10.0, max_requests: int = 4096) -> FastAPI:
+               timeout: float = 60.0, explore_memory: int = EXPLORE_MEMORY, body_timeout: float = 10.0,
+               max_requests: int = 4096) -> FastAPI:
     """The FastAPI app serving `models` (see `load_models`) and the static explorer page; `timeout`: seconds a
-    translation request may take, queueing included; `body_timeout`: seconds a request body may take to arrive
-    (408); `max_requests`: requests in progress at once (beyond: 503 with Retry-After)."""
+    translation request may take, queueing included; `explore_memory`: bytes of explorations kept for the
+    page's follow-up fetches (`Explorations`); `body_timeout`: seconds a request body may take to arrive (408);
+    `max_requests`: requests in progress at once (beyond: 503 with Retry-After)."""
     # /docs and /redoc would load Swagger/ReDoc from a CDN: off, the page must work offline
     app = FastAPI(title="attnlab attention explorer", version=__import__("attnlab").__version__,
                   docs_url=None, redoc_url=None,
@@ -352,7 +378,7 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
     app.add_middleware(HttpMethods)  # HEAD as GET, OPTIONS
     app.add_middleware(ConcurrencyLimit, max_requests=max_requests)  # the outermost: refuses before anything runs
     app.add_exception_handler(RequestValidationError, _validation_error)
-    store = Explorations()
+    store = Explorations(explore_memory)
 
     @app.exception_handler(StarletteHTTPException)
     def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable
+from typing import Callable, TypeVar
 
 from fastapi.responses import JSONResponse, Response
 from starlette.routing import Match
@@ -44,7 +44,9 @@ class Lane:
     takes the oldest request, waits up to `window` seconds for more, and hands up to `max_batch` waiting requests
     with the same key (the beam size) to `run_batch(key, items) -> results` in one call (which decides how to
     decode them: the server decodes each distinct item alone); a request cancelled before it starts (its client
-    gave up) is skipped. `batches` and `items` count the calls and the requests answered.
+    gave up) is skipped. A result that is an exception is raised to its own request only, so one failed item
+    never fails its batch mates (an exception raised by run_batch itself fails the whole batch). `batches` and
+    `items` count the calls and the requests answered.
     """
 
     def __init__(self, name: str, max_queue: int, run_batch: Callable[[object, list], list],
@@ -101,9 +103,28 @@ class Lane:
                     future.set_exception(e)
             else:
                 for (_, future), result in zip(jobs, results):
-                    future.set_result(result)
+                    if isinstance(result, BaseException):
+                        future.set_exception(result)
+                    else:
+                        future.set_result(result)
             self.batches, self.items = self.batches + 1, self.items + len(jobs)
             self._seconds = 0.8 * self._seconds + 0.2 * (time.perf_counter() - t0)
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def each_alone(work: Callable[[T], R], items: list[T]) -> list[R | Exception]:
+    """work(item) for each distinct item once (equal items share the answer), in order; an item whose work raises
+    gets the exception as its result (for `Lane`: it fails that request alone)."""
+    done: dict = {}
+    for item in dict.fromkeys(items):
+        try:
+            done[item] = work(item)
+        except Exception as e:  # handed to this item's requests only
+            done[item] = e
+    return [done[item] for item in items]
 
 
 # ---------------------------------------------------------------------------------------------- limits
