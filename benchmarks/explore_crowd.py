@@ -7,6 +7,8 @@ exactly, the one the same request gets alone (everything but the exploration id 
 
     python benchmarks/explore_crowd.py RUN_DIR [RUN_DIR ...] [--clients 200] [--requests 2] [--threads 8]
                                        [--json docs/results/issue36/explore_crowd.json]
+    python benchmarks/explore_crowd.py --tiny runs/crowd ...   # first trains the test suite's two tiny runs
+                                                               # (RNN + Bahdanau, Transformer) into runs/crowd
 
 Clients are threads of this process (http.client, one connection per request), on the same cores as the server.
 tests/test_server.py and tests/test_explore.py run the same functions with smaller counts.
@@ -175,14 +177,21 @@ def free_port() -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("runs", nargs="*", type=Path)
+    ap.add_argument("--tiny", type=Path, help="train the test suite's tiny RNN and Transformer runs into this folder "
+                                              "(if not there yet) and serve them")
     ap.add_argument("--clients", type=int, default=200)
     ap.add_argument("--requests", type=int, default=2, help="jobs per client")
     ap.add_argument("--threads", type=int, default=8, help="threads for Run.explore (0: skip)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.tiny:
+        args.runs += tiny_runs(args.tiny)
+    if not args.runs:
+        ap.error("give run directories or --tiny DIR")
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "attnlab", "serve", *map(str, args.runs), "--port", str(port)],
+    server = subprocess.Popen([str(Path(sys.executable).with_name("attnlab")), "serve", *map(str, args.runs), "--port",
+                               str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
         for _ in range(600):
@@ -197,8 +206,9 @@ def main() -> int:
                   "models": [m["name"] for m in models],
                   "server": crowd(port, jobs_for(models, args.clients * args.requests), args.clients)}
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)
     if args.threads:
         import attnlab  # loaded after the server ran, so the server had the cores to itself
 
@@ -212,6 +222,24 @@ def main() -> int:
         r["errors"] == 0 and r["different_from_alone"] == 0 and r["translations_changed"] == 0
         for r in result.get("run_explore", []))
     return 0 if ok else 1
+
+
+def tiny_runs(root: Path) -> list[Path]:
+    """The test suite's synthetic task (tests/conftest.py: reversed word-for-word pairs, char tokens) and its two
+    tiny runs, trained into root/rnn and root/transformer unless there already."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from conftest import make_pairs, tiny_experiment  # the suite's own data and configs, not a copy
+
+    from attnlab.workflow import train
+
+    root.mkdir(parents=True, exist_ok=True)
+    for name, n, seed in (("train", 1500, 0), ("dev", 40, 1), ("test", 40, 2)):
+        (root / f"{name}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in make_pairs(n, seed)), encoding="utf-8")
+    runs = [root / "rnn", root / "transformer"]
+    for run in runs:
+        if not (run / "checkpoints").is_dir():
+            train(tiny_experiment(root, run.name), run)
+    return runs
 
 
 def cpu_name() -> str:

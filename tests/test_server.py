@@ -17,6 +17,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from attnlab.cli import main
+from conftest import benchmark_module
 from attnlab.server import create_app, load_models
 from attnlab.workflow import load_translator
 
@@ -415,9 +416,59 @@ def test_explore_rnn_lm_and_the_bounded_store(explorer):
     assert r.status_code == 422 and "use POST /api/explore" in r.json()["error"]
     r = explorer.post("/api/explore", json={"model": "lm", "sentence": "the " * 40, "max_new": 100})
     assert r.status_code == 422 and "exceed the model's max_len (128)" in r.json()["error"]
-    for _ in range(8):  # the store keeps the last 8 explorations
-        explorer.post("/api/explore", json={"model": "rnn", "sentence": "a cat", "beam": 1})
-    assert explorer.get(f"/api/explore/{first}/weights", params={"map": "align"}).status_code == 404
+    assert explorer.get(f"/api/explore/{first}/weights", params={"map": "align"}).status_code == 200
+
+
+def test_explorations_are_kept_by_memory_budget_and_an_expired_one_says_so(models):
+    """The store keeps the most recently used explorations within its byte budget: fetching one keeps it, the
+    least recently used goes first and then answers 410 with a message; an id never given stays 404."""
+    ex = models["transformer"].run.explore("the cat", beam=1)
+    client = TestClient(create_app(models, explore_memory=int(2.5 * ex.nbytes())), raise_server_exceptions=False)
+    ids = [client.post("/api/explore", json={"model": "transformer", "sentence": "the cat", "beam": 1}).json()["id"]
+           for _ in range(2)]
+    fetch = lambda eid: client.get(f"/api/explore/{eid}/weights", params={"map": "cross"})  # noqa: E731
+    assert fetch(ids[0]).status_code == 200  # ids[0] is now the most recently used
+    ids.append(client.post("/api/explore", json={"model": "transformer", "sentence": "the cat", "beam": 1}
+                           ).json()["id"])  # over the budget: ids[1], the least recently used, goes
+    assert [fetch(eid).status_code for eid in ids] == [200, 410, 200]
+    assert "expired" in fetch(ids[1]).json()["error"] and "explore the input again" in fetch(ids[1]).json()["error"]
+    assert fetch("0123456789abcdef").status_code == 404
+
+
+def test_a_failed_exploration_fails_alone_not_its_batch_mates(models):
+    """One input whose exploration raises gets its 500; the requests batched with it get their answers."""
+    from attnlab.serving import Lane
+
+    served = models["rnn"]
+    real = served.run.explore
+
+    def explore(sentence, *rest):
+        if sentence == "boom":
+            raise RuntimeError("this input breaks")
+        return real(sentence, *rest)
+
+    lane = Lane("test", 16, lambda key, items: served.explore(items), window=0.2, max_batch=16)
+    served.run.explore = explore
+    try:
+        futures = [lane.submit("explore", (s, None, 1, 5)) for s in ("the cat", "boom", "a dog", "the cat")]
+        outcomes = [f.exception(timeout=60) for f in futures]
+    finally:
+        del served.run.explore
+    assert [type(e).__name__ if e else None for e in outcomes] == [None, "RuntimeError", None, None]
+    assert futures[0].result().output == futures[3].result().output == real("the cat", None, 1, 5).output
+
+
+def test_forty_clients_explore_fetch_and_translate_each_as_alone(models):
+    """40 clients at once against uvicorn, over both models, mixing explorations with every follow-up fetch and
+    translations: no 5xx, and every answer equals exactly the one the same request gets alone (before the
+    explorer's hooks were bound to their thread: 500s and other clients' keys). benchmarks/explore_crowd.py runs
+    the same with 200 clients."""
+    crowd = benchmark_module("explore_crowd")
+    infos = [m.info.model_dump() for m in models.values()]
+    with _uvicorn(uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning")) as (server, port):
+        got = crowd.crowd(port, crowd.jobs_for(infos, 40), clients=40)
+    assert got["explorations"] > 10 and got["requests"] > 200, got
+    assert (got["server_errors"], got["other_non_200"], got["different_from_alone"]) == (0, 0, 0), got
 
 
 # ---------------------------------------------------------------------------------------------- HTTP and connections
