@@ -452,7 +452,7 @@ def cmd_report(args: argparse.Namespace) -> None:
 def cmd_serve(args: argparse.Namespace) -> None:
     serve(args.run_dirs, args.host, args.port, str(resolve_device(args.device)), args.checkpoint, args.max_chars,
           args.max_connections, args.header_timeout, args.timeout, args.engine, args.body_timeout,
-          args.max_connections_per_client)
+          args.max_connections_per_client, explore_memory=args.explore_memory * 2**20)
 
 
 # ---------------------------------------------------------------------------------------------- parser
@@ -814,6 +814,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--max-connections-per-client", type=_int(1, MAX_CONNECTIONS), default=256,
                      help="open connections per client IP address (default 256; behind a reverse proxy every "
                           "client has the proxy's address: let the proxy limit clients, see docs/deployment.md)")
+    srv.add_argument("--explore-memory", type=_int(1, 2**20), default=256, metavar="MIB",
+                     help="memory for the explorations the page still fetches weights of, in MiB (default 256); "
+                          "the least recently used go first, and their follow-up fetches get 410 (explore again)")
     srv.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch",
                      help="decode Transformer runs with their CTranslate2 export (exported on first use; attention: "
                           "the last layer's, mean of heads)")

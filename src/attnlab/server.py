@@ -543,13 +543,13 @@ def openapi_with_models(app: FastAPI, models: dict[str, ServedModel], max_chars:
 def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
           checkpoint: str = "best", max_chars: int = 1000, max_connections: int = 4096,
           header_timeout: float = 10.0, timeout: float = 60.0, engine: str = "torch", body_timeout: float = 10.0,
-          max_connections_per_client: int = 256) -> None:
+          max_connections_per_client: int = 256, explore_memory: int = EXPLORE_MEMORY) -> None:
     """Load the runs and serve them with uvicorn until Ctrl-C or SIGTERM (in-flight requests finish first).
     Connections are guarded by `serving.guarded_h11` (per client and in all, request heads); uvicorn's own
     concurrency limit is off: `serving.ConcurrencyLimit` answers its 503 in JSON with Retry-After."""
     models = load_models(run_dirs, checkpoint, device, max_chars, engine)
     app = create_app(models, max_chars=max_chars, timeout=timeout, body_timeout=body_timeout,
-                     max_requests=max_connections)
+                     max_requests=max_connections, explore_memory=explore_memory)
     sock = listen(host, port)
     port = sock.getsockname()[1]
     raise_fd_limit(max_connections + MAX_LINGERING + 256)
