@@ -897,3 +897,188 @@ def test_two_processes_preparing_the_same_corpus_at_once_make_one_store(tiny_tsv
     assert {line for line in outs.splitlines() if line.startswith("STORE")} == {f"STORE {clean_store.key} {place}"}
     assert_same_as_clean(open_store(place), clean_store)
     assert debris(place) == []
+
+
+# ---------------------------------------------------------------------------------------------- i. hostile inputs
+@pytest.mark.parametrize("name, line, message", [
+    ("train.tsv", b"the house " * 10_000 + b"\tla casa", r"longer than data\.max_line_bytes = 65,536 bytes"),
+    ("train.tsv", "se\u00f1or\tsir".encode("latin-1"), r"not valid UTF-8 \(byte 0xf1\)"),
+    ("train.jsonl", b'{"src": "a \\ud800", "tgt": "la"}', r"a lone surrogate escape"),
+    ("train.jsonl", b"[" * 30_000 + b"]" * 30_000, r"JSON nested too deeply"),
+])
+def test_a_hostile_line_is_named_and_with_skip_bad_lines_skipped_and_counted(tmp_path, name, line, message):
+    good = make_pairs(12, seed=3)
+    rows = [(json.dumps({"src": s, "tgt": t}) if name.endswith(".jsonl") else f"{s}\t{t}").encode() for s, t in good]
+    rows.insert(3, line)  # line 4
+    path, make = _prepare_files(tmp_path, "", name=name)
+    path.write_bytes(b"\n".join(rows) + b"\n")
+    with pytest.raises(AttnlabError, match=rf"^{re.escape(str(path))}:4: {message}.*data\.skip_bad_lines") as e:
+        make()
+    assert "\n" not in str(e.value) and not (tmp_path / "store").exists()
+    store = make(skip_bad_lines=True)
+    assert store.manifest["counts"]["bad_lines_skipped"] == 1
+    assert [(p.src, p.tgt) for p in store.pairs("train")] == good
+
+
+def test_max_line_bytes_is_a_setting_and_keys_the_store(tmp_path):
+    rows = "".join(f"{s}\t{t}\n" for s, t in make_pairs(12))  # lines of at most ~100 bytes
+    path, make = _prepare_files(tmp_path, rows + "the cat " * 30 + "\tla gata\n")  # 250 bytes
+    default = make(skip_bad_lines=True)
+    assert default.manifest["counts"]["bad_lines_skipped"] == 0 and "max_line_bytes" not in default.manifest["spec"]
+    short = make(skip_bad_lines=True, max_line_bytes=200)
+    assert short.manifest["counts"]["bad_lines_skipped"] == 1 and short.key != default.key
+    assert short.manifest["spec"]["max_line_bytes"] == 200
+    assert make(skip_bad_lines=True, max_expansion=0).key == default.key  # whether a file is read, not what
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "/dev/zero", "/dev/null"])
+def test_an_input_that_is_not_a_regular_file_stops_data_prepare_in_one_line(tmp_path, capsys, kind):
+    if kind == "folder":
+        path = tmp_path / "corpus.tsv"
+        path.mkdir()
+    elif kind == "fifo":
+        path = tmp_path / "corpus.tsv"
+        os.mkfifo(path)
+    else:
+        path = Path(kind)
+    d = tmp_path / "in"
+    d.mkdir()
+    for split, seed in (("dev", 1), ("test", 2)):
+        _write_tsv(d / f"{split}.tsv", make_pairs(5, seed))
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text(f'[data]\ncorpus = "files"\ntrain = ["{path}"]\ndev = ["{d / "dev.tsv"}"]\n'
+                        f'test = ["{d / "test.tsv"}"]\n[tokenizer]\nkind = "char"\n', encoding="utf-8")
+    assert cli_main(["data", "prepare", str(cfg_path), "--out", str(tmp_path / "store")]) == 2
+    said = {"folder": "is a directory, not a corpus file", "fifo": "is not a regular file (a FIFO); give a corpus file"
+            }.get(kind, "is not a regular file (a character device); give a corpus file")
+    assert capsys.readouterr().err.strip().splitlines() == [f"attnlab: error: {path}: {said}"]
+
+
+def _rehash(d: Path) -> None:
+    """What a tamperer who knows the format does after an edit: the manifest's sums made to match the files."""
+    def edit(m):
+        m["train"].update(bin_sha256=sha256(d / "train.bin"), idx_sha256=sha256(d / "train.idx"),
+                          tokens=(d / "train.bin").stat().st_size // np.dtype(m["train"]["dtype"]).itemsize)
+        for name, entry in m["files"].items():
+            entry.update(size=(d / name).stat().st_size, sha256=sha256(d / name))
+    _edit_manifest(d, edit)
+
+
+def _edit_index(edit):
+    def damage(d: Path) -> None:
+        sizes = np.load(d / "train.idx")
+        edited = edit(sizes)  # in place, or a new array
+        sizes = sizes if edited is None else edited
+        with open(d / "train.idx", "wb") as f:
+            np.save(f, sizes)
+    return damage
+
+
+def _set_index(pair: int, side: int, value: int):
+    def edit(sizes):
+        sizes[pair, side] = value
+    return _edit_index(edit)
+
+
+def _set_id(position: int, vocab_side: str, plus: int):
+    def damage(d: Path) -> None:
+        m = json.loads((d / "store.json").read_text())
+        ids = np.fromfile(d / "train.bin", dtype=m["train"]["dtype"])
+        ids[position] = m["vocab"][vocab_side] + plus
+        ids.tofile(d / "train.bin")
+    return damage
+
+
+def _grow_source_vocab(d: Path) -> None:
+    """A pair's first source id raised past the source vocabulary, the manifest's source vocabulary raised to
+    cover it: the tokenizer files still say otherwise."""
+    _set_id(0, "src", 5)(d)
+    _edit_manifest(d, lambda m: m["vocab"].update(src=m["vocab"]["src"] + 6))
+
+
+# name: (damage, then the manifest re-hashed; what the one-line error names)
+REHASHED = {
+    "an index entry past the end of the data": (_set_index(5, 0, 60_000), r"train\.idx: its lengths add up to"),
+    "all index lengths 0": (_edit_index(lambda s: s * 0), r"train\.idx: its lengths add up to 0 tokens"),
+    "the index as int64": (_edit_index(lambda s: s.astype(np.int64)), r"train\.idx: not the index"),
+    "a source id above the vocabulary": (_set_id(0, "src", 3), r"train\.bin: pair 0 holds the source token id"),
+    "a target id at the vocabulary": (_set_id(-1, "tgt", 0), r"train\.bin: pair 1,\d+ holds the target token id"),
+    "the manifest's vocabulary grown": (_grow_source_vocab, r"tokenizer: vocabularies of"),
+    "the manifest's dtype float32": (lambda d: _edit_manifest(d, lambda m: m["train"].update(dtype="<f4")),
+                                     r"store\.json: damaged manifest \(train\.dtype"),
+}
+
+
+@pytest.mark.parametrize("damage", list(REHASHED))
+def test_a_tampered_store_with_a_rehashed_manifest_cannot_train(tiny_tsv, tmp_path, damaged, capsys, damage):
+    make, names = REHASHED[damage]
+    make(damaged)
+    _rehash(damaged)
+    cfg_path = write_config(tmp_path / "c.toml", tiny_tsv, damaged, max_steps=1, eval_every=1)
+    capsys.readouterr()
+    assert cli_main(["train", str(cfg_path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and last.startswith("attnlab: error: ") and re.search(names, last), last
+    assert str(damaged) in last and "rebuild" in last
+    assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------------------------------- j. symlinks
+def _decoys(root: Path) -> dict:
+    """A decoy file and a decoy folder (with a file) outside the store: what a symlink in the store points at."""
+    root.mkdir()
+    (root / "file").write_text("decoy\n")
+    (root / "folder").mkdir()
+    (root / "folder" / "inside").write_text("decoy\n")
+    return _snapshot(root)
+
+
+def _snapshot(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+STORE_LINKS = ["store.json", "train.bin", "train.idx", "dev.tsv", "test.tsv", "tokenizer", "tokenizer/tokenizer.json",
+               "tokenizer/src.chars.json", "the store folder", "the store folder (holding store names only)",
+               "a stale staging folder", "the lock file"]
+
+
+@pytest.mark.parametrize("position", STORE_LINKS)
+def test_a_symlink_anywhere_in_a_store_folder_never_gets_written_through(tmp_path, position):
+    path, make = _prepare_files(tmp_path, "".join(f"{s}\t{t}\n" for s, t in make_pairs(40, seed=9)))
+    place = tmp_path / "store"
+
+    def again():
+        return prepare_corpus(config(path, path.parent / "dev.tsv", path.parent / "test.tsv", store=place), force=True)
+
+    decoys = tmp_path / "decoys"
+    before = _decoys(decoys)
+    if position.startswith("the store folder"):
+        target = decoys / "folder"
+        if "names" in position:  # it then passes for an outdated store: moved aside, never written into
+            (target / "inside").rename(target / "train.bin")
+            before = _snapshot(decoys)
+        place.symlink_to(target, target_is_directory=True)
+    elif position == "a stale staging folder":  # as a killed prepare would leave it, but a link
+        (tmp_path / f".store.tmp-{os.getpid()}").symlink_to(decoys / "folder", target_is_directory=True)
+    elif position == "the lock file":
+        (tmp_path / ".store.lock").symlink_to(decoys / "file")
+    else:
+        make()
+        entry = place / position
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        entry.symlink_to(decoys / ("folder" if position == "tokenizer" else "file"))
+    if position == "the lock file":
+        with pytest.raises(AttnlabError, match=r"\.store\.lock: cannot open the store's lock file .*symlink") as e:
+            again()
+        assert "\n" not in str(e.value)
+    elif position == "the store folder":  # a folder of other files: refused, as before
+        with pytest.raises(AttnlabError, match="exists and is not a prepared corpus"):
+            again()
+    else:
+        store = again()
+        assert store.path == place and not place.is_symlink()
+        assert not [p for p in place.rglob("*") if p.is_symlink()]
+        open_store(place, verify=True)
+    assert _snapshot(decoys) == before
+    assert debris(place) == []

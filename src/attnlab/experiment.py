@@ -17,7 +17,7 @@ from torch import nn
 
 from attnlab.batching import Seq2SeqDataset
 from attnlab.config import MAX_COUNT, MAX_SEED, MAX_THREADS, MAX_VOCAB, from_dict, load_config
-from attnlab.corpus import Pair, bible_split, renderings
+from attnlab.corpus import MAX_EXPANSION, MAX_LINE_BYTES, Pair, bible_split, renderings
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_text, write_json
 from attnlab.lm import init_decoder_from_lm
@@ -54,13 +54,16 @@ class DataConfig:
     max_train_pairs: int = 0  # a seeded random subset of the training pairs (0: all)
     subset_seed: int = 0
     skip_bad_lines: bool = False  # skip (and count) malformed lines instead of stopping at the first
+    max_line_bytes: int = MAX_LINE_BYTES  # a longer input line is malformed (an error, or skipped as one)
+    max_expansion: float = MAX_EXPANSION  # refuse a .gz/.xz/.bz2 expanding more than this many times (0: no limit)
     store: str = ""  # the prepared corpus's folder ("": the cache, cache_dir()/stores/NAME-KEY)
     prepare_workers: int = 0  # encoding processes when preparing (0: one per core)
 
     CHOICES: ClassVar[dict] = {"corpus": ("bible", "files")}
     LIMITS: ClassVar[dict] = {"dev_size": (0, MAX_COUNT), "test_size": (0, MAX_COUNT), "max_words": (0, MAX_COUNT),
                               "max_ratio": (0.0, 1e6), "max_train_pairs": (0, MAX_COUNT), "subset_seed": (0, MAX_SEED),
-                              "prepare_workers": (0, MAX_THREADS)}
+                              "prepare_workers": (0, MAX_THREADS), "max_line_bytes": (1, 1 << 30),
+                              "max_expansion": (0.0, 1e12)}
 
     def __post_init__(self) -> None:
         renderings(self.english, "english")  # from_dict puts "data: " in front
@@ -141,7 +144,8 @@ def store_spec(cfg: ExperimentConfig) -> StoreSpec:
     return StoreSpec(corpus=d.corpus, english=renderings(d.english), train=list(d.train), dev=list(d.dev),
                      test=list(d.test), dev_size=d.dev_size, test_size=d.test_size, max_words=d.max_words,
                      max_ratio=d.max_ratio, dedup=d.dedup, max_train_pairs=d.max_train_pairs, subset_seed=d.subset_seed,
-                     skip_bad_lines=d.skip_bad_lines, tokenizer=cfg.tokenizer)
+                     skip_bad_lines=d.skip_bad_lines, max_line_bytes=d.max_line_bytes, max_expansion=d.max_expansion,
+                     tokenizer=cfg.tokenizer)
 
 
 def prepare_corpus(cfg: ExperimentConfig, tokenizers: TokenizerPair | None = None, out: Path | str | None = None,

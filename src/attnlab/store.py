@@ -23,7 +23,12 @@ reading options, the filters, the tokenizer settings): `prepare` reuses a comple
 builds a new one when anything changed. It is built in a folder beside its place and renamed into it when
 complete, under a lock, so a killed prepare leaves nothing that looks complete and two processes preparing the
 same data do not both write it (the second waits and reuses). `open_store` checks the files against the
-manifest's sizes and SHA-256 sums: a truncated or altered store is a one-line error that says how to rebuild it.
+manifest's sizes and SHA-256 sums, and the data against itself, so that a store whose manifest was re-hashed after
+tampering cannot train on garbage either: the index's lengths must add up to train.bin's size and every id must be
+below its side's vocabulary (one numpy pass). A truncated or altered store is a one-line error that says how to
+rebuild it. Nothing is written through a symlink: the staging folder is new (mkdir), its files are created with
+O_EXCL | O_NOFOLLOW, the lock file is opened with O_NOFOLLOW, and a link standing at the store's place or among
+its files is moved aside and removed, never followed.
 """
 
 from __future__ import annotations
@@ -45,8 +50,9 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from attnlab.corpus import (Pair, ReadCounts, bible_tsv, cache_dir, chunks, holdout_indices, iter_bible, iter_lines,
-                            parse_lines, raw_lines, renderings, spec_name, subsample_indices)
+from attnlab.corpus import (MAX_EXPANSION, MAX_LINE_BYTES, Pair, ReadCounts, bible_tsv, cache_dir, check_input, chunks,
+                            holdout_indices, iter_bible, iter_lines, parse_lines, raw_lines, renderings, spec_name,
+                            subsample_indices)
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_text, make_dirs, write_json
 from attnlab.tokenizers import (
@@ -68,6 +74,10 @@ _CHUNK = 8192  # pairs per encoding task
 _PARALLEL_MIN_PAIRS = 100_000  # fewer training pairs are encoded in this process: starting workers costs more
 _PARALLEL_MIN_BYTES = 32 << 20  # smaller input files are parsed in this process
 _READ_CHUNK = 16384  # lines per reading task
+_ID_DTYPES = ("<u2", "<u4")  # train.bin's token ids and train.idx's lengths: uint16 or uint32
+# a file of the staging folder: created there or not at all, never through a symlink, not inherited by children
+_NO_LINK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_LINK
 
 
 @dataclass
@@ -82,6 +92,9 @@ class StoreSpec:
     test files, dev_size and test_size pairs are held out of train at random (seed `holdout_seed`).
     Filters (training pairs): max_words on both sides (0: off), max_ratio of the longer to the shorter side in
     words (0: off), dedup (drop exact repeats of a pair), then a random subset of max_train_pairs (0: all).
+    Reading (`attnlab.corpus.iter_lines`): a line longer than max_line_bytes or not UTF-8 stops the prepare with
+    its file:line, or with skip_bad_lines is skipped and counted, like a malformed line; a compressed file
+    expanding more than max_expansion times its size is refused (0: no limit).
     """
 
     corpus: str = "bible"
@@ -98,6 +111,8 @@ class StoreSpec:
     max_train_pairs: int = 0
     subset_seed: int = 0
     skip_bad_lines: bool = False
+    max_line_bytes: int = MAX_LINE_BYTES
+    max_expansion: float = MAX_EXPANSION
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
 
     @property
@@ -127,8 +142,7 @@ def input_files(spec: StoreSpec) -> list[Path]:
     for paths in (spec.train, spec.dev, spec.test):
         _file_spec(paths)
     for f in files:
-        if not f.is_file():
-            raise AttnlabError(f"{f}: no such file")
+        check_input(f)
     return files
 
 
@@ -146,11 +160,15 @@ def tokenizer_digest(tokenizers: TokenizerPair) -> str:
 
 
 def spec_dict(spec: StoreSpec) -> dict:
-    """The spec as the manifest and the key record it; one English rendering as its name (the key of a store
-    prepared before `english` became a list)."""
+    """The spec as the manifest and the key record it; one English rendering as its name, max_line_bytes only when
+    not its default (the keys of stores prepared before `english` became a list and before max_line_bytes), never
+    max_expansion (it decides whether a file is read, not what is read from it)."""
     d = asdict(spec)
     if len(spec.english) == 1:
         d["english"] = spec.english[0]
+    if spec.max_line_bytes == MAX_LINE_BYTES:
+        del d["max_line_bytes"]
+    del d["max_expansion"]
     return d
 
 
@@ -174,7 +192,7 @@ def _file_blocks(spec: StoreSpec) -> Iterator[tuple]:
     for paths, code in ((spec.train, _HOLDOUT if held_out else _TRAIN), (spec.dev, _DEV), (spec.test, _TEST)):
         if paths:
             where = _file_spec(paths)
-            fmt, lines = raw_lines(where)
+            fmt, lines = raw_lines(where, spec.skip_bad_lines, spec.max_line_bytes, spec.max_expansion)
             name, path = spec_name(where), where if isinstance(where, str) else where[0]
             for chunk in chunks(lines, _READ_CHUNK):
                 yield code, chunk, fmt, path, name, spec.skip_bad_lines, spec.dedup
@@ -296,7 +314,7 @@ class _Build:
 
             blocks = unpack()
         try:
-            with open(self.scratch, "w", encoding="utf-8") as out:
+            with _new_file(self.scratch, "w") as out:
                 for (code, text, word_bytes, hash_bytes, n), rendering in blocks:
                     out.write(text)
                     codes.frombytes(bytes([code]) * n)
@@ -435,7 +453,7 @@ class _Build:
 
         sides = (tokenizers.src, tokenizers.tgt)
         workers = self.workers if int((codes == _TRAIN).sum()) >= _PARALLEL_MIN_PAIRS else 1
-        with open(self.dir / "train.bin", "wb") as out:
+        with _new_file(self.dir / "train.bin") as out:
             if workers == 1:
                 _init_worker(sides)
                 results = map(_encode_chunk, tasks())
@@ -457,7 +475,7 @@ class _Build:
         sizes = np.stack([np.frombuffer(s_lens, dtype=np.uint32), np.frombuffer(t_lens, dtype=np.uint32)], axis=1)
         longest = int(sizes.max())
         sizes = sizes.astype(np.uint16 if longest < 2**16 else np.uint32)
-        with open(self.dir / "train.idx", "wb") as f:
+        with _new_file(self.dir / "train.idx") as f:
             np.save(f, sizes, allow_pickle=False)
             f.flush()
             os.fsync(f.fileno())
@@ -468,6 +486,12 @@ class _Build:
         return {"dtype": dtype.str, "index_dtype": sizes.dtype.str, "pairs": len(sizes), "tokens": n_tokens,
                 "bin_sha256": digest.hexdigest(), "idx_sha256": _file_sha256(self.dir / "train.idx"),
                 "encode_seconds": round(seconds, 3), "encode_workers": workers}
+
+
+def _new_file(path: Path, mode: str = "wb"):
+    """A new file of the staging folder open for writing (UTF-8 in text mode): never an existing file, never a
+    symlink's target."""
+    return os.fdopen(os.open(path, _CREATE, 0o644), mode, **({} if "b" in mode else {"encoding": "utf-8"}))
 
 
 def _file_sha256(path: Path) -> str:
@@ -626,7 +650,14 @@ class Store:
         return self.manifest["key"]
 
     def tokenizers(self) -> TokenizerPair:
-        return load_tokenizers(self.path / "tokenizer")
+        """The store's tokenizers, checked against the vocabulary sizes its ids were checked against."""
+        tokenizers = load_tokenizers(self.path / "tokenizer")
+        vocab = self.manifest["vocab"]
+        if (tokenizers.src.vocab_size, tokenizers.tgt.vocab_size) != (vocab["src"], vocab["tgt"]):
+            raise AttnlabError(f"{self.path / 'tokenizer'}: vocabularies of {tokenizers.src.vocab_size:,} and "
+                               f"{tokenizers.tgt.vocab_size:,} where the manifest says {vocab['src']:,} and "
+                               f"{vocab['tgt']:,} (altered); {_REBUILD}")
+        return tokenizers
 
     def train_data(self) -> StoreDataset:
         return StoreDataset(self.path / "train.bin", self.path / "train.idx", self.manifest["train"]["dtype"])
@@ -641,7 +672,7 @@ class Store:
             return [Pair(toks.src.decode(s), toks.tgt.decode(t), f"train:{i}") for i, s, t in map(data.__getitem__,
                                                                                                    range(n))]
         pairs = []
-        for i, line in iter_lines(self.path / f"{split}.tsv"):
+        for i, line in iter_lines(self.path / f"{split}.tsv", max_line_bytes=0):  # our own file: no line limit
             fields = line.split("\t")
             if len(fields) != 3:
                 raise AttnlabError(f"{self.path / f'{split}.tsv'}:{i}: damaged store file; {_REBUILD}")
@@ -677,6 +708,9 @@ def open_store(path: Path | str, verify: bool = True) -> Store:
         _check_manifest(manifest)
         version, train = manifest["version"], manifest["train"]
         n, n_tokens, itemsize = int(train["pairs"]), int(train["tokens"]), np.dtype(train["dtype"]).itemsize
+        for key in ("dtype", "index_dtype"):
+            if np.dtype(train[key]).str not in _ID_DTYPES:
+                raise TypeError(f"train.{key} {train[key]!r} is not uint16 or uint32")
     except (OSError, ValueError, KeyError, TypeError, AttnlabError) as e:
         raise AttnlabError(f"{manifest_path}: damaged manifest ({e}); {_REBUILD}") from None
     if version != STORE_VERSION:
@@ -691,7 +725,7 @@ def open_store(path: Path | str, verify: bool = True) -> Store:
                            f"{n_tokens * itemsize:,} (truncated or altered); {_REBUILD}")
     try:
         sizes = np.load(idx_path, mmap_mode="r", allow_pickle=False)
-        ok = sizes.shape == (n, 2)
+        ok = sizes.shape == (n, 2) and sizes.dtype == np.dtype(train["index_dtype"])
     except (ValueError, OSError):
         ok = False
     if not ok:
@@ -707,7 +741,38 @@ def open_store(path: Path | str, verify: bool = True) -> Store:
         for f, expected in checks:
             if _file_sha256(f) != expected:
                 raise AttnlabError(f"{f}: checksum differs from the manifest's (the file was altered); {_REBUILD}")
+    # the index must cover train.bin exactly: pair i's offset is the sum of the lengths before it, so lengths that
+    # add up to another count put pairs past the end of the data or leave data unread (a re-hashed manifest)
+    indexed = int(sizes.sum(dtype=np.int64))
+    if indexed != n_tokens:
+        raise AttnlabError(f"{idx_path}: its lengths add up to {indexed:,} tokens where train.bin holds {n_tokens:,} "
+                           f"(altered); {_REBUILD}")
+    if verify:
+        _check_ids(bin_path, sizes, np.dtype(train["dtype"]), manifest["vocab"]["src"], manifest["vocab"]["tgt"])
     return Store(path, manifest)
+
+
+def _check_ids(bin_path: Path, sizes: np.ndarray, dtype: np.dtype, src_vocab: int, tgt_vocab: int) -> None:
+    """An AttnlabError naming train.bin if a source id is not below src_vocab or a target id below tgt_vocab (an
+    embedding lookup would fail mid-training). One pass of numpy over the memory-mapped ids, a slice of pairs at a
+    time; the sides are told apart only when an id reaches the smaller vocabulary."""
+    if not len(sizes) or not bin_path.stat().st_size:
+        return
+    data = np.memmap(bin_path, dtype=dtype, mode="r")  # (tokens,)
+    start, step = 0, 1 << 18
+    for a in range(0, len(sizes), step):
+        part = np.asarray(sizes[a:a + step], dtype=np.int64)  # (k, 2) source and target lengths
+        end = start + int(part.sum())
+        ids = data[start:end]
+        if len(ids) and int(ids.max()) >= min(src_vocab, tgt_vocab):
+            is_tgt = np.repeat(np.tile(np.array([False, True]), len(part)), part.ravel())  # (end - start,)
+            bad = np.flatnonzero(np.where(is_tgt, ids >= tgt_vocab, ids >= src_vocab))
+            if len(bad):
+                pair = a + int(np.searchsorted(np.cumsum(part.sum(axis=1)), bad[0], side="right"))
+                side, vocab = ("target", tgt_vocab) if is_tgt[bad[0]] else ("source", src_vocab)
+                raise AttnlabError(f"{bin_path}: pair {pair:,} holds the {side} token id {int(ids[bad[0]]):,}, not "
+                                   f"below the vocabulary's {vocab:,} (altered); {_REBUILD}")
+        start = end
 
 
 # what a manifest holds: key -> type, and the keys of its tables
@@ -764,7 +829,9 @@ def _find_reusable(spec: StoreSpec, place: Path | None, tokenizers: TokenizerPai
         store = open_store(where, verify=False)
     except AttnlabError:
         return None
-    if store.key == key and store.manifest["tokenizer_sha256"] == tokenizer_digest(tokenizers):
+    vocab = store.manifest["vocab"]
+    if store.key == key and store.manifest["tokenizer_sha256"] == tokenizer_digest(tokenizers) and \
+            (vocab["src"], vocab["tgt"]) == (tokenizers.src.vocab_size, tokenizers.tgt.vocab_size):
         return key, where
     return None
 
@@ -800,7 +867,12 @@ def prepare(spec: StoreSpec, out: Path | str | None = None, tokenizers: Tokenize
                            "folder")
     make_dirs(place.parent)
     lock_path = place.parent / f".{place.name}.lock"
-    with open(lock_path, "w") as lock:
+    try:  # never through a symlink: opening one for writing would create or touch its target
+        lock_fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT | _NO_LINK, 0o644)
+    except OSError as e:
+        raise AttnlabError(f"{lock_path}: cannot open the store's lock file ({e.strerror or e}; a symlink there is "
+                           "refused: remove it)") from None
+    with os.fdopen(lock_fd, "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -812,7 +884,10 @@ def prepare(spec: StoreSpec, out: Path | str | None = None, tokenizers: Tokenize
         for stale in place.parent.glob(f".{place.name}.tmp-*"):  # left by a killed prepare (we hold the lock)
             _remove(stale)
         staging = place.parent / f".{place.name}.tmp-{os.getpid()}"
-        make_dirs(staging)
+        try:
+            os.mkdir(staging)  # a new folder, or none: never an existing one or a link's target
+        except OSError as e:
+            raise AttnlabError(f"{staging}: cannot create the staging folder ({e.strerror or e})") from None
         try:
             log.info("preparing %s into %s", spec.name, place)
             _build(spec, staging, key, workers or default_workers(), tokenizers, tgt_tokenizer)
