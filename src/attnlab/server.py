@@ -30,9 +30,14 @@ request still unanswered after `timeout` seconds, gets 503 with Retry-After. GET
 Limits (all answered with a 4xx JSON body {"error": "...", ...}): request bodies over `max_body` bytes (413),
 malformed JSON (400), a missing/empty/over-long sentence, a sentence that is not valid Unicode (a lone surrogate)
 or a bad beam (422), more source tokens than the run's decode.max_src_tokens (422), an unknown model name (404).
-A bug is a JSON 500, logged. Connections (`serve`): a connection that has not sent its request head within
-`header_timeout` seconds is closed (idle and slow clients), idle keep-alive connections after 5 s, connections
-beyond `max_connections` at once; request heads over 16 KiB are refused; repeated log messages are rate-limited.
+A bug is a JSON 500, logged. HTTP: HEAD wherever GET, OPTIONS (204 with `Allow`), `Allow` on every 405, 415 for a
+body that is not JSON; the OpenAPI schema names the served models (an enum) and bounds the sentence. Connections
+(`serve`, `serving.guarded_h11`): a connection that has not sent its request head within `header_timeout` seconds
+(of opening or of its last response) is closed, idle keep-alive connections after 5 s; a body not arrived within
+`body_timeout` seconds gets 408; a head over 16 KiB 431; one client (address) holds at most
+`max_connections_per_client` connections, and past `max_connections` the connection whose request has been
+incomplete the longest is closed to make room; every refusal is JSON, a 503 with Retry-After; repeated log
+messages are rate-limited. Behind a reverse proxy: docs/deployment.md.
 """
 
 from __future__ import annotations
@@ -462,8 +467,9 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
         and each output token's probability with the top 5 alternatives."""
         served = lookup(req.model)
         sentence = clean(req.sentence)
-        sentence_b = None if req.sentence_b is None or served.info.kind != "pair" else clean(req.sentence_b,
-                                                                                             "sentence_b")
+        # sentence_b is checked wherever it is given (as the schema says), and read by pair models only
+        sentence_b = None if req.sentence_b is None else clean(req.sentence_b, "sentence_b")
+        sentence_b = sentence_b if served.info.kind == "pair" else None
         beam = served.info.beam if req.beam is None or served.info.kind != "translation" else req.beam
         t0 = time.perf_counter()
         try:
@@ -527,7 +533,9 @@ def openapi_with_models(app: FastAPI, models: dict[str, ServedModel], max_chars:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     translation = [name for name, m in models.items() if m.info.kind == "translation"]
-    sentence = {"minLength": 1, "maxLength": max_chars, "pattern": r"[^\s\u00b6]",
+    # a character that is not whitespace to str.split (which also splits at \x1c-\x1f and \x85, unlike a JSON
+    # Schema's \s) and not the pilcrow (`corpus.normalize`)
+    sentence = {"minLength": 1, "maxLength": max_chars, "pattern": r"[^\s\u001c-\u001f\u0085\u00b6]",
                 "examples": ["In the beginning was the Word"]}
     for request, names in (("TranslateRequest", translation or list(models)), ("ExploreRequest", list(models))):
         fields = schema["components"]["schemas"][request]["properties"]

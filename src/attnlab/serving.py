@@ -294,7 +294,9 @@ def guarded_h11(max_connections: int, header_timeout: float, max_per_client: int
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     per_client: collections.Counter = collections.Counter()
-    incomplete: dict = {}  # connections whose request has not fully arrived, oldest first (dicts keep order)
+    # connections whose request has not fully arrived, oldest first; an OrderedDict: a dict's first key after many
+    # deletions at the front is found by scanning the deleted slots (quadratic under a flood), a linked list's at once
+    incomplete: collections.OrderedDict = collections.OrderedDict()
     lingering: set = set()
     max_per_client = max_per_client or max_connections
 
