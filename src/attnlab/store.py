@@ -54,7 +54,7 @@ from attnlab.corpus import (MAX_EXPANSION, MAX_LINE_BYTES, Pair, ReadCounts, bib
                             holdout_indices, iter_bible, iter_lines, parse_lines, raw_lines, renderings, spec_name,
                             subsample_indices)
 from attnlab.errors import AttnlabError
-from attnlab.fileio import atomic_write_text, make_dirs, write_json
+from attnlab.fileio import CREATE_FLAGS, atomic_write_text, file_sha256, make_dirs, write_json
 from attnlab.tokenizers import (
     Tokenizer,
     TokenizerConfig,
@@ -75,9 +75,7 @@ _PARALLEL_MIN_PAIRS = 100_000  # fewer training pairs are encoded in this proces
 _PARALLEL_MIN_BYTES = 32 << 20  # smaller input files are parsed in this process
 _READ_CHUNK = 16384  # lines per reading task
 _ID_DTYPES = ("<u2", "<u4")  # train.bin's token ids and train.idx's lengths: uint16 or uint32
-# a file of the staging folder: created there or not at all, never through a symlink, not inherited by children
-_NO_LINK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_LINK
+_NO_LINK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)  # the lock file: never through a symlink
 
 
 @dataclass
@@ -484,22 +482,14 @@ class _Build:
         log.info("encoded %s training pairs (%s tokens) in %.1f s with %d worker(s): %s pairs/s", f"{len(sizes):,}",
                  f"{n_tokens:,}", seconds, workers, f"{len(sizes) / max(seconds, 1e-9):,.0f}")
         return {"dtype": dtype.str, "index_dtype": sizes.dtype.str, "pairs": len(sizes), "tokens": n_tokens,
-                "bin_sha256": digest.hexdigest(), "idx_sha256": _file_sha256(self.dir / "train.idx"),
+                "bin_sha256": digest.hexdigest(), "idx_sha256": file_sha256(self.dir / "train.idx"),
                 "encode_seconds": round(seconds, 3), "encode_workers": workers}
 
 
 def _new_file(path: Path, mode: str = "wb"):
     """A new file of the staging folder open for writing (UTF-8 in text mode): never an existing file, never a
     symlink's target."""
-    return os.fdopen(os.open(path, _CREATE, 0o644), mode, **({} if "b" in mode else {"encoding": "utf-8"}))
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            h.update(chunk)
-    return h.hexdigest()
+    return os.fdopen(os.open(path, CREATE_FLAGS, 0o644), mode, **({} if "b" in mode else {"encoding": "utf-8"}))
 
 
 def _train_tokenizers(spec: StoreSpec, srcs: list[str], tgts: list[str], fixed_tgt: Tokenizer | None
@@ -561,7 +551,7 @@ def _build(spec: StoreSpec, staging: Path, key: str, workers: int, fixed: Tokeni
             lengths = np.array([len(ids) for ids in tok.encode_batch([getattr(p, side) for p in held[split]])],
                                dtype=np.int64)
             stats[split][f"{side}_tokens_avg"], stats[split][f"{side}_tokens_max"] = _length_stats(lengths)
-    files = {str(f.relative_to(staging)): {"size": f.stat().st_size, "sha256": _file_sha256(f)}
+    files = {str(f.relative_to(staging)): {"size": f.stat().st_size, "sha256": file_sha256(f)}
              for f in sorted([staging / "dev.tsv", staging / "test.tsv", *(staging / "tokenizer").iterdir()])}
     manifest = {
         "format": "attnlab-store", "version": STORE_VERSION, "key": key, "name": spec.name, "spec": spec_dict(spec),
@@ -739,7 +729,7 @@ def open_store(path: Path | str, verify: bool = True) -> Store:
     if verify:
         checks += [(idx_path, train["idx_sha256"]), (bin_path, train["bin_sha256"])]
         for f, expected in checks:
-            if _file_sha256(f) != expected:
+            if file_sha256(f) != expected:
                 raise AttnlabError(f"{f}: checksum differs from the manifest's (the file was altered); {_REBUILD}")
     # the index must cover train.bin exactly: pair i's offset is the sum of the lengths before it, so lengths that
     # add up to another count put pairs past the end of the data or leave data unread (a re-hashed manifest)
