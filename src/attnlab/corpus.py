@@ -361,7 +361,7 @@ def _lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES, max_expansion: floa
     i = expanded = 0
     try:
         with raw, (opener(raw) if opener else raw) as f:
-            pending, skipping = b"", False  # the start of a line not yet ended; inside a too long line
+            pending, skipping = bytearray(), False  # the start of a line not yet ended; inside a too long line
             for block in _blocks(f):
                 expanded += len(block)
                 _check(path, raw, opener, expanded, max_expansion, progress, i)
@@ -370,24 +370,24 @@ def _lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES, max_expansion: floa
                     if end < 0:
                         continue
                     block, skipping = block[end + 1:], False
-                data = pending + block
-                end = data.rfind(b"\n")
+                end = block.rfind(b"\n")
                 if end >= 0:
-                    region, pending = data[:end], data[end + 1:]
+                    region = bytes(pending) + block[:end] if pending else block[:end]
+                    pending = bytearray(block[end + 1:])
                     n, lines = _region(path, region, i, max_line_bytes, skip_bad_lines, hint)
                     yield from lines
                     i += n
                 else:
-                    pending = data
+                    pending += block  # amortized: a long line is not copied once per block
                 if max_line_bytes and len(pending) > max_line_bytes:
                     i += 1
                     if not skip_bad_lines:
                         raise AttnlabError(f"{path}:{i}: longer than data.max_line_bytes = {max_line_bytes:,} "
                                            f"bytes{hint}")
                     yield i, None
-                    pending, skipping = b"", True
+                    pending, skipping = bytearray(), True
             if pending:  # the last line, without a line end
-                yield from _region(path, pending, i, max_line_bytes, skip_bad_lines, hint)[1]
+                yield from _region(path, bytes(pending), i, max_line_bytes, skip_bad_lines, hint)[1]
     except (OSError, EOFError, lzma.LZMAError, zlib.error) as e:  # a damaged or truncated compressed file
         raise AttnlabError(f"{path}:{i + 1}: cannot read ({e})") from None
     finally:
