@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -190,16 +191,18 @@ def main() -> int:
     if not args.runs:
         ap.error("give run directories or --tiny DIR")
     port = free_port()
+    log = tempfile.TemporaryFile()  # the server's log: a pipe nobody reads would fill and stop the server
     server = subprocess.Popen([str(Path(sys.executable).with_name("attnlab")), "serve", *map(str, args.runs), "--port",
                                str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                              stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     try:
         for _ in range(600):
             status, models = call(port, "GET", "/api/models", timeout=5)
             if status == 200:
                 break
             if server.poll() is not None:
-                print(server.stderr.read().decode(), file=sys.stderr)
+                log.seek(0)
+                print(log.read().decode(errors="replace"), file=sys.stderr)
                 return 1
             time.sleep(0.5)
         result = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_name(), "cores": os.cpu_count(),
@@ -209,6 +212,9 @@ def main() -> int:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=60)
+        log.seek(0)
+        lines = log.read().decode(errors="replace").splitlines()
+    result["server_log_lines"], result["server_log_tail"] = len(lines), lines[-5:]
     if args.threads:
         import attnlab  # loaded after the server ran, so the server had the cores to itself
 
