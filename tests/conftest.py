@@ -106,6 +106,30 @@ def pytest_runtest_teardown(item, nextitem):
             _restore(BASELINE)
 
 
+# Modules whose tests share a costly module fixture (test_trainer.py: a GRU trained for 200 updates and a 2-rank
+# torchrun launch; test_lm.py: a trained LM; test_package.py: a wheel in a fresh virtualenv). pytest-xdist's
+# `--dist load` (what `-n N` means) sends a module's tests to every worker, and each worker makes the fixture again.
+ONE_WORKER_MODULES = ("tests/test_trainer.py", "tests/test_lm.py", "tests/test_package.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under `-n N` (`make test`): each module of ONE_WORKER_MODULES runs whole on one worker, so that its fixtures
+    are made once; every other test is scheduled alone, as `--dist load` would, to whichever worker is free. The
+    modules go first (xdist's load-scope scheduler hands out its largest units first), the single tests balance
+    the end. pytest-xdist's own `--dist loadgroup` (xdist_group marks) groups nothing under pytest 9.2
+    (pytest-dev/pytest-xdist#1386). Another `--dist` mode given on the command line is left as it is."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerModules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER_MODULES else nodeid
+
+    return OneWorkerModules(config, log)
+
+
 def pytest_sessionstart(session):
     """pytest-randomly prints its seed in the report header, which `-q` (our addopts) hides: print it anyway, so
     that a failing order can be replayed with `pytest -p randomly --randomly-seed=N`. Printed by the process that

@@ -1,15 +1,19 @@
 """The trainer end to end on a tiny synthetic task: it learns, checkpoints are complete and atomic, resume is
 exact, and the CLI's train / translate / evaluate work with clear errors."""
 
+import contextlib
 import dataclasses
+import io
 import json
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 import torch
 
 from attnlab.checkpoint import load_checkpoint
+from attnlab.cli import main
 from attnlab.errors import AttnlabError
 from attnlab.experiment import experiment_from_dict
 from attnlab.runs import EvalOptions
@@ -80,9 +84,20 @@ def test_model_learns_the_task(trained):
     assert (trained / "eval" / "test.hyp.txt").read_text().count("\n") == 40
 
 
-def _cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "attnlab.cli", *map(str, args)], capture_output=True,
-                          text=True, input=stdin)
+def _cli(*args, stdin: str | bytes = ""):
+    """`attnlab ARGS` run in this process (`attnlab.cli.main`, as a user's shell would run it, argparse's exits
+    included), `stdin` its standard input: a CompletedProcess of its exit code and what it wrote to stdout and
+    stderr (text). A fresh process would pay about 4 s to import torch on a slow CPU; the tests that are about a
+    process (a kill, a signal, torchrun, --procs) start one."""
+    out, err = io.StringIO(), io.StringIO()
+    data = stdin if isinstance(stdin, bytes) else stdin.encode("utf-8")
+    with mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:  # argparse: a usage error (2) or --help (0)
+            code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def test_cli_translate(trained):
@@ -188,24 +203,34 @@ def _torchrun(cfg, out):
                         "-m", "attnlab.cli", "train", str(cfg), "--out", str(out)], timeout=300)
 
 
-def test_procs_two_is_the_torchrun_line(tiny_tsv, tmp_path):
+# The two DDP tests share one torchrun launch (three processes that each import torch: 15-40 s on a slow CPU); under
+# pytest-xdist the module runs on one worker (conftest.ONE_WORKER_MODULES), where it is made once.
+@pytest.fixture(scope="module")
+def torchrun_run(tiny_tsv, tmp_path_factory):
+    """A tiny RNN trained for 6 updates by two ranks under the documented torchrun line (dev loss at steps 3 and 6,
+    no dev BLEU): (its config, its run directory, the finished torchrun process)."""
+    d = tmp_path_factory.mktemp("ddp")
+    cfg = _ddp_config(tiny_tsv, d / "ddp.toml", max_steps=6, lr=0.01, eval_every=3, eval_bleu="false")
+    return cfg, d / "torchrun", _torchrun(cfg, d / "torchrun")
+
+
+def test_procs_two_is_the_torchrun_line(torchrun_run, tmp_path):
     """DDP on CPU (gloo) under the documented torchrun line: two ranks train one model, only rank 0 writes, the
     ranks agree on when to stop. `attnlab train CONFIG --procs 2` starts the two ranks itself: the same weights, bit
     for bit, as the torchrun line, and a resumed run continues under --procs too."""
     from safetensors.torch import load_file
 
-    cfg = _ddp_config(tiny_tsv, tmp_path / "ddp.toml", max_steps=6, eval_every=3)
-    done = _torchrun(cfg, tmp_path / "torchrun")
+    cfg, torchrun, done = torchrun_run
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr.count("stopped after 6 steps") == 1
-    logs = [json.loads(x) for x in (tmp_path / "torchrun" / "metrics.jsonl").read_text().splitlines()]
+    logs = [json.loads(x) for x in (torchrun / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logs if "dev_loss" in r] == [3, 6]
     done = run_or_dump([sys.executable, "-m", "attnlab.cli", "train", str(cfg), "--out", str(tmp_path / "procs"),
                         "--procs", "2"], timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "starting 2 training processes" in done.stderr and done.stderr.count("stopped after 6 steps") == 1
     name = "checkpoints/step_00000006.safetensors"
-    a, b = load_file(str(tmp_path / "torchrun" / name)), load_file(str(tmp_path / "procs" / name))
+    a, b = load_file(str(torchrun / name)), load_file(str(tmp_path / "procs" / name))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     done = run_or_dump([sys.executable, "-m", "attnlab.cli", "train", "--resume", str(tmp_path / "procs"), "--procs",
                         "2", "--set", "train.max_steps=9"], timeout=300)
@@ -390,9 +415,8 @@ def test_cli_translate_takes_the_file_before_or_after_the_options(trained, tmp_p
 def test_bad_input_and_output_paths_are_one_line_errors(trained, tiny_tsv, tmp_path):
     """Undecodable stdin names the line; an output file in a place that cannot be written, an --out that is a
     file, and a metrics.jsonl that is a symlink (never followed) are one-line errors with exit code 2."""
-    done = subprocess.run([sys.executable, "-m", "attnlab.cli", "translate", str(trained), "--device", "cpu"],
-                          input=b"the cat\n\xff\xfe broken\n", capture_output=True)
-    assert done.returncode == 2 and b"<stdin>:2: not valid UTF-8" in done.stderr and b"Traceback" not in done.stderr
+    done = _cli("translate", trained, "--device", "cpu", stdin=b"the cat\n\xff\xfe broken\n")
+    assert done.returncode == 2 and "<stdin>:2: not valid UTF-8" in done.stderr and "Traceback" not in done.stderr
     blocker = tmp_path / "file"
     blocker.write_text("x")
     done = _cli("translate", trained, "--device", "cpu", "-o", blocker / "out.txt", stdin="the cat\n")
@@ -420,18 +444,17 @@ def test_a_symlinked_plot_is_replaced_not_followed(trained, tmp_path):
     assert not (tmp_path / "att.png").is_symlink() and (tmp_path / "att.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_two_ranks_equal_one_rank_with_both_batches(tiny_tsv, tmp_path):
+def test_two_ranks_equal_one_rank_with_both_batches(torchrun_run, tmp_path):
     """DDP on CPU (gloo): rank 0 with batches B1, B3, ... and rank 1 with B2, B4, ... give, after 6 updates, the
     weights of one process that accumulates B1 + B2, B3 + B4, ... (the loss normalised by the target tokens of both
     ranks). Tolerance: 1e-6 absolute, float summation order being the only difference."""
     from safetensors.torch import load_file
 
-    cfg = _ddp_config(tiny_tsv, tmp_path / "ddp.toml", max_steps=6, lr=0.01, eval_every=1000, eval_bleu="false")
-    two = _torchrun(cfg, tmp_path / "two")
-    assert two.returncode == 0, two.stderr[-2000:]
+    cfg, two, done = torchrun_run
+    assert done.returncode == 0, done.stderr[-2000:]
     one = _cli("train", cfg, "--out", tmp_path / "one", "--set", "train.accum_steps=2")
     assert one.returncode == 0, one.stderr[-2000:]
-    a = load_file(str(tmp_path / "two" / "checkpoints" / "step_00000006.safetensors"))
+    a = load_file(str(two / "checkpoints" / "step_00000006.safetensors"))
     b = load_file(str(tmp_path / "one" / "checkpoints" / "step_00000006.safetensors"))
     assert a.keys() == b.keys()
     for k in a:
