@@ -53,12 +53,14 @@ def installed(tmp_path_factory):
           REPO], root, env)
     wheels = list((root / "dist").glob("attnlab-*.whl"))
     assert len(wheels) == 1, wheels
-    _run([sys.executable, "-m", "venv", root / "venv"], root, env)
+    # without a pip of its own (ensurepip: 2-5 s): this environment's pip installs into it (pip --python)
+    _run([sys.executable, "-m", "venv", "--without-pip", root / "venv"], root, env)
     bin_dir = root / "venv" / "bin"
     site = Path(_run([bin_dir / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], root,
                      env).stdout.strip())
     (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # the dependencies, not attnlab
-    _run([bin_dir / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheels[0]], root, env)
+    _run([sys.executable, "-m", "pip", "--python", bin_dir / "python", "install", "-q", "--no-deps", "--no-index",
+          wheels[0]], root, env)
     work = root / "work"
     work.mkdir()
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
