@@ -44,28 +44,28 @@ def test_lr_schedules():
 
 def test_resume_is_exact(tiny_tsv, tmp_path):
     straight = tmp_path / "straight"
-    train(tiny_config(tiny_tsv, max_steps=40), straight)
+    train(tiny_config(tiny_tsv, max_steps=20, eval_every=10), straight)
     halves = tmp_path / "halves"
-    train(tiny_config(tiny_tsv, max_steps=20), halves)
-    state = train(None, halves, resume=True, overrides=["train.max_steps=40"])
-    assert state.step == 40
+    train(tiny_config(tiny_tsv, max_steps=10, eval_every=10), halves)
+    state = train(None, halves, resume=True, overrides=["train.max_steps=20"])
+    assert state.step == 20
     a = {k: v.clone() for k, v in _weights(straight).items()}
     b = _weights(halves)
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=0, rtol=0, msg=k)
     logs = [json.loads(x) for x in (halves / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in logs if "dev_loss" in r] == [20, 40]
+    assert [r["step"] for r in logs if "dev_loss" in r] == [10, 20]
     # keep_last = 1: one step checkpoint remains, plus the one best.json names
     names = {p.name for p in (halves / "checkpoints").iterdir()}
     best = json.loads((halves / "checkpoints" / "best.json").read_text())["name"]
-    assert names == {"best.json", "latest.json"} | {f"{stem}{suffix}" for stem in ("step_00000040", best)
+    assert names == {"best.json", "latest.json"} | {f"{stem}{suffix}" for stem in ("step_00000020", best)
                                                     for suffix in (".json", ".safetensors", ".train.safetensors")}
 
 
 def _weights(run_dir):
     from safetensors.torch import load_file
-    return load_file(str(run_dir / "checkpoints" / "step_00000040.safetensors"))
+    return load_file(str(run_dir / "checkpoints" / "step_00000020.safetensors"))
 
 
 @pytest.fixture(scope="module")
@@ -287,7 +287,7 @@ dropout = 0.1
 max_steps = 400
 max_tokens = 800
 lr = 0.003
-eval_every = 20
+eval_every = 10
 eval_bleu = false
 log_every = 10
 seed = 3
@@ -302,17 +302,17 @@ progress = false
     latest = killed / "checkpoints" / "latest.json"
     deadline = time.monotonic() + 300
     while proc.poll() is None:
-        assert time.monotonic() < deadline, "no checkpoint at step 20 within 300 s"
-        if latest.is_file() and json.loads(latest.read_text())["step"] >= 20:
+        assert time.monotonic() < deadline, "no checkpoint at step 10 within 300 s"
+        if latest.is_file() and json.loads(latest.read_text())["step"] >= 10:
             break
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    at_kill = json.loads(latest.read_text())["step"]  # wherever the kill landed (20, 40, ...: a checkpoint step)
-    assert 20 <= at_kill < 400
+    at_kill = json.loads(latest.read_text())["step"]  # wherever the kill landed (10, 20, ...: a checkpoint step)
+    assert 10 <= at_kill < 400
     # compared one checkpoint interval past the kill, so the check never depends on how fast the machine was
-    target = at_kill + 20
+    target = at_kill + 10
     resumed = _cli("train", "--resume", killed, "--set", f"train.max_steps={target}")
     assert resumed.returncode == 0, resumed.stderr
     straight = _cli("train", cfg, "--out", tmp_path / "straight", "--set", f"train.max_steps={target}")
