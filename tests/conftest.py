@@ -112,6 +112,7 @@ def pytest_runtest_teardown(item, nextitem):
 ONE_WORKER_MODULES = ("tests/test_trainer.py", "tests/test_lm.py", "tests/test_package.py")
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest without pytest-xdist runs the tests in one process
 def pytest_xdist_make_scheduler(config, log):
     """Under `-n N` (`make test`): each module of ONE_WORKER_MODULES runs whole on one worker, so that its fixtures
     are made once; every other test is scheduled alone, as `--dist load` would, to whichever worker is free. The
