@@ -205,6 +205,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path, nargs="?")
     ap.add_argument("--port", type=int, default=8766)
+    ap.add_argument("--front-port", type=int,
+                    help="send every client (normal and attackers) to this port instead: a reverse proxy already "
+                         "running in front of --port (benchmarks/nginx_front.sh)")
     ap.add_argument("--idle", type=int, default=20000, help="idle connections held (default 20000)")
     ap.add_argument("--idle-ips", type=int, default=40, help="addresses the idle connections come from")
     ap.add_argument("--slow", type=int, default=4400, help="slow-body connections (default 4400)")
@@ -220,6 +223,7 @@ def main() -> int:
                     help="torch threads of the server (OMP_NUM_THREADS; default 1: the machine is shared)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    target = args.front_port or args.port  # where clients connect
     limit = raise_fd_limit()
     per_process = max(1000, limit - 200)
     tmp = Path(tempfile.mkdtemp(prefix="serve_hostile_"))
@@ -235,15 +239,16 @@ def main() -> int:
     out: dict = {"run": str(run_dir), "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg(),
                  "fd_hard_limit": limit, "server_threads": args.threads, "request": {"sentence": SENTENCE, "beam": BEAM},
                  "server_src": str(args.server_src or "this checkout"), "serve_args": args.serve_args,
+                 "front_port": args.front_port,
                  "attack": {"reconnect": args.reconnect, "idle": args.idle, "idle_ips": args.idle_ips, "slow": args.slow, "slow_ips": args.slow_ips,
                             "flood_clients": args.flood, "seconds": args.seconds}}
     try:
         deadline = time.time() + 120
-        while normal_request(args.port, model)["status"] != 200:
+        while normal_request(target, model)["status"] != 200:
             if time.time() > deadline or server.poll() is not None:
                 raise SystemExit(f"server did not start: {log_path.read_text()[-2000:]}")
             time.sleep(0.5)
-        out["before"] = summary(normal_client(args.port, model, args.calm))
+        out["before"] = summary(normal_client(target, model, args.calm))
         print("before", {k: v for k, v in out["before"].items() if k != "failures"}, flush=True)
 
         results: mp.Queue = mp.Queue()
@@ -251,12 +256,12 @@ def main() -> int:
         idle_ips = [f"127.0.1.{1 + i}" for i in range(args.idle_ips)]
         for start in range(0, args.idle, per_process // 2):  # two or more processes: each under the fd limit
             n = min(per_process // 2, args.idle - start)
-            procs.append(mp.Process(target=attacker, args=("idle", args.port, idle_ips, n, args.seconds, results,
+            procs.append(mp.Process(target=attacker, args=("idle", target, idle_ips, n, args.seconds, results,
                                                            args.reconnect)))
-        procs.append(mp.Process(target=attacker, args=("slow", args.port, [f"127.0.2.{1 + i}" for i in
+        procs.append(mp.Process(target=attacker, args=("slow", target, [f"127.0.2.{1 + i}" for i in
                                                                             range(args.slow_ips)], args.slow,
                                                         args.seconds, results, args.reconnect)))
-        procs.append(mp.Process(target=attacker, args=("flood", args.port, ["127.0.3.1"], args.flood, args.seconds,
+        procs.append(mp.Process(target=attacker, args=("flood", target, ["127.0.3.1"], args.flood, args.seconds,
                                                         results, True)))
         for p in procs:
             p.start()
@@ -270,7 +275,7 @@ def main() -> int:
         sampler = threading.Thread(target=sample)
         sampler.start()
         time.sleep(1.0)  # the attackers' first burst is under way
-        during = normal_client(args.port, model, args.seconds - 2)
+        during = normal_client(target, model, args.seconds - 2)
         out["during"] = summary(during)
         out["during_timeline"] = [(r["t"], r["status"], round(r["seconds"], 3)) for r in during]
         print("during", {k: v for k, v in out["during"].items() if k != "failures"}, flush=True)
@@ -286,7 +291,7 @@ def main() -> int:
         out["attackers"] = attacks
         out["server_open_fds"] = {"max": max(server_fds, default=-1), "samples": server_fds}
         print("attackers", attacks, flush=True)
-        out["after"] = summary(normal_client(args.port, model, args.calm))
+        out["after"] = summary(normal_client(target, model, args.calm))
         print("after", {k: v for k, v in out["after"].items() if k != "failures"}, flush=True)
         out["server_rss_kb"] = rss_kb(server.pid)
         out["load_average_at_end"] = os.getloadavg()

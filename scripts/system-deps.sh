@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages attnlab uses: the SWORD Bible modules (KJV, Reina-Valera 1909, World English
-# Bible); with the argument `e2e`, also chromium + chromium-driver for the browser test (tests/e2e, `make e2e`).
+# Bible); with the argument `e2e`, also chromium + chromium-driver for the browser test (tests/e2e, `make e2e`);
+# with `nginx`, also nginx-light for benchmarks/nginx_front.sh (attnlab behind a reverse proxy, docs/deployment.md).
 # Does nothing when they are present; prints the apt command when not root.
 set -euo pipefail
 pkgs=(sword-text-kjv sword-text-sparv sword-text-web)
 if [ "${1:-}" = "e2e" ]; then
   pkgs+=(chromium chromium-driver)
+elif [ "${1:-}" = "nginx" ]; then
+  pkgs+=(nginx-light)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
