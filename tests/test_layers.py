@@ -68,3 +68,19 @@ def test_every_module_has_a_layer():
     named = {m.strip() for line in layers.splitlines()[1:] for m in line.strip().strip('",').split("|")}
     modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
     assert modules - named == set(), f"modules without a layer in pyproject.toml: {sorted(modules - named)}"
+
+
+def test_every_module_and_benchmark_is_where_a_reader_looks():
+    """A module missing from docs/architecture.md's concept table or from README's Layout section, or a benchmark
+    missing from benchmarks/README.md, fails here: the maps stay true as the code changes."""
+    repo = Path(__file__).resolve().parents[1]
+    architecture = (repo / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = architecture.split("## Where each concept lives", 1)[1].split("\n## ", 1)[0]
+    layout = (repo / "README.md").read_text(encoding="utf-8").split("## Layout", 1)[1].split("\n## ", 1)[0]
+    modules = sorted(p.name for p in (repo / "src" / "attnlab").glob("*.py") if p.name != "__init__.py")
+    assert len(modules) > 40
+    assert [m for m in modules if f"`{m}`" not in table] == []
+    assert [m for m in modules if f"`{m}`" not in layout] == []
+    index = (repo / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    scripts = sorted(p.name for p in (repo / "benchmarks").iterdir() if p.suffix in (".py", ".sh", ".conf"))
+    assert [s for s in scripts if s not in index] == []

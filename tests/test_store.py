@@ -41,7 +41,8 @@ from attnlab.experiment import (
     store_spec,
 )
 from attnlab.store import StoreDataset, open_store, prepare
-from attnlab.trainer import Trainer, read_metrics
+from attnlab.logs import read_metrics
+from attnlab.trainer import Trainer
 from attnlab.workflow import train
 
 SUBPROCESS_TIMEOUT = 120

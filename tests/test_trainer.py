@@ -505,52 +505,6 @@ def test_compiled_step_equals_eager_step(tiny_tsv, tmp_path):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name, message", [
-    ("cuda:7", "device 'cuda:7' is not available: this torch (.*) on this machine has cpu, cuda:0"),
-    ("mps", "device 'mps' is not available"),
-    ("xpu", "device 'xpu' is not available"),
-    ("meta", "device 'meta' is not available"),
-    ("gpu", "device 'gpu' is not a device name; use auto, cpu, cuda, cuda:N or mps"),
-    ("cuda:-1", "device 'cuda:-1' is not a device name"),
-])
-def test_a_device_this_machine_or_torch_lacks_is_one_line(monkeypatch, name, message):
-    """On a machine with one (simulated) CUDA device and no MPS: only cpu, cuda and cuda:0 resolve."""
-    from attnlab.trainer import resolve_device
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-    if getattr(torch, "xpu", None) is not None:
-        monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
-    # "cuda" is this process's GPU with its index: the trainer's torch.cuda.set_device refuses a bare "cuda"
-    assert [resolve_device(n) for n in ("cpu", "cuda", "cuda:0")] == [torch.device("cpu"), torch.device("cuda:0"),
-                                                                       torch.device("cuda:0")]
-    with pytest.raises(AttnlabError, match=message):
-        resolve_device(name)
-
-
-@pytest.mark.parametrize("amp, flags, expected", [
-    ("none", {"avx512_bf16"}, None),
-    ("auto", {"avx512f", "avx512_bf16"}, torch.bfloat16),
-    ("auto", {"amx_bf16", "amx_tile"}, torch.bfloat16),
-    ("auto", {"avx512f", "avx2"}, None),  # no native bf16: fp32
-    ("auto", set(), None),  # no /proc/cpuinfo (macOS, Windows): fp32
-    ("bf16", set(), torch.bfloat16),  # forced
-])
-def test_amp_on_the_cpu_follows_its_flags(monkeypatch, amp, flags, expected):
-    from attnlab import trainer as trainer_module
-
-    monkeypatch.setattr(trainer_module, "cpu_flags", lambda: flags)
-    assert trainer_module.amp_dtype(amp, torch.device("cpu")) == expected
-
-
-def test_fp16_on_the_cpu_is_refused():
-    from attnlab.trainer import amp_dtype
-
-    with pytest.raises(AttnlabError, match="fp16.*CUDA"):
-        amp_dtype("fp16", torch.device("cpu"))
-
-
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
 def test_bf16_on_the_cpu_autocasts_the_matrix_products(tiny_tsv, tmp_path, family):
     """train.amp = bf16 on the CPU runs the model's linear layers in bf16 (it was silently fp32 before), keeps the

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab import trainer as trainer_module
+from attnlab import devices
 from attnlab.errors import AttnlabError
 from attnlab.experiment import experiment_from_dict
 from attnlab.tokenizers import CharTokenizer, TokenizerPair
@@ -43,9 +43,9 @@ def test_decode_amp_bf16_runs_the_search_in_bf16(beam):
 
 
 def test_decode_amp_auto_follows_the_cpus_flags(monkeypatch):
-    monkeypatch.setattr(trainer_module, "cpu_flags", lambda: {"avx512f", "avx2"})  # no native bf16
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx512f", "avx2"})  # no native bf16
     assert linear_input_dtypes(translator("auto"), 1) == {torch.float32}
-    monkeypatch.setattr(trainer_module, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     assert linear_input_dtypes(translator("auto"), 1) == {torch.bfloat16}
 
 

@@ -38,10 +38,10 @@ from attnlab.errors import AttnlabError
 from attnlab.experiment import prepare_corpus
 from attnlab.families import family_of, family_of_config, require
 from attnlab.lm import generate
-from attnlab.logs import in_notebook
+from attnlab.logs import in_notebook, read_metrics
 from attnlab.runs import EvalOptions, LoadedRun
 from attnlab.store import Store
-from attnlab.trainer import TrainerState, read_metrics
+from attnlab.trainer import TrainerState
 from attnlab.translate import CTranslate2Translator, DecodeConfig, Translation, Translator
 from attnlab.workflow import (count_parameters, ctranslate2_translator, evaluate_run, load_run, run_config,
                               summary)

@@ -27,12 +27,13 @@ import torch
 from attnlab import api
 from attnlab.config import MAX_BEAM, MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SAMPLES, MAX_SEED, MAX_VOCAB
 from attnlab.corpus import ENGLISH_MODULES, bible_corpus, cache_dir, corpus_stats, file_corpus, format_stats, normalize
+from attnlab.devices import resolve_device
 from attnlab.errors import AttnlabError
 from attnlab.experiment import format_seq2seq_eval, prepare_corpus
 from attnlab.views import format_decoding, write_views
 from attnlab.families import load_family_config
 from attnlab.fileio import atomic_write_text, make_dirs, read_json, read_lines
-from attnlab.logs import setup_logging
+from attnlab.logs import read_metrics, setup_logging
 from attnlab.pairs import plot_alignment
 from attnlab.paraphrase import format_paraphrase_stats, paraphrase_corpus, paraphrase_stats
 from attnlab.plotting import (plot_attention, plot_attention_grid, plot_bleu_by_length, plot_curves,
@@ -43,7 +44,6 @@ from attnlab.server import serve
 from attnlab.store import format_store_stats
 from attnlab.study import compare, format_comparison
 from attnlab.tokenizers import cached_tokenizers, one_line, save_tokenizers
-from attnlab.trainer import read_metrics, resolve_device
 from attnlab.translate import DecodeConfig
 from attnlab.workflow import export_run, run_config, summary
 

@@ -1,5 +1,6 @@
-"""Logging set-up and training progress. Library code logs through `logging.getLogger("attnlab")`; only the
-CLI (or a user's script) decides where it goes, by calling `setup_logging` once.
+"""Logging set-up, training progress and the training log a run keeps (`read_metrics`: RUN_DIR/metrics.jsonl, which
+the trainer appends to). Library code logs through `logging.getLogger("attnlab")`; only the CLI (or a user's
+script) decides where it goes, by calling `setup_logging` once.
 
 The handler writes plain lines to the current sys.stderr through `tqdm.write`, so a message printed while a
 progress bar is on the terminal does not tear the bar apart.
@@ -7,11 +8,15 @@ progress bar is on the terminal does not tear the bar apart.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+from pathlib import Path
 
 from tqdm import tqdm
 from tqdm.auto import tqdm as tqdm_auto
+
+from attnlab.errors import AttnlabError
 
 LOGGER_NAME = "attnlab"
 
@@ -76,3 +81,28 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def read_metrics(run_dir: Path | str) -> list[dict]:
+    """The records of a run's metrics.jsonl (what `Trainer.log` appends): each a JSON object with an integer step
+    and numbers (or booleans); [] without the file. A line cut short by a kill at the end is skipped; any other
+    line that is no such record is an AttnlabError naming the file and line."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    lines = path.read_bytes().split(b"\n")
+    records = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:  # JSON syntax, UTF-8, an integer of more than 4,300 digits
+            if i == len(lines):  # the last line, without its newline: a write cut short
+                continue
+            raise AttnlabError(f"{path}:{i}: not a JSON record") from None
+        if not (isinstance(record, dict) and type(record.get("step")) is int and record["step"] >= 0
+                and all(isinstance(v, (int, float)) for v in record.values())):
+            raise AttnlabError(f"{path}:{i}: expected an object with an integer step >= 0 and numbers")
+        records.append(record)
+    return records

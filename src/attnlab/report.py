@@ -24,10 +24,10 @@ from attnlab.corpus import normalize
 from attnlab.errors import AttnlabError
 from attnlab.experiment import ExperimentConfig, split_pairs
 from attnlab.fileio import atomic_write_text, read_json
+from attnlab.logs import read_metrics
 from attnlab.metrics import format_length_table
 from attnlab.plotting import plot_attention, plot_attention_grid, plot_bleu_by_length, plot_curves
 from attnlab.summary import format_table, layer_table
-from attnlab.trainer import read_metrics
 from attnlab.tokenizers import TokenizerPair
 from attnlab.translate import Translator
 from attnlab.workflow import load_run

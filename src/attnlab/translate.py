@@ -12,11 +12,11 @@ from torch import nn
 
 from attnlab.batching import pad_sequences
 from attnlab.config import MAX_BEAM, MAX_LEN
+from attnlab.devices import amp_dtype, autocast
 from attnlab.errors import AttnlabError
 from attnlab.memory import keep_freed_memory
 from attnlab.search import TraceStep, beam_search, greedy_search, max_output_length
 from attnlab.tokenizers import EOS_ID, TokenizerPair
-from attnlab.trainer import amp_dtype, autocast
 
 
 @dataclass

@@ -23,6 +23,7 @@ import torch
 
 from attnlab.checkpoint import load_weights, resolve_checkpoint
 from attnlab.config import MAX_PARAMETERS, apply_overrides, to_dict
+from attnlab.devices import resolve_device
 from attnlab.errors import AttnlabError
 from attnlab.export import (check_export, check_export_folder, ctranslate2_dir, export_ctranslate2, export_source,
                             read_manifest)
@@ -31,7 +32,7 @@ from attnlab.fileio import make_dirs, read_json, real_dir, write_json
 from attnlab.runs import EvalOptions, Family, LoadedRun
 from attnlab.summary import format_table, layer_table
 from attnlab.tokenizers import TokenizerPair, load_tokenizers, save_tokenizers
-from attnlab.trainer import Trainer, TrainerState, Training, resolve_device
+from attnlab.trainer import Trainer, TrainerState, Training
 from attnlab.translate import CTranslate2Translator, Translator
 
 log = logging.getLogger("attnlab")
