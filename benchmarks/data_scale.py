@@ -38,7 +38,7 @@ import torch
 
 from attnlab.batching import Seq2SeqDataset
 from attnlab.corpus import bible_corpus, iter_pairs
-from attnlab.experiment import build_model, load_experiment, prepare_corpus
+from attnlab.experiment import build_translation_model, load_experiment, prepare_corpus
 from attnlab.trainer import Trainer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,7 +138,7 @@ def side_by_side(config: Path, overrides: list[str], steps: int, threads: int, r
     trainers, iters = {}, {}
     for name, data in (("store", mapped), ("in_memory", memory)):
         torch.manual_seed(cfg.train.seed)
-        model = build_model(cfg.model, toks.src.vocab_size, toks.tgt.vocab_size)
+        model = build_translation_model(cfg.model, toks.src.vocab_size, toks.tgt.vocab_size)
         trainers[name] = Trainer(model, cfg.train, data, data, Path("/tmp/attnlab-data-scale-sbs") / name)
         iters[name] = iter(trainers[name]._loader(data, trainers[name].sampler.batches(0)))
         trainers[name].train_step([next(iters[name])])  # warm-up

@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_bench import real_batches  # noqa: E402  (the trainer's own bucketed batches of the config's corpus)
 
-from attnlab.experiment import build_model, load_experiment, prepare_corpus  # noqa: E402
+from attnlab.experiment import build_translation_model, load_experiment, prepare_corpus  # noqa: E402
 from attnlab.trainer import Trainer  # noqa: E402
 
 
@@ -39,7 +39,7 @@ def real_trainer(cfg, n: int, run_dir: Path, device: torch.device = torch.device
     training batches as it makes them, on `device`."""
     batches, vocab = real_batches(cfg, n, cfg.train.max_tokens, seed=cfg.train.seed)
     torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model, vocab, vocab)
+    model = build_translation_model(cfg.model, vocab, vocab)
     data = prepare_corpus(cfg).train_data()
     return Trainer(model, cfg.train, data, data, run_dir), [b.to(device) for b in batches]
 

@@ -34,7 +34,7 @@ from attnlab.cli import main as cli_main
 from attnlab.corpus import read_pairs
 from attnlab.errors import AttnlabError
 from attnlab.experiment import (
-    build_model,
+    build_translation_model,
     experiment_from_dict,
     load_experiment,
     prepare_corpus,
@@ -175,7 +175,7 @@ def test_the_store_gives_the_items_batches_and_losses_of_an_in_memory_dataset(ti
     runs = {}
     for name, data in (("memory", memory), ("store", mapped)):
         torch.manual_seed(cfg.train.seed)
-        model = build_model(cfg.model, toks.src.vocab_size, toks.tgt.vocab_size)
+        model = build_translation_model(cfg.model, toks.src.vocab_size, toks.tgt.vocab_size)
         Trainer(model, cfg.train, data, dev, tmp_path / name).fit()
         runs[name] = [r["loss"] for r in read_metrics(tmp_path / name) if "loss" in r], model.state_dict()
     losses = runs["memory"][0]

@@ -147,7 +147,7 @@ def test_missing_checkpoint_on_resume(tmp_path):
 
 def test_gradient_accumulation_equals_one_big_batch(tiny_tsv, tmp_path):
     from attnlab.batching import Seq2SeqDataset, collate_seq2seq
-    from attnlab.experiment import build_model
+    from attnlab.experiment import build_translation_model
     from attnlab.trainer import Trainer
 
     cfg = tiny_config(tiny_tsv, amp="none")  # an fp32 identity (bf16 rounds the two groupings differently)
@@ -156,7 +156,7 @@ def test_gradient_accumulation_equals_one_big_batch(tiny_tsv, tmp_path):
     grads = []
     for groups in ([[0, 1, 2, 3]], [[0, 1], [2, 3]]):
         torch.manual_seed(0)
-        model = build_model(cfg.model, 12, 12)
+        model = build_translation_model(cfg.model, 12, 12)
         trainer = Trainer(model, cfg.train, data, data, tmp_path / str(len(groups)))
         trainer.optimizer.step = lambda: None  # keep the weights; look at the accumulated gradients
         trainer.optimizer.zero_grad = lambda set_to_none=True: None
@@ -481,7 +481,7 @@ def test_compiled_step_equals_eager_step(tiny_tsv, tmp_path):
     """train.compile = true (torch.compile with inductor, as the trainer runs it) gives the eager step's loss and
     gradients on a packed batch. Tolerance 1e-5 relative: the fused kernels sum in another order."""
     from attnlab.batching import Seq2SeqDataset, collate_packed_seq2seq
-    from attnlab.experiment import build_model
+    from attnlab.experiment import build_translation_model
 
     data = Seq2SeqDataset([[5, 6, 7], [8, 9], [5, 5, 5, 5], [7]], [[4, 5], [6, 7, 8], [9], [4, 4, 4]])
     batch = collate_packed_seq2seq([data[i] for i in range(4)], 8)
@@ -492,7 +492,7 @@ def test_compiled_step_equals_eager_step(tiny_tsv, tmp_path):
         cfg = _tiny_transformer(tiny_tsv, compile=compile_, amp="none")  # fp32: the compiler fuses bf16 casts
         cfg.model.transformer.enc_layers = cfg.model.transformer.dec_layers = 1  # compiling takes a while on CPU
         torch.manual_seed(0)
-        model = build_model(cfg.model, 12, 12)
+        model = build_translation_model(cfg.model, 12, 12)
         trainer = Trainer(model, cfg.train, data, data, tmp_path / str(compile_))
         trainer.optimizer.step = lambda: None  # keep the weights; compare the gradients
         trainer.optimizer.zero_grad = lambda set_to_none=True: None
@@ -510,7 +510,7 @@ def test_bf16_on_the_cpu_autocasts_the_matrix_products(tiny_tsv, tmp_path, famil
     """train.amp = bf16 on the CPU runs the model's linear layers in bf16 (it was silently fp32 before), keeps the
     weights, their gradients and the loss in fp32, and the step's loss and gradients stay close to fp32's."""
     from attnlab.batching import Seq2SeqDataset, collate_seq2seq
-    from attnlab.experiment import build_model
+    from attnlab.experiment import build_translation_model
 
     data = Seq2SeqDataset([[5, 6, 7], [8, 9], [5, 5, 5, 5], [7]], [[4, 5], [6, 7, 8], [9], [4, 4, 4]])
     batch = collate_seq2seq([data[i] for i in range(4)])
@@ -518,7 +518,7 @@ def test_bf16_on_the_cpu_autocasts_the_matrix_products(tiny_tsv, tmp_path, famil
     for amp in ("none", "bf16"):
         cfg = _tiny_transformer(tiny_tsv, amp=amp) if family == "transformer" else tiny_config(tiny_tsv, amp=amp)
         torch.manual_seed(0)
-        model = build_model(cfg.model, 12, 12)
+        model = build_translation_model(cfg.model, 12, 12)
         seen = set()
         for m in model.modules():
             if isinstance(m, torch.nn.Linear):

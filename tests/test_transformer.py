@@ -227,7 +227,7 @@ def test_tied_embeddings():
         TransformerSeq2Seq(V_SRC, V_TGT, _cfg(tie_embeddings="all"))
 
 
-def test_init_and_param_groups():
+def test_init_and_optimizer_groups():
     torch.manual_seed(0)
     model = TransformerSeq2Seq(V_SRC, V_TGT, _cfg(tie_embeddings="decoder", norm="pre"))
     assert torch.all(model.src_embed.weight[PAD_ID] == 0)

@@ -187,8 +187,8 @@ def eval_name(cfg: ExperimentConfig, split: str, source: str | None) -> str:
     return f"{split}.{source}"
 
 
-def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> nn.Module:
-    """The model of the config's family."""
+def build_translation_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> nn.Module:
+    """The translation model of `model.family`: an RNN or a Transformer encoder-decoder."""
     if cfg.family == "rnn":
         return RNNSeq2Seq(src_vocab, tgt_vocab, cfg.rnn)
     if cfg.family == "transformer":
@@ -218,7 +218,7 @@ def vocab_sizes(cfg: ExperimentConfig, tokenizers: TokenizerPair | None) -> tupl
 
 
 def build_seq2seq(cfg: ExperimentConfig, tokenizers: TokenizerPair | None) -> nn.Module:
-    return build_model(cfg.model, *vocab_sizes(cfg, tokenizers))
+    return build_translation_model(cfg.model, *vocab_sizes(cfg, tokenizers))
 
 
 def init_seq2seq(cfg: ExperimentConfig, model: nn.Module, load_run: RunLoader) -> None:

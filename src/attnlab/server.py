@@ -76,7 +76,8 @@ from attnlab.workflow import run_config
 
 log = logging.getLogger("attnlab")
 
-MAX_BEAM = 12
+SERVE_MAX_BEAM = 12  # a shared server's own cap, below the CLI's and the API's config.MAX_BEAM (256): one client
+# cannot hold a lane for long
 MAX_NEW = 200  # tokens a language model may generate for one exploration
 MAX_PAIR_TOKENS = 256  # tokens per sentence of a pair (decomposable runs have no limit of their own)
 EXPLORE_MEMORY = 256 * 2**20  # bytes of explorations kept for their weights (a long verse through a 6-layer,
@@ -92,8 +93,8 @@ class TranslateRequest(BaseModel):
 
     model: str = Field(description="a model name from GET /api/models", max_length=200)
     sentence: str = Field(description="the source sentence (normalized like `attnlab translate` input)")
-    beam: int | None = Field(None, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy (default: the run's)")
-    n_best: int = Field(1, ge=1, le=MAX_BEAM, description="hypotheses to return in nbest, at most the beam size (a "
+    beam: int | None = Field(None, ge=1, le=SERVE_MAX_BEAM, description="beam size; 1 = greedy (default: the run's)")
+    n_best: int = Field(1, ge=1, le=SERVE_MAX_BEAM, description="hypotheses to return in nbest, at most the beam size (a "
                                                           "larger n_best returns beam hypotheses)")
 
 
@@ -101,7 +102,7 @@ class ErrorBody(BaseModel):
     error: str = Field(description="what was wrong, in one line")
 
 
-class Hypothesis(BaseModel):
+class NBestEntry(BaseModel):
     translation: str
     score: float
 
@@ -112,7 +113,7 @@ class TranslateResponse(BaseModel):
     translation: str
     beam: int
     score: float = Field(description="the search's length-penalised log-probability")
-    nbest: list[Hypothesis] = Field(description="the n_best hypotheses, best first (the first is `translation`)")
+    nbest: list[NBestEntry] = Field(description="the n_best hypotheses, best first (the first is `translation`)")
     src_tokens: list[str] = Field(description="source pieces incl. </s>: the attention's columns")
     tgt_tokens: list[str] = Field(description="output pieces, + </s> when finished: the attention's rows")
     src_labels: list[str] = Field(description="readable labels of src_tokens (word mark shown as _)")
@@ -130,7 +131,7 @@ class ExploreRequest(BaseModel):
     model: str = Field(description="a model name from GET /api/models", max_length=200)
     sentence: str = Field(description="the source sentence, the language model's prompt, or a pair's sentence a")
     sentence_b: str | None = Field(None, description="sentence b of a pair (sentence-pair runs only)")
-    beam: int | None = Field(None, ge=1, le=MAX_BEAM, description="translation: beam size (default: the run's)")
+    beam: int | None = Field(None, ge=1, le=SERVE_MAX_BEAM, description="translation: beam size (default: the run's)")
     max_new: int = Field(40, ge=1, le=MAX_NEW, description="language model: new tokens at most (greedy)")
 
 
@@ -301,7 +302,7 @@ def translate_one(served: ServedModel, sentence: str, beam: int | None, timeout:
             att = att.permute(1, 2, 0, 3)
         attention = att.round(decimals=4).tolist()
     return TranslateResponse(model=served.info.name, sentence=sentence, translation=t.text, beam=beam,
-                             score=t.score, nbest=[Hypothesis(translation=h.text, score=h.score) for h in nbest],
+                             score=t.score, nbest=[NBestEntry(translation=h.text, score=h.score) for h in nbest],
                              src_tokens=t.src_tokens, tgt_tokens=t.tgt_tokens,
                              src_labels=[clean_piece(s) for s in t.src_tokens],
                              tgt_labels=[clean_piece(s) for s in t.tgt_tokens],

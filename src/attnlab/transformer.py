@@ -463,13 +463,6 @@ class TransformerSeq2Seq(nn.Module):
     def _init_weights(self) -> None:
         init_transformer_weights(self, self.cfg.d_model)
 
-    def param_groups(self, weight_decay: float) -> list[dict]:
-        """Optimizer groups as in nanoGPT: weight decay on matrices and embeddings, none on biases and
-        LayerNorm gains. Tied parameters appear once."""
-        params = [p for p in self.parameters() if p.requires_grad]
-        return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-                {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-
     # ------------------------------------------------------------------------------------------ stacks
     def _embed(self, tokens: Tensor, embed: nn.Embedding, pos: PositionalEncoding, offset: int = 0,
                positions: Tensor | None = None) -> Tensor:

@@ -58,7 +58,7 @@ def check_model_size(family: Family, cfg: Any, tokenizers: TokenizerPair | None)
     return n
 
 
-def build_model(family: Family, cfg: Any, tokenizers: TokenizerPair | None) -> torch.nn.Module:
+def build_checked_model(family: Family, cfg: Any, tokenizers: TokenizerPair | None) -> torch.nn.Module:
     """The family's model of `cfg`, built only after `check_model_size` passed: sizes that each keep to their
     limit but multiply to too many parameters are refused before anything is allocated."""
     check_model_size(family, cfg, tokenizers)
@@ -129,7 +129,7 @@ def train(cfg: Any, run_dir: Path | str, resume: bool = False, overrides: list[s
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     torch.manual_seed(cfg.train.seed)
-    model = build_model(family, cfg, tokenizers)
+    model = build_checked_model(family, cfg, tokenizers)
     if not resume and family.initialise is not None:
         family.initialise(cfg, model, load_run)
     training = family.training(cfg, data, tokenizers, model)
@@ -176,7 +176,7 @@ def load_run(run_dir: Path | str, checkpoint: str = "best", device: str | torch.
     if tokenizers is None and family.uses_tokenizers(cfg):  # else a model of the config's default sizes
         raise AttnlabError(f"{run_dir}: the run's tokenizer folder ({run_dir / 'tokenizer'}) is missing; a "
                            f"{family.title} run reads and writes text with it")
-    model = build_model(family, cfg, tokenizers)
+    model = build_checked_model(family, cfg, tokenizers)
     load_weights(model, resolve_checkpoint(run_dir, checkpoint))
     return LoadedRun(run_dir, family, cfg, tokenizers, model.to(device).eval(), checkpoint, device)
 
@@ -276,6 +276,6 @@ def summary(target: Path, overrides: list[str] | None = None, src_len: int = 7, 
         cfg, tokenizers = family.from_dict(raw), run_tokenizers(target)
     else:
         (family, cfg), tokenizers = load_family_config(target, overrides), None
-    model = build_model(family, cfg, tokenizers)
+    model = build_checked_model(family, cfg, tokenizers)
     inputs, description = family.summary_inputs(cfg, tokenizers, src_len, tgt_len)
     return format_table(layer_table(model, *inputs), f"{target}: {family.title}, {description}")
