@@ -43,8 +43,7 @@ from attnlab.runs import EvalOptions, LoadedRun
 from attnlab.store import Store
 from attnlab.trainer import TrainerState
 from attnlab.translate import CTranslate2Translator, DecodeConfig, Translation, Translator
-from attnlab.workflow import (count_parameters, ctranslate2_translator, evaluate_run, load_run, run_config,
-                              summary)
+from attnlab.workflow import count_parameters, ctranslate2_translator, evaluate_run, load_run, summary
 from attnlab.workflow import train as train_run
 
 log = logging.getLogger("attnlab")
@@ -416,8 +415,7 @@ def load(run_dir: Path | str, checkpoint: str = "best", device: str = "cpu", eng
         raise AttnlabError(f"device must be a str such as 'cpu', 'cuda' or 'auto', not {type(device).__name__}")
     if engine not in ("torch", "ctranslate2"):
         raise AttnlabError(f"unknown engine {engine!r:.40}; choose torch or ctranslate2")
-    run_config(run_dir)  # a clear error for a folder that is no run, before anything is loaded
-    loaded = load_run(run_dir, checkpoint, device)
+    loaded = load_run(run_dir, checkpoint, device)  # a folder that is no run: a clear error before any loading
     decode = {k: v for k, v in (("amp", decode_amp), ("batch_size", decode_batch_size)) if v is not None}
     if decode:
         if "translate" not in loaded.family.abilities:
