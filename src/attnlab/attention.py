@@ -154,16 +154,15 @@ def attend(scores: Tensor, values: Tensor, mask: Tensor | None = None,
     dropped = dropout(weights, dropout_p, training) if dropout_p > 0 else weights
     if weights.size(-2) == 1 and torch.is_grad_enabled() and (dropped.requires_grad or values.requires_grad):
         # One query trained step by step: a broadcast product. As a matmul, its backward is a batched outer
-        # product with inner dimension 1, which CPU BLAS runs about 10x slower. Without a backward (decoding)
-        # the matmul is 4-10x faster: the product does not fill a (..., S, Dv) temporary.
+        # product with inner dimension 1, which CPU BLAS runs far slower. Without a backward (decoding) the
+        # matmul is the faster one: the product does not fill a (..., S, Dv) temporary.
         return (dropped.transpose(-2, -1) * values).sum(-2, keepdim=True), weights  # (..., 1, Dv)
     return dropped @ values, weights  # (..., T, Dv)
 
 
 # Longest key sequence for which the explicit path beats `F.scaled_dot_product_attention` on the CPU, forward and
-# backward, by the query dtype (docs/results.md, issue 23: with 3,000 tokens per batch, 4 heads of
-# 64, the CPU's flash kernel takes 17 ms in bf16 at 30 keys where the explicit path takes 3.4 ms; in fp32 the two
-# cross near 100 keys). Above `EXPLICIT_MAX_SCORES` score elements the fused kernel runs whatever the length, so the
+# backward, by the query dtype (measured with benchmarks/attention_bench.py: in bf16 the CPU's flash kernel is
+# several times slower at short key lengths; in fp32 the two cross near 100 keys; figures in the record). Above `EXPLICIT_MAX_SCORES` score elements the fused kernel runs whatever the length, so the
 # explicit path never holds an unbounded (B, H, T, S) tensor.
 EXPLICIT_MAX_KEYS = {torch.bfloat16: 512, torch.float16: 512, torch.float32: 96}
 EXPLICIT_MAX_SCORES = 2**25
@@ -179,11 +178,9 @@ def explicit_is_faster(q: Tensor, k: Tensor) -> bool:
 
 
 # The kernels `F.scaled_dot_product_attention` may choose from for CUDA half-precision inputs: all but cuDNN's. cuDNN's
-# attention builds an execution plan for every new input shape (0.3-1 s; torch 2.11 tries it first for a padding
-# mask in bf16 on recent GPUs), and attnlab's shapes change at nearly every step: length-bucketed batches in
-# training, a key cache one longer at each decoding step. On an H200 the first 80 updates of the base Transformer
-# met 50 new shapes, and each update with a new shape took 0.27-0.33 s against 0.03 s once the shape was seen
-# (benchmarks/trainer_steps.py, docs/results.md).
+# attention builds an execution plan for every new input shape (torch 2.11 tries it first for a padding mask in
+# bf16 on recent GPUs), and attnlab's shapes change at nearly every step: length-bucketed batches in training, a key
+# cache one longer at each decoding step (what a new shape costs: benchmarks/trainer_steps.py, docs/results.md).
 FUSED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 

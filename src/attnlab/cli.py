@@ -533,7 +533,7 @@ def _option_groups() -> dict[str, argparse.ArgumentParser]:
                           "computes it natively), bf16 (default: the run's decode.amp, none unless set)")
     amp.add_argument("--batch-size", type=_int(*DecodeConfig.LIMITS["batch_size"]), default=None, metavar="N",
                      help="translation: sentences per search batch (default: the run's decode.batch_size, 64 unless "
-                          "set); on a GPU 256 decodes beam 5 about 1.8x faster, on a CPU 64 is faster")
+                          "set); a GPU is faster with larger batches (e.g. 256), a CPU with 64")
     evaluate = argparse.ArgumentParser(add_help=False, parents=[run])
     evaluate.add_argument("--split", choices=("train", "dev", "test"), default="test")
     evaluate.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -1,8 +1,8 @@
-"""Dropout (Srivastava et al. 2014) with a mask the CPU draws 4x faster than `torch.nn.functional.dropout`.
+"""Dropout (Srivastava et al. 2014) with a mask the CPU draws faster than `torch.nn.functional.dropout`.
 
-On the CPU, `F.dropout` draws one Bernoulli sample per element (`bernoulli_`), about 7 ns per element on a 2-core
-AMD EPYC: 22% of a training step of the small Transformer (six dropouts over (B, T, d_ff) and seventeen over
-(B, L, D) per step), more than its attention. Here one 64-bit draw of the same generator (`random_`, seeded by
+On the CPU, `F.dropout` draws one Bernoulli sample per element (`bernoulli_`): in a training step of the small
+Transformer (six dropouts over (B, T, d_ff) and seventeen over (B, L, D) per step) that costs more than its
+attention. Here one 64-bit draw of the same generator (`random_`, seeded by
 `torch.manual_seed`) gives four independent 16-bit numbers u, uniform on [0, 65536): an element is dropped when
 u < k, k = round(p * 65536), and the kept ones are scaled by 65536 / (65536 - k). So the dropout probability is p
 rounded to a multiple of 1/65536 (0.1 becomes 0.1000061), and E[output] = input exactly, as with `F.dropout`.

@@ -4,19 +4,15 @@ A CPU training step allocates and frees the same large tensors every step (activ
 logits). glibc's malloc serves an allocation above its mmap threshold (128 KiB, raised on the fly up to 32 MiB)
 with fresh pages from the kernel and gives them back when the tensor is freed, and it trims the top of its heap
 when more than twice that threshold is free there. The next step's tensors then take a page fault on every 4 KiB
-page as they are first written: on the 2-core Zen 3 EPYC VM of docs/results.md, 44,000-57,000 faults per update
-of the small Transformer at about 3.5 microseconds each (writing fresh memory ran at 1.5 GB/s there, reused
-memory at 9.4 GB/s), 0.12-0.16 s of kernel time in a 2.3 s update. With `keep_freed_memory`, allocations up to
-1 GiB come from the heap, freed memory is reused and the heap is trimmed only when 2 GiB at its top are free:
-200-1,900 faults and under 5 ms of kernel time per update (`benchmarks/malloc_bench.py`; the wall-clock gain is
-within that machine's noise of +-10% per process: +4% and +11% on average at 1 and 2 threads for the
-Transformer, +2% and -1% for the demo GRU, whose tensors are smaller). The price: the process keeps the memory of
-its largest step until it exits.
+page as they are first written, tens of thousands of faults per update of the small Transformer. With
+`keep_freed_memory`, allocations up to 1 GiB come from the heap, freed memory is reused and the heap is trimmed
+only when 2 GiB at its top are free: a few hundred faults per update. The price: the process keeps the memory of
+its largest step until it exits. Figures: `benchmarks/malloc_bench.py`, docs/results.md (history in
+docs/history/).
 
 `Trainer` calls it when it trains on the CPU, and `Translator` when it decodes on the CPU (beam search copies its
-caches into new buffers of the same size every step; with the cache of commit bdf7dd1, `attnlab evaluate` of the
-small Transformer took 73 s instead of 86 s on the Zen 3 VM, and 2 s in the kernel instead of 39 s). Only glibc
-(Linux) is changed; elsewhere it does nothing. Set ``ATTNLAB_KEEP_FREED_MEMORY=0`` to keep glibc's own behaviour.
+caches into new buffers of the same size every step). Only glibc (Linux) is changed; elsewhere it does nothing.
+Set ``ATTNLAB_KEEP_FREED_MEMORY=0`` to keep glibc's own behaviour.
 """
 
 from __future__ import annotations

@@ -378,7 +378,7 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
     app = FastAPI(title="attnlab attention explorer", version=__import__("attnlab").__version__,
                   docs_url=None, redoc_url=None,
                   description="Translate with trained attnlab runs and get their cross-attention weights.")
-    # a layer of weights is up to ~1 MB of JSON, ~4x smaller gzipped; level 1: level 9 took seconds per model view
+    # a layer of weights is up to ~1 MB of JSON, several times smaller gzipped; level 1: level 9 is far slower
     app.add_middleware(GZipMiddleware, minimum_size=16 * 1024, compresslevel=1)
     app.add_middleware(BodyLimit, max_bytes=max_body, timeout=body_timeout)
     app.add_middleware(HttpMethods)  # HEAD as GET, OPTIONS
