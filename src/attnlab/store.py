@@ -70,6 +70,8 @@ STORE_VERSION = 1
 MANIFEST = "store.json"
 SPLITS = ("train", "dev", "test")
 _TRAIN, _DEV, _TEST, _HOLDOUT = 0, 1, 2, 3  # a record's split while reading; _HOLDOUT: decided once counted
+_OTHER_RENDERING = 254  # a dev/test record of an English rendering but the first (read from the corpus when asked)
+_DROPPED = 255  # a training record a filter or max_train_pairs left out
 _CHUNK = 8192  # pairs per encoding task
 _PARALLEL_MIN_PAIRS = 100_000  # fewer training pairs are encoded in this process: starting workers costs more
 _PARALLEL_MIN_BYTES = 32 << 20  # smaller input files are parsed in this process
@@ -331,15 +333,15 @@ class _Build:
 
     def select(self, codes: np.ndarray, words: np.ndarray, hashes: np.ndarray, sources: np.ndarray) -> np.ndarray:
         """The splits (holding out dev and test when needed) and the kept training records; returns the codes with
-        dropped training records marked 255 and the dev/test records of every English rendering but the first
-        (read from the corpus when evaluated on) marked 254."""
+        dropped training records marked _DROPPED and the dev/test records of every English rendering but the first
+        (read from the corpus when evaluated on) marked _OTHER_RENDERING."""
         spec = self.spec
         codes = codes.copy()
         other = (sources > 0) & ((codes == _DEV) | (codes == _TEST))
         held_by_source = [(int(((codes == _DEV) & (sources == r)).sum()),
                            int(((codes == _TEST) & (sources == r)).sum()))
                           for r in range(len(spec.english) if spec.corpus == "bible" else 1)]
-        codes[other] = 254
+        codes[other] = _OTHER_RENDERING
         held = np.flatnonzero(codes == _HOLDOUT)
         if len(held):  # the draw of `attnlab.corpus.holdout`: runs trained before the store keep their splits
             dev_at, test_at = holdout_indices(len(held), spec.dev_size, spec.test_size, spec.holdout_seed, "pairs")
@@ -375,7 +377,7 @@ class _Build:
         if not keep.any():
             raise AttnlabError("data: no training pairs left after the filters (max_words, max_ratio, dedup)")
         self.train_words = words[keep]
-        codes[train & ~keep] = 255
+        codes[train & ~keep] = _DROPPED
         if spec.corpus == "bible":
             self.counts["renderings"] = {
                 name: {"train_read": int((train & (sources == r)).sum()), "train": int((keep & (sources == r)).sum()),
