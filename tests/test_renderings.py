@@ -15,7 +15,8 @@ from attnlab.corpus import bible_split
 from attnlab.errors import AttnlabError
 from attnlab.experiment import experiment_from_dict, prepare_corpus, store_spec
 from attnlab.server import served_info
-from attnlab.store import format_store_stats, spec_dict, store_key
+from attnlab.prepare import spec_dict, store_key
+from attnlab.store import format_store_stats
 from conftest import make_pairs
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -47,7 +48,7 @@ def bible(tmp_path, monkeypatch):
         files[english] = tmp_path / f"bible-{english}.tsv"
         files[english].write_text("\n".join(rows) + "\n", encoding="utf-8")
     fake = lambda english="kjv", refresh=False: files[english]  # noqa: E731
-    for module in ("attnlab.corpus", "attnlab.store"):  # sys.modules: the package's `corpus` is a function
+    for module in ("attnlab.corpus", "attnlab.prepare"):  # sys.modules: the package's `corpus` is a function
         monkeypatch.setattr(sys.modules[module], "bible_tsv", fake)
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     return verses

@@ -28,7 +28,7 @@ import pytest
 import torch
 from conftest import make_pairs
 
-from attnlab import store as store_mod
+from attnlab import prepare as prepare_mod
 from attnlab.batching import Seq2SeqDataset, TokenBudgetBatchSampler
 from attnlab.cli import main as cli_main
 from attnlab.corpus import read_pairs
@@ -40,7 +40,8 @@ from attnlab.experiment import (
     prepare_corpus,
     store_spec,
 )
-from attnlab.store import StoreDataset, open_store, prepare
+from attnlab.prepare import prepare
+from attnlab.store import StoreDataset, open_store
 from attnlab.logs import read_metrics
 from attnlab.trainer import Trainer
 from attnlab.workflow import train
@@ -295,17 +296,17 @@ class _DeadProcessOs:
 
 
 BOUNDARIES = {
-    "pass 1 read, nothing selected": lambda m: m.setattr(store_mod._Build, "select", _kill),
-    "tokenizer saved": lambda m: m.setattr(store_mod, "save_tokenizers", _kill_after(store_mod.save_tokenizers)),
-    "dev.tsv written, test.tsv not": lambda m: m.setattr(store_mod, "atomic_write_text",
-                                                         _kill_after(store_mod.atomic_write_text)),
-    "train.bin half written": lambda m: (m.setattr(store_mod, "_CHUNK", 100),
-                                         m.setattr(store_mod, "_encode_chunk",
-                                                   _kill_before(store_mod._encode_chunk, 8))),
-    "encoded, manifest not written": lambda m: m.setattr(store_mod, "write_json", _kill),
-    "manifest written, not renamed": lambda m: m.setattr(store_mod, "write_json",
-                                                         _kill_after(store_mod.write_json)),
-    "rename into place": lambda m: m.setattr(store_mod.os, "kill_rename", True),
+    "pass 1 read, nothing selected": lambda m: m.setattr(prepare_mod._Build, "select", _kill),
+    "tokenizer saved": lambda m: m.setattr(prepare_mod, "save_tokenizers", _kill_after(prepare_mod.save_tokenizers)),
+    "dev.tsv written, test.tsv not": lambda m: m.setattr(prepare_mod, "atomic_write_text",
+                                                         _kill_after(prepare_mod.atomic_write_text)),
+    "train.bin half written": lambda m: (m.setattr(prepare_mod, "_CHUNK", 100),
+                                         m.setattr(prepare_mod, "_encode_chunk",
+                                                   _kill_before(prepare_mod._encode_chunk, 8))),
+    "encoded, manifest not written": lambda m: m.setattr(prepare_mod, "write_json", _kill),
+    "manifest written, not renamed": lambda m: m.setattr(prepare_mod, "write_json",
+                                                         _kill_after(prepare_mod.write_json)),
+    "rename into place": lambda m: m.setattr(prepare_mod.os, "kill_rename", True),
 }
 
 
@@ -319,8 +320,8 @@ def test_a_prepare_killed_at_a_write_boundary_leaves_no_half_store(tiny_tsv, tmp
     if outdated:  # a complete store of other settings at the place: replaced only once the new one is complete
         old_key = prepare(store_spec(config(*tiny_files(tiny_tsv), max_words=5)), place).key
     with monkeypatch.context() as m:
-        m.setattr(store_mod, "_remove", lambda path: None)  # a killed process cleans nothing up
-        m.setattr(store_mod, "os", _DeadProcessOs())
+        m.setattr(prepare_mod, "_remove", lambda path: None)  # a killed process cleans nothing up
+        m.setattr(prepare_mod, "os", _DeadProcessOs())
         BOUNDARIES[boundary](m)
         with pytest.raises(Killed):
             prepare(spec, place)
@@ -349,14 +350,14 @@ def test_a_prepare_killed_by_sigkill_at_a_random_time_is_rebuilt_whole(tiny_tsv,
     cfg_path = write_config(tmp_path / "c.toml", tiny_tsv)
     script = f"""
 import sys, time
-import attnlab.store as store
+import attnlab.prepare as prep
 from attnlab.cli import main
-store._CHUNK = 50
-encode = store._encode_chunk
+prep._CHUNK = 50
+encode = prep._encode_chunk
 def slow(task):
     time.sleep(0.05)
     return encode(task)
-store._encode_chunk = slow
+prep._encode_chunk = slow
 sys.exit(main(["data", "prepare", {str(cfg_path)!r}, "--out", {str(place)!r}]))
 """
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -383,21 +384,21 @@ sys.exit(main(["data", "prepare", {str(cfg_path)!r}, "--out", {str(place)!r}]))
 
 
 def test_reading_and_encoding_on_two_workers_give_the_same_store(tiny_tsv, tmp_path, monkeypatch, clean_store):
-    monkeypatch.setattr(store_mod, "_PARALLEL_MIN_PAIRS", 0)  # the worker pool even for 1,500 pairs
-    monkeypatch.setattr(store_mod, "_PARALLEL_MIN_BYTES", 0)  # and the reading pool for a small file
-    monkeypatch.setattr(store_mod, "_CHUNK", 97)  # chunks spread over both workers, results in order
-    monkeypatch.setattr(store_mod, "_READ_CHUNK", 89)
+    monkeypatch.setattr(prepare_mod, "_PARALLEL_MIN_PAIRS", 0)  # the worker pool even for 1,500 pairs
+    monkeypatch.setattr(prepare_mod, "_PARALLEL_MIN_BYTES", 0)  # and the reading pool for a small file
+    monkeypatch.setattr(prepare_mod, "_CHUNK", 97)  # chunks spread over both workers, results in order
+    monkeypatch.setattr(prepare_mod, "_READ_CHUNK", 89)
     store = prepare(store_spec(config(*tiny_files(tiny_tsv))), tmp_path / "store", workers=2)
     assert store.manifest["train"]["encode_workers"] == 2
     assert_same_as_clean(store, clean_store)
 
 
 def test_a_malformed_line_found_by_a_reading_worker_is_the_same_clean_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_mod, "_PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(store_mod, "_READ_CHUNK", 7)
+    monkeypatch.setattr(prepare_mod, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(prepare_mod, "_READ_CHUNK", 7)
     bad = tmp_path / "bad.tsv"
     bad.write_text("".join(f"a{i} b\tc{i} d\n" for i in range(30)) + "no tab here\n" + "x\ty\n" * 30)
-    spec = store_mod.StoreSpec(corpus="files", train=[str(bad)], dev_size=2, test_size=2)
+    spec = prepare_mod.StoreSpec(corpus="files", train=[str(bad)], dev_size=2, test_size=2)
     with pytest.raises(AttnlabError, match=r"bad\.tsv:31: expected 2 tab-separated fields"):
         prepare(spec, tmp_path / "store", workers=2)
     assert not (tmp_path / "store").exists() and not list(tmp_path.glob(".store.tmp-*"))
@@ -801,12 +802,12 @@ def _is_subsequence(part, whole) -> bool:
 
 def _count_builds(monkeypatch) -> list:
     builds = []
-    original = store_mod._build
+    original = prepare_mod._build
 
     def counted(*args, **kwargs):
         builds.append(1)
         return original(*args, **kwargs)
-    monkeypatch.setattr(store_mod, "_build", counted)
+    monkeypatch.setattr(prepare_mod, "_build", counted)
     return builds
 
 
@@ -855,15 +856,15 @@ def test_the_same_inputs_reuse_the_store_and_a_changed_file_rebuilds_it(tmp_path
 CONCURRENT_SCRIPT = """
 import logging, os, sys, time
 from pathlib import Path
-import attnlab.store as store
+import attnlab.prepare as prep
 from attnlab.experiment import load_experiment, prepare_corpus
 logging.basicConfig(level=logging.INFO, format="%(message)s")
-build = store._build
+build = prep._build
 def slow(*args, **kwargs):
     print("BUILT", flush=True)
     time.sleep(1.0)  # long enough that the other process arrives while this one holds the lock
     return build(*args, **kwargs)
-store._build = slow
+prep._build = slow
 cfg = load_experiment(sys.argv[1])
 Path(sys.argv[2] + "." + sys.argv[3]).touch()  # ready
 while not Path(sys.argv[2]).exists():

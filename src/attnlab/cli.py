@@ -105,7 +105,7 @@ def cmd_data(args: argparse.Namespace) -> None:
 
 
 def cmd_data_prepare(args: argparse.Namespace) -> None:
-    """Prepare a translation config's corpus once (`attnlab.store`): what `attnlab train` otherwise does on first
+    """Prepare a translation config's corpus once (`attnlab.prepare`): what `attnlab train` otherwise does on first
     use."""
     family, cfg = load_family_config(args.config, args.set)
     if "translate" not in family.abilities:

@@ -595,7 +595,7 @@ def read_parallel(src_path: Path | str, tgt_path: Path | str) -> tuple[list[Pair
 def holdout_indices(n: int, dev_size: int, test_size: int, seed: int = 0, what: str = "items"
                     ) -> tuple[list[int], list[int]]:
     """The positions of a seeded random hold-out of dev_size and test_size of n items: (dev, test), in the order
-    drawn. The one draw behind `holdout` and the prepared corpora (`attnlab.store`)."""
+    drawn. The one draw behind `holdout` and the prepared corpora (`attnlab.prepare`)."""
     if dev_size < 0 or test_size < 0 or dev_size + test_size >= n:
         raise AttnlabError(f"cannot hold out dev_size ({dev_size}) + test_size ({test_size}) {what} from a "
                            f"corpus of {n:,}")
@@ -617,7 +617,7 @@ def holdout(items: Sequence[T], dev_size: int, test_size: int, seed: int = 0) ->
 
 def subsample_indices(n: int, k: int, seed: int = 0) -> list[int]:
     """The ascending positions of a seeded random subset of k of n items (all of them when k is 0 or >= n). The one
-    draw behind `subsample` and the prepared corpora (`attnlab.store`)."""
+    draw behind `subsample` and the prepared corpora (`attnlab.prepare`)."""
     if not k or k >= n:
         return list(range(n))
     return sorted(random.Random(seed).sample(range(n), k))

@@ -26,7 +26,8 @@ from attnlab.plotting import plot_bleu_by_length
 from attnlab.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
 from attnlab.runs import EvalOptions, LoadedRun, RunLoader
 from attnlab.summary import dummy_batch
-from attnlab.store import Store, StoreSpec, prepare
+from attnlab.prepare import StoreSpec, prepare
+from attnlab.store import Store
 from attnlab.tokenizers import TokenizerConfig, TokenizerPair, load_tokenizers, one_line
 from attnlab.trainer import Seq2SeqTask, TrainConfig, Training, check_sentence_budget
 from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
@@ -139,7 +140,7 @@ def experiment_from_dict(data: dict) -> ExperimentConfig:
 
 
 def store_spec(cfg: ExperimentConfig) -> StoreSpec:
-    """What the prepared corpus of a config is built from (`attnlab.store.StoreSpec`)."""
+    """What the prepared corpus of a config is built from (`attnlab.prepare.StoreSpec`)."""
     d = cfg.data
     return StoreSpec(corpus=d.corpus, english=renderings(d.english), train=list(d.train), dev=list(d.dev),
                      test=list(d.test), dev_size=d.dev_size, test_size=d.test_size, max_words=d.max_words,
@@ -150,7 +151,7 @@ def store_spec(cfg: ExperimentConfig) -> StoreSpec:
 
 def prepare_corpus(cfg: ExperimentConfig, tokenizers: TokenizerPair | None = None, out: Path | str | None = None,
                    force: bool = False) -> Store:
-    """The config's prepared corpus (`attnlab.store.prepare`): reused if prepared before, else built (the
+    """The config's prepared corpus (`attnlab.prepare.prepare`): reused if prepared before, else built (the
     tokenizers trained on a bounded sample, or the given ones of a trained run); with pretrained.decoder the
     target side is the LM's tokenizer."""
     fixed_tgt = None
