@@ -12,7 +12,8 @@ from attnlab.batching import collate_packed_seq2seq, collate_seq2seq
 from attnlab.errors import AttnlabError
 from attnlab.search import beam_search, greedy_search, select_batch
 from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
-from attnlab.trainer import Seq2SeqTask, optimizer_groups
+from attnlab.optim import optimizer_groups
+from attnlab.trainer import Seq2SeqTask
 from attnlab.transformer import (CACHE_ROOM, DecoderLayer, EncoderLayer, PositionalEncoding, TransformerConfig,
                                  TransformerEncoderOutput, TransformerSeq2Seq)
 

@@ -36,6 +36,7 @@ from attnlab.fileio import append_line, atomic_write_text, make_dirs, real_dir
 from attnlab.logs import Progress
 from attnlab.loss import smoothed_cross_entropy
 from attnlab.memory import keep_freed_memory
+from attnlab.optim import lr_factor, optimizer_groups
 from attnlab.tokenizers import PAD_ID
 
 log = logging.getLogger("attnlab")
@@ -122,22 +123,6 @@ def check_sentence_budget(cfg: TrainConfig) -> None:
         raise AttnlabError(f"train.max_tokens = {cfg.max_tokens} cannot hold any sentence (the shortest costs "
                            f"{MIN_SENTENCE_TOKENS} tokens: one token and its EOS); it is the token budget of a batch "
                            "of padded sentences, e.g. 4096")
-
-
-def lr_factor(cfg: TrainConfig, step: int, d_model: int = 512) -> float:
-    """The schedule's multiplier of cfg.lr at optimizer step `step` (1-based).
-
-    constant: 1 (linear warmup if warmup_steps); inverse_sqrt: min(step/warmup, sqrt(warmup/step));
-    noam (Vaswani et al. 2017, eq. 3): d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), times lr;
-    plateau: 1, scaled by the trainer when dev stops improving.
-    """
-    step = max(step, 1)
-    w = max(cfg.warmup_steps, 1)
-    if cfg.schedule == "inverse_sqrt":
-        return min(step / w, math.sqrt(w / step))
-    if cfg.schedule == "noam":
-        return d_model ** -0.5 * min(step ** -0.5, step * w ** -1.5)
-    return min(1.0, step / w) if cfg.warmup_steps else 1.0
 
 
 def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float) -> torch.Tensor:
@@ -240,20 +225,6 @@ class TrainerState:
             return from_dict(cls, {k: v for k, v in data.items() if k in names})
         except AttnlabError as e:
             raise AttnlabError(f"{source}: not a valid trainer state: {e}") from None
-
-
-def optimizer_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Parameter groups for AdamW (as nanoGPT's `configure_optimizers`): weight decay on the weight matrices of
-    linear, convolution and recurrent layers; none on biases, normalization gains and embeddings (an output layer
-    tied to an embedding counts as the embedding). Tied parameters appear once; frozen ones not at all."""
-    no_decay: set[int] = set()
-    for module in model.modules():
-        if isinstance(module, (nn.Embedding, nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.RMSNorm)):
-            no_decay.update(id(p) for p in module.parameters(recurse=False))
-    params = [p for p in model.parameters() if p.requires_grad]  # each tensor once, even when tied
-    decay = [p for p in params if id(p) not in no_decay and p.dim() >= 2]
-    rest = [p for p in params if id(p) in no_decay or p.dim() < 2]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
 
 
 @torch.no_grad()
@@ -366,7 +337,8 @@ class Trainer:
         return autocast(self.amp_dtype, self.device)
 
     def current_lr(self) -> float:
-        lr = self.cfg.lr * lr_factor(self.cfg, self.state.step + 1, self.d_model) * self.state.lr_scale
+        lr = self.cfg.lr * lr_factor(self.cfg.schedule, self.cfg.warmup_steps, self.state.step + 1,
+                                    self.d_model) * self.state.lr_scale
         return max(lr, self.cfg.min_lr) if self.cfg.schedule == "plateau" else lr
 
     def train_step(self, batches: list) -> tuple[torch.Tensor, int]:
