@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnlab.corpus import bible_corpus  # noqa: E402
+from attnlab.bible import bible_corpus  # noqa: E402
 
 
 def post(port: int, body: dict, timeout: float = 300) -> tuple[int, dict, float]:

@@ -37,7 +37,8 @@ from pathlib import Path
 import torch
 
 from attnlab.batching import Seq2SeqDataset
-from attnlab.corpus import bible_corpus, iter_pairs
+from attnlab.bible import bible_corpus
+from attnlab.corpus import iter_pairs
 from attnlab.experiment import build_translation_model, load_experiment, prepare_corpus
 from attnlab.trainer import Trainer
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from attnlab import api
 from attnlab.checkpoint import read_json
-from attnlab.corpus import bible_split
+from attnlab.bible import bible_split
 from attnlab.experiment import eval_name
 
 

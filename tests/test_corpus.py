@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.corpus import (DEV_BOOKS, TEST_BOOKS, Pair, ReadCounts, bible_corpus, check_input, file_corpus, holdout,
-                            iter_lines, iter_pairs, normalize, read_pairs, read_parallel, read_tsv, sword_dir)
+from attnlab.bible import DEV_BOOKS, TEST_BOOKS, bible_corpus, sword_dir
+from attnlab.corpus import (Pair, ReadCounts, check_input, file_corpus, holdout, iter_lines, iter_pairs, normalize,
+                            read_pairs, read_parallel, read_tsv)
 from attnlab.errors import AttnlabError
 
 corpus_mod = sys.modules["attnlab.corpus"]  # `attnlab.corpus` is also the API's function of that name
@@ -156,7 +157,7 @@ def test_sentencepiece_round_trip_on_the_bible():
 def test_processes_asking_for_the_bible_cache_at_once_build_it_once(tmp_path, monkeypatch):
     """The ranks of `attnlab train --procs N` ask for the cached Bible at the same moment: one builds it, the
     others wait and read it (written twice, its two modification times gave the ranks two store keys)."""
-    module = sys.modules["attnlab.corpus"]  # not attnlab.corpus: the package's `corpus` attribute is a function
+    module = sys.modules["attnlab.bible"]
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     builds = tmp_path / "builds"
 

@@ -9,7 +9,7 @@ from conftest import one_thread
 
 from attnlab.cli import main
 from attnlab.config import read_config_file
-from attnlab.corpus import sword_dir
+from attnlab.bible import sword_dir
 from attnlab.families import FAMILIES, family_of_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

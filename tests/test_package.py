@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.corpus import sword_dir
+from attnlab.bible import sword_dir
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 300

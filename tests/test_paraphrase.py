@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from attnlab.corpus import DEV_BOOKS, TEST_BOOKS, sword_dir
+from attnlab.bible import DEV_BOOKS, TEST_BOOKS, sword_dir
 from attnlab.errors import AttnlabError
 from attnlab.paraphrase import KINDS, Verse, make_pairs
 

@@ -11,7 +11,7 @@ import pytest
 
 from attnlab import api
 from attnlab.cli import main
-from attnlab.corpus import bible_split
+from attnlab.bible import bible_split
 from attnlab.errors import AttnlabError
 from attnlab.experiment import experiment_from_dict, prepare_corpus, store_spec
 from attnlab.server import served_info
@@ -48,7 +48,7 @@ def bible(tmp_path, monkeypatch):
         files[english] = tmp_path / f"bible-{english}.tsv"
         files[english].write_text("\n".join(rows) + "\n", encoding="utf-8")
     fake = lambda english="kjv", refresh=False: files[english]  # noqa: E731
-    for module in ("attnlab.corpus", "attnlab.prepare"):  # sys.modules: the package's `corpus` is a function
+    for module in ("attnlab.bible", "attnlab.prepare"):  # the modules that call bible_tsv
         monkeypatch.setattr(sys.modules[module], "bible_tsv", fake)
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     return verses

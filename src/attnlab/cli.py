@@ -26,7 +26,8 @@ import torch
 
 from attnlab import api
 from attnlab.config import MAX_BEAM, MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SAMPLES, MAX_SEED, MAX_VOCAB
-from attnlab.corpus import ENGLISH_MODULES, bible_corpus, cache_dir, corpus_stats, file_corpus, format_stats, normalize
+from attnlab.bible import ENGLISH_MODULES, bible_corpus
+from attnlab.corpus import cache_dir, corpus_stats, file_corpus, format_stats, normalize
 from attnlab.devices import resolve_device
 from attnlab.errors import AttnlabError
 from attnlab.experiment import format_seq2seq_eval, prepare_corpus

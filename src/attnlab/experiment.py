@@ -17,7 +17,8 @@ from torch import nn
 
 from attnlab.batching import Seq2SeqDataset
 from attnlab.config import MAX_COUNT, MAX_SEED, MAX_THREADS, MAX_VOCAB, from_dict, load_config
-from attnlab.corpus import MAX_EXPANSION, MAX_LINE_BYTES, Pair, bible_split, renderings
+from attnlab.bible import bible_split, renderings
+from attnlab.corpus import MAX_EXPANSION, MAX_LINE_BYTES, Pair
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_text, write_json
 from attnlab.lm import init_decoder_from_lm
@@ -71,7 +72,7 @@ class DataConfig:
 
     @property
     def renderings(self) -> list[str]:
-        """The English renderings of a Bible corpus, the headline first (`attnlab.corpus.renderings`); [] for a
+        """The English renderings of a Bible corpus, the headline first (`attnlab.bible.renderings`); [] for a
         corpus of files."""
         return renderings(self.english) if self.corpus == "bible" else []
 

@@ -33,7 +33,8 @@ from torch import Tensor, nn
 from attnlab.attention import Segments, segment_mask
 from attnlab.batching import pack_rows, pad_sequences
 from attnlab.config import MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SEED, MAX_VOCAB, load_config
-from attnlab.corpus import bible_corpus, holdout, normalize, subsample
+from attnlab.bible import bible_corpus
+from attnlab.corpus import holdout, normalize, subsample
 from attnlab.dropout import Dropout
 from attnlab.errors import AttnlabError
 from attnlab.fileio import read_lines, write_json

@@ -29,8 +29,8 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from attnlab.corpus import (DEV_BOOKS, ENGLISH_MODULES, TEST_BOOKS, cache_dir, ensure_sword_modules, read_sword_bible,
-                            split_of)
+from attnlab.bible import DEV_BOOKS, ENGLISH_MODULES, TEST_BOOKS, ensure_sword_modules, read_sword_bible, split_of
+from attnlab.corpus import cache_dir
 from attnlab.errors import AttnlabError
 from attnlab.fileio import atomic_write_text
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlab.corpus import (MAX_EXPANSION, MAX_LINE_BYTES, Pair, ReadCounts, bible_tsv, cache_dir, check_input, chunks,
-                            holdout_indices, iter_bible, parse_lines, raw_lines, renderings, spec_name,
-                            subsample_indices)
+from attnlab.bible import bible_tsv, iter_bible, renderings
+from attnlab.corpus import (MAX_EXPANSION, MAX_LINE_BYTES, Pair, ReadCounts, cache_dir, check_input, chunks,
+                            holdout_indices, parse_lines, raw_lines, spec_name, subsample_indices)
 from attnlab.errors import AttnlabError
 from attnlab.fileio import CREATE_FLAGS, atomic_write_text, file_sha256, make_dirs, write_json
 from attnlab.store import MANIFEST, STORE_ENTRIES, STORE_VERSION, Store, open_store
@@ -61,7 +61,7 @@ class StoreSpec:
     training filters and the tokenizer settings. Dev and test are never filtered.
 
     corpus "bible": the verse-aligned English -> Spanish Bible, split by book; `english` lists the English
-    renderings (`attnlab.corpus.renderings`): each training verse is one pair per rendering (same target), dev and
+    renderings (`attnlab.bible.renderings`): each training verse is one pair per rendering (same target), dev and
     test are the first rendering's (the others' are read from the corpus when asked for). corpus "files": each
     of train/dev/test one TSV or JSON-lines file or two aligned files (plain, .gz, .xz or .bz2); without dev and
     test files, dev_size and test_size pairs are held out of train at random (seed `holdout_seed`).
