@@ -153,7 +153,27 @@ def translate(cli: Cli, run: Path, *extra) -> subprocess.CompletedProcess:
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
+    """{relative path: bytes} of every file under a folder (links not followed)."""
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def link_to_decoy(target: Path, decoys: Path, folder: bool) -> None:
+    """Replaces target with a symlink to a decoy holding a copy of it (so that reading through the link succeeds):
+    decoys/folder for a folder, decoys/file for a file ("decoy\n" where there was no file)."""
+    (decoys / "folder").mkdir(parents=True, exist_ok=True)
+    if folder:
+        if target.is_dir():
+            shutil.copytree(target, decoys / "folder", dirs_exist_ok=True)
+            shutil.rmtree(target)
+        target.symlink_to(decoys / "folder", target_is_directory=True)
+        return
+    target.parent.mkdir(exist_ok=True)
+    if target.is_file():
+        shutil.copy(target, decoys / "file")
+        target.unlink()
+    else:
+        (decoys / "file").write_bytes(b"decoy\n")
+    target.symlink_to(decoys / "file")
 
 
 def restore(folder: Path, files: dict[str, bytes]) -> None:
@@ -254,21 +274,8 @@ def link_cases(cli: Cli, run: Path, work: Path, counts: Counter) -> None:
         shutil.copytree(run, copy, symlinks=True)
         decoys = work / "decoys"
         shutil.rmtree(decoys, ignore_errors=True)
-        (decoys / "folder").mkdir(parents=True)
         target = copy / position
-        if "." not in position:  # a folder: the decoy holds a copy of the real one, so that reading it succeeds
-            if target.is_dir():
-                shutil.copytree(target, decoys / "folder", dirs_exist_ok=True)
-                shutil.rmtree(target)
-            target.symlink_to(decoys / "folder", target_is_directory=True)
-        else:
-            target.parent.mkdir(exist_ok=True)
-            if target.is_file():
-                shutil.copy(target, decoys / "file")
-                target.unlink()
-            else:
-                (decoys / "file").write_bytes(b"decoy\n")
-            target.symlink_to(decoys / "file")
+        link_to_decoy(target, decoys, folder="." not in position)
         before = snapshot(decoys)
         if command == "train":
             steps = json.loads((copy / "checkpoints" / "latest.json").read_text())["step"] \

@@ -19,7 +19,7 @@ from attnlab.export import transformer_spec  # noqa: E402
 from attnlab.tokenizers import BOS_ID, EOS_ID, SPECIALS  # noqa: E402
 from attnlab.transformer import TransformerConfig, TransformerSeq2Seq  # noqa: E402
 from attnlab.workflow import export_run, load_translator  # noqa: E402
-from conftest import tiny_experiment  # noqa: E402
+from conftest import benchmark_module, tiny_experiment  # noqa: E402
 
 V = 40
 
@@ -165,9 +165,8 @@ def translate(run, capsys, *extra) -> tuple[int, str, str]:
     return rc, out, err
 
 
-def snapshot(folder) -> dict:
-    """{relative path: bytes} of every file under a folder (links not followed)."""
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+TAMPER = benchmark_module("export_tamper")  # the benchmark's decoys and snapshots, with the full counts
+snapshot = TAMPER.snapshot
 
 
 FILE_LINKS = ("model.bin", "config.json", "shared_vocabulary.json", "attnlab.json", "tokenizer/tokenizer.json")
@@ -215,20 +214,8 @@ def test_no_write_through_a_symlink_in_a_run_folder(tiny_runs, tmp_path, capsys,
     to, is refused)."""
     run = shutil.copytree(tiny_runs["transformer"], tmp_path / "run")
     decoys = tmp_path / "decoys"
-    (decoys / "folder").mkdir(parents=True)
-    (decoys / "file").write_bytes(b"decoy\n")
     target = run / position
-    if position in ("tokenizer", "checkpoints", "eval"):
-        if target.exists():
-            shutil.copytree(target, decoys / "folder", dirs_exist_ok=True)
-            shutil.rmtree(target)
-        target.symlink_to(decoys / "folder", target_is_directory=True)
-    else:
-        target.parent.mkdir(exist_ok=True)
-        if target.exists():
-            shutil.copy(target, decoys / "file")
-            target.unlink()
-        target.symlink_to(decoys / "file")
+    TAMPER.link_to_decoy(target, decoys, folder=position in ("tokenizer", "checkpoints", "eval"))
     before = snapshot(decoys)
     capsys.readouterr()
     if position.startswith("eval"):
