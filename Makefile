@@ -55,7 +55,7 @@ notebooks: $(STAMP) sysdeps
 	$(PY) scripts/run_notebooks.py --full --out runs/notebooks --json runs/notebooks/timings.jsonl
 
 # The API reference, generated from the docstrings by pdoc, into build/api/ (open build/api/index.html): the
-# public API (`attnlab`, `attnlab.api`) and every module under it.
+# public API (`attnlab`, `attnlab.app.api`) and every module under it.
 docs: $(STAMP)
 	rm -rf build/api
 	$(PY) -m pdoc --docformat google -o build/api attnlab \

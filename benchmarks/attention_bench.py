@@ -17,7 +17,7 @@ import time
 import torch
 from torch import nn
 
-from attnlab.attention import MultiHeadAttention, padding_mask
+from attnlab.nn.attention import MultiHeadAttention, padding_mask
 
 
 def timeit(fn, device: torch.device, repeat: int, warmup: int = 3) -> float:

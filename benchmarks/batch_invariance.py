@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnlab.bible import bible_corpus  # noqa: E402
+from attnlab.data.bible import bible_corpus  # noqa: E402
 
 
 def post(port: int, body: dict, timeout: float = 300) -> tuple[int, dict, float]:
@@ -55,7 +55,7 @@ def free_port() -> int:
 
 def start_server(runs: list[Path], src: Path, port: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "serve", *map(str, runs), "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.app.cli", "serve", *map(str, runs), "--port", str(port)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 
-from attnlab.experiment import split_pairs
-from attnlab.workflow import export_run
-from attnlab.metrics import corpus_scores
-from attnlab.translate import CTranslate2Translator, Translator
-from attnlab.workflow import load_run
+from attnlab.families.translation import split_pairs
+from attnlab.app.workflow import export_run
+from attnlab.core.metrics import corpus_scores
+from attnlab.decode.translate import CTranslate2Translator, Translator
+from attnlab.app.workflow import load_run
 
 
 def timed(translator, sentences: list[str], beam: int, repeat: int) -> tuple[list[str], float]:

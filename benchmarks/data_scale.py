@@ -13,7 +13,7 @@ to each side so every line is distinct; or the first lines of any TSV given with
 - `attnlab train --resume` of that run: time from the command to its first new step, peak RSS;
 - the store's bytes per token (train.bin + train.idx over the training tokens);
 - at --compare-size (1 M lines by default): training tokens/s from the store against the in-memory dataset of
-  before (every pair a Python list of ids, `attnlab.batching.Seq2SeqDataset`), side by side in one process, the
+  before (every pair a Python list of ids, `attnlab.data.batching.Seq2SeqDataset`), side by side in one process, the
   same model, seed and batches.
 
 Peak RSS is ru_maxrss of the command's process as returned by wait4 (the largest of it and the children it
@@ -36,14 +36,14 @@ from pathlib import Path
 
 import torch
 
-from attnlab.batching import Seq2SeqDataset
-from attnlab.bible import bible_corpus
-from attnlab.corpus import iter_pairs
-from attnlab.experiment import build_translation_model, load_experiment, prepare_corpus
-from attnlab.trainer import Trainer
+from attnlab.data.batching import Seq2SeqDataset
+from attnlab.data.bible import bible_corpus
+from attnlab.data.corpus import iter_pairs
+from attnlab.families.translation import build_translation_model, load_experiment, prepare_corpus
+from attnlab.training.trainer import Trainer
 
 REPO = Path(__file__).resolve().parent.parent
-ATTNLAB = [sys.executable, "-m", "attnlab.cli"]
+ATTNLAB = [sys.executable, "-m", "attnlab.app.cli"]
 
 
 def build_tsv(path: Path, lines: int, source: Path | None) -> None:
@@ -169,7 +169,7 @@ def corpus_memory(config: Path, overrides: list[str], steps: int) -> dict:
     """What the corpus itself costs the training process: the RSS (MB) the opened store, its dataset, the batch
     sampler and one epoch's batches add (peak and after), measured in a process of their own after the imports;
     and the longest example among the first `steps` batches (the activations of a step grow with it)."""
-    from attnlab.batching import TokenBudgetBatchSampler
+    from attnlab.data.batching import TokenBudgetBatchSampler
 
     cfg = load_experiment(config, overrides)
     base = _vm("VmRSS")

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-from attnlab.experiment import split_pairs
-from attnlab.metrics import corpus_scores
-from attnlab.translate import Translator
-from attnlab.workflow import load_run
+from attnlab.families.translation import split_pairs
+from attnlab.core.metrics import corpus_scores
+from attnlab.decode.translate import Translator
+from attnlab.app.workflow import load_run
 
 
 def decode(translator: Translator, sources: list[str], beam: int) -> tuple[list[str], float]:

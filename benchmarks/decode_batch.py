@@ -5,8 +5,8 @@ of each (a batch size must not change the output; the row says how many outputs 
 On a GPU a search step costs about the same for 64 sentences as for 1,000, so the split's time is mostly the
 number of batches times the steps of each. One JSON object is printed (and written with --json).
 
---reference-search FILE times another version of `attnlab.search` side by side: FILE is that version's search.py
-(e.g. `git show COMMIT:src/attnlab/search.py > old_search.py`); each row then decodes with both, alternating
+--reference-search FILE times another version of `attnlab.decode.search` side by side: FILE is that version's search.py
+(e.g. `git show COMMIT:src/attnlab/decode/search.py > old_search.py`); each row then decodes with both, alternating
 (reference first, then this checkout's), and reports the reference's seconds and whether its outputs are the same.
 
     python benchmarks/decode_batch.py RUN_DIR [--split test] [--device cuda] [--batch-sizes 64,256,1024]
@@ -28,16 +28,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_amp import decode  # noqa: E402  (a split's search, timed)
 
-from attnlab import translate  # noqa: E402
-from attnlab.experiment import split_pairs  # noqa: E402
-from attnlab.metrics import corpus_scores  # noqa: E402
-from attnlab.translate import Translator  # noqa: E402
-from attnlab.workflow import load_run  # noqa: E402
+from attnlab.decode import translate  # noqa: E402
+from attnlab.families.translation import split_pairs  # noqa: E402
+from attnlab.core.metrics import corpus_scores  # noqa: E402
+from attnlab.decode.translate import Translator  # noqa: E402
+from attnlab.app.workflow import load_run  # noqa: E402
 
 
 @contextlib.contextmanager
 def searching_with(module):
-    """`Translator` calls the greedy and beam search of `module` (another version of attnlab.search) inside."""
+    """`Translator` calls the greedy and beam search of `module` (another version of attnlab.decode.search) inside."""
     saved = translate.greedy_search, translate.beam_search
     translate.greedy_search, translate.beam_search = module.greedy_search, module.beam_search
     try:

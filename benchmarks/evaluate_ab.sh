@@ -22,7 +22,7 @@ for ((r = 0; r < rounds; r++)); do
   if ((r % 2 == 0)); then order=(old new); else order=(new old); fi
   for which in "${order[@]}"; do
     if [ "$which" = old ]; then path="$src/src"; else path="$PWD/src"; fi
-    /usr/bin/time -f '%e %U %S' -o "$keep/time" env PYTHONPATH="$path" "$python" -m attnlab.cli evaluate "$run" \
+    /usr/bin/time -f '%e %U %S' -o "$keep/time" env PYTHONPATH="$path" "$python" -m attnlab evaluate "$run" \
       --split test --json "$@" > "$keep/eval.json"
     cp "$run/eval/test.hyp.txt" "$keep/$which.hyp.txt"
     "$python" - "$keep" "$which" "$r" "$old" "$out" <<'PY'

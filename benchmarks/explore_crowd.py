@@ -123,7 +123,7 @@ def crowd(port: int, jobs: list[tuple[str, dict]], clients: int) -> dict:
 
 
 def same_exploration(a, b) -> bool:
-    """Exactly equal explorations (`attnlab.views.Exploration`): every map's weights, queries and keys bit for bit,
+    """Exactly equal explorations (`attnlab.app.views.Exploration`): every map's weights, queries and keys bit for bit,
     labels, n-best, choices and the steps."""
     import torch
 
@@ -236,7 +236,7 @@ def tiny_runs(root: Path) -> list[Path]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from conftest import make_pairs, tiny_experiment  # the suite's own data and configs, not a copy
 
-    from attnlab.workflow import train
+    from attnlab.app.workflow import train
 
     root.mkdir(parents=True, exist_ok=True)
     for name, n, seed in (("train", 1500, 0), ("dev", 40, 1), ("test", 40, 2)):

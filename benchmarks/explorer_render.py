@@ -46,8 +46,8 @@ new PerformanceObserver(list => { for (const e of list.getEntries()) window.__lo
 
 def build_run(root: Path) -> Path:
     """An untrained 6+6-layer, 8-head Transformer run of a synthetic character corpus."""
-    from attnlab.experiment import experiment_from_dict
-    from attnlab.workflow import train
+    from attnlab.families.translation import experiment_from_dict
+    from attnlab.app.workflow import train
 
     rng = random.Random(0)
     words = "the house is big small red a cat sees and old my door green window opens".split()
@@ -82,7 +82,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run = build_run(Path(tmp))
         port = free_port()
-        server = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "serve", str(run), "--checkpoint", "last",
+        server = subprocess.Popen([sys.executable, "-m", "attnlab.app.cli", "serve", str(run), "--checkpoint", "last",
                                    "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         try:

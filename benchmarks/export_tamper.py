@@ -108,7 +108,7 @@ class Cli:
                     "ATTNLAB_RAISE_INTERNAL": "1", "PYTHONFAULTHANDLER": "1"}
 
     def cmd(self, *args) -> list[str]:
-        return [sys.executable, "-m", "attnlab.cli", *map(str, args)]
+        return [sys.executable, "-m", "attnlab.app.cli", *map(str, args)]
 
     def __call__(self, *args, timeout: float = 600) -> subprocess.CompletedProcess:
         return subprocess.run(self.cmd(*args), env=self.env, capture_output=True, text=True, timeout=timeout)

@@ -48,7 +48,7 @@ date -u +%FT%TZ
 train_and_evaluate() {  # train_and_evaluate RUN_DIR TAG [train overrides...]: the 2-minute run and its test BLEU
   local run=$1 tag=$2; shift 2
   rm -rf "$run"
-  step "train$tag" 300 $py -m attnlab.cli train "$config" --out "$run" \
+  step "train$tag" 300 $py -m attnlab train "$config" --out "$run" \
       --set train.progress=false --set "train.max_minutes=$minutes" "$@"
   cp "$run/metrics.jsonl" "$out/metrics$tag.jsonl" 2>/dev/null
   # the cold start as a user meets it: a fresh process, model loading included; every 20 s a stack dump shows
@@ -56,7 +56,7 @@ train_and_evaluate() {  # train_and_evaluate RUN_DIR TAG [train overrides...]: t
   step "evaluate$tag" 75 sh -c "$py -X faulthandler -c 'import faulthandler, runpy, sys
 faulthandler.dump_traceback_later(20, repeat=True)
 sys.argv = [\"attnlab\", \"evaluate\", \"$run\", \"--split\", \"test\", \"--json\"]
-runpy.run_module(\"attnlab.cli\", run_name=\"__main__\")' > '$out/eval_test$tag.json'"
+runpy.run_module(\"attnlab.app.cli\", run_name=\"__main__\")' > '$out/eval_test$tag.json'"
 }
 run=runs/gpu/base-${minutes}min
 train_and_evaluate "$run" "" "$@"

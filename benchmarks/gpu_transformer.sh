@@ -20,9 +20,9 @@ if [ "$what" = all ] || [ "$what" = base ]; then
   # time to quality: base dims on the Bible, dev BLEU (greedy) every ~epoch, then test BLEU (beam 5 and greedy)
   run=runs/gpu/base
   rm -rf "$run"
-  $py -m attnlab.cli train configs/gpu/bible-transformer-base.toml --out "$run" --set train.progress=false "$@" \
+  $py -m attnlab train configs/gpu/bible-transformer-base.toml --out "$run" --set train.progress=false "$@" \
       2>&1 | tee "$out/base_train.txt"
   cp "$run/metrics.jsonl" "$out/base_metrics.jsonl"
-  $py -m attnlab.cli evaluate "$run" --split test 2>&1 | tee "$out/base_test_beam5.txt"
-  $py -m attnlab.cli evaluate "$run" --split test --beam 1 --json > "$out/base_test_greedy.json"
+  $py -m attnlab evaluate "$run" --split test 2>&1 | tee "$out/base_test_beam5.txt"
+  $py -m attnlab evaluate "$run" --split test --beam 1 --json > "$out/base_test_greedy.json"
 fi

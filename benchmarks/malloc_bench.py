@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The trainer's update on the CPU with glibc's malloc as it comes and with `attnlab.memory.keep_freed_memory`
+"""The trainer's update on the CPU with glibc's malloc as it comes and with `attnlab.kernels.memory.keep_freed_memory`
 (freed memory reused, not returned to the kernel and faulted back in): target tokens/s and minor page faults per
 update. The setting is per process, so each variant runs in processes of its own, alternating (default, kept,
 kept, default, ...), each process timing the same real batches of the config after a warm-up; the pairs' ratios
@@ -29,8 +29,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trainer_steps import real_trainer  # noqa: E402  (a fresh trainer and the config's real batches)
 
-from attnlab.experiment import load_experiment  # noqa: E402
-from attnlab.memory import ENV, keep_freed_memory  # noqa: E402
+from attnlab.families.translation import load_experiment  # noqa: E402
+from attnlab.kernels.memory import ENV, keep_freed_memory  # noqa: E402
 
 WARMUP = 3
 

@@ -16,10 +16,10 @@ import argparse
 import json
 from pathlib import Path
 
-from attnlab import api
-from attnlab.checkpoint import read_json
-from attnlab.bible import bible_split
-from attnlab.experiment import eval_name
+from attnlab.app import api
+from attnlab.core.checkpoint import read_json
+from attnlab.data.bible import bible_split
+from attnlab.families.translation import eval_name
 
 
 def evaluation(run: api.Run, source: str) -> dict:

@@ -28,8 +28,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rnn_step_profile import config_batches, training_step  # noqa: E402  (the profiler's batches and step)
 
-from attnlab.experiment import build_seq2seq, load_experiment  # noqa: E402
-from attnlab.rnn_seq2seq import DecoderState, EncoderOutput, RNNSeq2Seq  # noqa: E402
+from attnlab.families.translation import build_seq2seq, load_experiment  # noqa: E402
+from attnlab.nn.rnn_seq2seq import DecoderState, EncoderOutput, RNNSeq2Seq  # noqa: E402
 
 EAGER_RECUR = RNNSeq2Seq._bahdanau_recur
 

@@ -4,7 +4,7 @@ attention classes of another version of attention.py, side by side in one proces
 the Bible), greedy and beam 5, in 4 chunks, alternating which goes first. Reports the seconds of each and how many
 outputs are the same.
 
-    git show COMMIT:src/attnlab/attention.py > /tmp/old_attention.py
+    git show COMMIT:src/attnlab/nn/attention.py > /tmp/old_attention.py
     python benchmarks/rnn_decode_ab.py RUN_DIR /tmp/old_attention.py [--threads 2] [--json OUT.jsonl]
 """
 import argparse
@@ -16,12 +16,12 @@ import time
 import torch
 
 import attnlab
-from attnlab import attention
-from attnlab.experiment import prepare_corpus
+from attnlab.nn import attention
+from attnlab.families.translation import prepare_corpus
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("run_dir")
-ap.add_argument("old_attention", help="an older attention.py (git show COMMIT:src/attnlab/attention.py > FILE)")
+ap.add_argument("old_attention", help="an older attention.py (git show COMMIT:src/attnlab/nn/attention.py > FILE)")
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--json", help="append the result as one JSON line to this file")
 args = ap.parse_args()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""The GRU recurrences with their backward by hand (`attnlab.rnn.GRURecurrence` for the encoder,
-`attnlab.rnn_seq2seq.BahdanauGRURecurrence` for the Bahdanau decoder) against torch's autograd through the same
-model step by step (`attnlab.rnn.autograd_recurrences()`), side by side in one process: whole forward-backward-AdamW
+"""The GRU recurrences with their backward by hand (`attnlab.nn.rnn.GRURecurrence` for the encoder,
+`attnlab.nn.rnn_seq2seq.BahdanauGRURecurrence` for the Bahdanau decoder) against torch's autograd through the same
+model step by step (`attnlab.nn.rnn.autograd_recurrences()`), side by side in one process: whole forward-backward-AdamW
 training steps on the config's real batches, the two variants alternating batch by batch from the same initial
 weights. Prints one JSON line: target tokens/s of each, their ratio, and the largest logit difference on one
 batch in float64 (a check that both compute the same function).
@@ -26,8 +26,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rnn_step_profile import config_batches, training_step  # noqa: E402
 
-from attnlab.experiment import build_seq2seq, load_experiment  # noqa: E402
-from attnlab.rnn import autograd_recurrences  # noqa: E402
+from attnlab.families.translation import build_seq2seq, load_experiment  # noqa: E402
+from attnlab.nn.rnn import autograd_recurrences  # noqa: E402
 
 
 def main() -> None:

@@ -14,8 +14,8 @@ import argparse
 import torch
 from torch import nn
 
-from attnlab.batching import TokenBudgetBatchSampler, collate_seq2seq
-from attnlab.experiment import build_seq2seq, load_experiment, prepare_corpus
+from attnlab.data.batching import TokenBudgetBatchSampler, collate_seq2seq
+from attnlab.families.translation import build_seq2seq, load_experiment, prepare_corpus
 
 
 def config_batches(cfg, n: int) -> tuple[list, object]:

@@ -47,8 +47,8 @@ def raise_fd_limit() -> int:
 
 def train_tiny_run(root: Path) -> Path:
     """A char-level GRU + Bahdanau attention on a word-reversal task, trained for 30 steps (seconds on a CPU)."""
-    from attnlab.experiment import experiment_from_dict
-    from attnlab.workflow import train
+    from attnlab.families.translation import experiment_from_dict
+    from attnlab.app.workflow import train
 
     rng = random.Random(0)
     words = ["the", "red", "house", "is", "big", "a", "cat", "my", "old", "door", "opens", "green", "window"]
@@ -234,7 +234,7 @@ def main() -> int:
         env["PYTHONPATH"] = str(args.server_src)
     log_path = tmp / "serve.log"
     with log_path.open("w") as log:
-        server = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "serve", str(run_dir), "--port",
+        server = subprocess.Popen([sys.executable, "-m", "attnlab.app.cli", "serve", str(run_dir), "--port",
                                    str(args.port), *shlex.split(args.serve_args)], stdout=log, stderr=log, env=env)
     out: dict = {"run": str(run_dir), "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg(),
                  "fd_hard_limit": limit, "server_threads": args.threads, "request": {"sentence": SENTENCE, "beam": BEAM},

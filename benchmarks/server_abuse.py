@@ -72,7 +72,7 @@ def main() -> int:
     model = args.run_dir.name
     log_path = Path(f"/tmp/attnlab_serve_abuse_{os.getpid()}.log")
     with log_path.open("w") as log:
-        server = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "serve", str(args.run_dir), "--port",
+        server = subprocess.Popen([sys.executable, "-m", "attnlab.app.cli", "serve", str(args.run_dir), "--port",
                                    str(args.port)], stdout=log, stderr=log)
     try:
         deadline = time.time() + 120

@@ -4,7 +4,7 @@ Megatron's `.bin` + `.idx` layout (attnlab's `StoreDataset`) against Apache Arro
 Formats, all written from the same in-memory arrays (each side's ids flat, uint16, and the (N, 2) lengths):
 
 - memmap: train.bin (per pair its source ids then its target ids) + train.idx (.npy (N, 2) of lengths), read by
-  `attnlab.store.StoreDataset` (offsets are a cumsum computed at open);
+  `attnlab.data.store.StoreDataset` (offsets are a cumsum computed at open);
 - arrow: one uncompressed Arrow IPC file (one record batch) with two `list<uint16>` columns src and tgt,
   memory-mapped with `pa.memory_map` + `pa.ipc.open_file`; read two ways: `arrow` through pyarrow's own
   accessors (`col[i].as_py()`, `col.take(idx).to_pylist()`), `arrow-np` through numpy views of the list
@@ -26,7 +26,7 @@ Measured per format:
 - scan: seconds to read every item in order as Python lists.
 
 Each format's reading is measured in its own fresh process, one after another (never concurrently); every child
-imports the same modules (numpy, torch, pyarrow, attnlab.store; datasets for hf) before its baseline RSS. Random
+imports the same modules (numpy, torch, pyarrow, attnlab.data.store; datasets for hf) before its baseline RSS. Random
 access, batch and scan are repeated (--repeats) and the median is reported (all runs are in the JSON). All items
 read are checked equal to the source's on a sample of indices.
 
@@ -93,7 +93,7 @@ def _fsync(path: Path) -> None:
 
 
 def write_memmap(out: Path, src: np.ndarray, tgt: np.ndarray, sizes: np.ndarray) -> None:
-    """train.bin (per pair source ids then target ids) and train.idx, as attnlab.store writes them."""
+    """train.bin (per pair source ids then target ids) and train.idx, as attnlab.data.store writes them."""
     s_len, t_len = sizes[:, 0].astype(np.int64), sizes[:, 1].astype(np.int64)
     s_off = np.concatenate([[0], np.cumsum(s_len)])
     t_off = np.concatenate([[0], np.cumsum(t_len)])
@@ -150,7 +150,7 @@ WRITERS = {"memmap": write_memmap, "arrow": write_arrow, "hf": write_hf}
 # ---------------------------------------------------------------------------------------------- readers
 class MemmapReader:
     def __init__(self, folder: Path) -> None:
-        from attnlab.store import StoreDataset
+        from attnlab.data.store import StoreDataset
 
         self.ds = StoreDataset(folder / "train.bin", folder / "train.idx", "<u2")
         self.item = self.ds.__getitem__  # StoreDataset's own, called as the DataLoader calls it
@@ -320,7 +320,7 @@ def child(fmt: str, folder: Path, cold: bool, n_items: int, n_batches: int, repe
     import pyarrow  # noqa: F401  (every child imports the same modules before its baseline)
     import torch  # noqa: F401
 
-    import attnlab.store  # noqa: F401
+    import attnlab.data.store  # noqa: F401
 
     if fmt == "hf":
         import datasets

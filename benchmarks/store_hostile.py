@@ -92,7 +92,7 @@ def run(argv: list[str], work: Path, timeout: float) -> dict:
     out, err = work / "stdout.txt", work / "stderr.txt"
     t0 = time.perf_counter()
     with open(out, "wb") as o, open(err, "wb") as e:
-        proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", *argv], stdout=o, stderr=e, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "attnlab.app.cli", *argv], stdout=o, stderr=e, env=env,
                                 preexec_fn=_limits)
         rc, usage = None, None
         while True:

@@ -33,12 +33,12 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from transformer_bench import TorchTransformerMT  # noqa: E402  (the same reference model as the synthetic bench)
 
-from attnlab.batching import (PackedBatchSampler, TokenBudgetBatchSampler,  # noqa: E402
+from attnlab.data.batching import (PackedBatchSampler, TokenBudgetBatchSampler,  # noqa: E402
                                collate_packed_seq2seq, collate_seq2seq, padding_fraction)
-from attnlab.experiment import load_experiment, prepare_corpus  # noqa: E402
-from attnlab.tokenizers import PAD_ID  # noqa: E402
-from attnlab.trainer import sequence_loss  # noqa: E402
-from attnlab.transformer import TransformerSeq2Seq  # noqa: E402
+from attnlab.families.translation import load_experiment, prepare_corpus  # noqa: E402
+from attnlab.data.tokenizers import PAD_ID  # noqa: E402
+from attnlab.training.trainer import sequence_loss  # noqa: E402
+from attnlab.nn.transformer import TransformerSeq2Seq  # noqa: E402
 
 
 def real_batches(cfg, n: int, max_tokens: int, seed: int = 0, pack_length: int = -1):

@@ -3,14 +3,14 @@
 modules, side by side in one process: one model, one trainer, the config's real batches; blocks of updates
 alternate between the two versions (ABBA...), so machine noise and the model's progress hit both alike.
 
-An old version is a file (`git show COMMIT:src/attnlab/dropout.py > /tmp/old_dropout.py`) given as
-`--old attnlab.dropout=/tmp/old_dropout.py`. For the old blocks, every top-level class and function the old file
+An old version is a file (`git show COMMIT:src/attnlab/kernels/dropout.py > /tmp/old_dropout.py`) given as
+`--old attnlab.kernels.dropout=/tmp/old_dropout.py`. For the old blocks, every top-level class and function the old file
 defines is put into the live module in place of the current one, and put back after: code that looks the name up
 in that module when it runs (`dropout` calling `_MaskedScale`, `smoothed_cross_entropy` calling `FusedSmoothedCE`)
 runs the old version; a name another module imported by value before the swap does not change.
 
-    python benchmarks/train_step_ab.py configs/bible-transformer-small.toml --old attnlab.dropout=/tmp/old.py \
-        [--old attnlab.loss=/tmp/old_loss.py] [--threads 1] [--block 5] [--rounds 4] [--json OUT.jsonl]
+    python benchmarks/train_step_ab.py configs/bible-transformer-small.toml --old attnlab.kernels.dropout=/tmp/old.py \
+        [--old attnlab.kernels.loss=/tmp/old_loss.py] [--threads 1] [--block 5] [--rounds 4] [--json OUT.jsonl]
 
 One JSON line: target tokens/s of each version and new / old.
 """
@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trainer_steps import real_trainer  # noqa: E402  (a fresh trainer and the config's real batches)
 
-from attnlab.experiment import load_experiment  # noqa: E402
+from attnlab.families.translation import load_experiment  # noqa: E402
 
 
 def swaps(specs: list[str]) -> tuple[list, list]:

@@ -30,8 +30,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_bench import real_batches  # noqa: E402  (the trainer's own bucketed batches of the config's corpus)
 
-from attnlab.experiment import build_translation_model, load_experiment, prepare_corpus  # noqa: E402
-from attnlab.trainer import Trainer  # noqa: E402
+from attnlab.families.translation import build_translation_model, load_experiment, prepare_corpus  # noqa: E402
+from attnlab.training.trainer import Trainer  # noqa: E402
 
 
 def real_trainer(cfg, n: int, run_dir: Path, device: torch.device = torch.device("cpu")) -> tuple[Trainer, list]:

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnlab.search import beam_search
-from attnlab.transformer import PositionalEncoding, TransformerConfig, TransformerSeq2Seq
+from attnlab.decode.search import beam_search
+from attnlab.nn.transformer import PositionalEncoding, TransformerConfig, TransformerSeq2Seq
 
 
 class TorchTransformerMT(nn.Module):

@@ -5,10 +5,10 @@ beam 5 on the same 4 batches of 64 random source sentences (10-39 tokens), alter
 default step limit (a random model runs to it: the most steps, so the KV cache's cost at its largest). Reports the
 seconds of each and how many outputs are the same (all should be).
 
-    git show COMMIT:src/attnlab/transformer.py > /tmp/old_transformer.py
+    git show COMMIT:src/attnlab/nn/transformer.py > /tmp/old_transformer.py
     python benchmarks/transformer_decode_ab.py /tmp/old_transformer.py [THREADS=2] [keep]
 
-`keep`: glibc's malloc keeps freed memory in this process (`attnlab.memory.keep_freed_memory`, as `Translator`
+`keep`: glibc's malloc keeps freed memory in this process (`attnlab.kernels.memory.keep_freed_memory`, as `Translator`
 does on the CPU); without it, malloc as it comes.
 """
 import importlib.util
@@ -18,10 +18,10 @@ import time
 
 import torch
 
-from attnlab.experiment import load_experiment
-from attnlab.memory import keep_freed_memory
-from attnlab.search import beam_search, greedy_search, max_output_length
-from attnlab.transformer import TransformerSeq2Seq
+from attnlab.families.translation import load_experiment
+from attnlab.kernels.memory import keep_freed_memory
+from attnlab.decode.search import beam_search, greedy_search, max_output_length
+from attnlab.nn.transformer import TransformerSeq2Seq
 spec = importlib.util.spec_from_file_location("old_transformer", sys.argv[1])
 old = importlib.util.module_from_spec(spec); sys.modules[spec.name] = old; spec.loader.exec_module(old)
 torch.set_num_threads(int(sys.argv[2]) if len(sys.argv) > 2 else 2)

@@ -46,9 +46,9 @@ def make_runs(work: Path) -> dict[str, Path]:
     """Four tiny trained runs (RNN, Transformer, LM with a char tokenizer; an RNN with a unigram tokenizer)."""
     import torch
 
-    from attnlab.experiment import experiment_from_dict
-    from attnlab.lm import load_lm_config
-    from attnlab.workflow import train
+    from attnlab.families.translation import experiment_from_dict
+    from attnlab.families.lm import load_lm_config
+    from attnlab.app.workflow import train
 
     torch.set_num_threads(1)
     data = work / "data"
@@ -272,7 +272,7 @@ def run_case(argv: list[str], src: Path, work: Path, timeout: float) -> dict:
     env.pop("ATTNLAB_RAISE_INTERNAL", None)  # what a user sees
     t0 = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-c", "import sys; from attnlab.cli import main; sys.exit(main())",
+        done = subprocess.run([sys.executable, "-c", "import sys; from attnlab.app.cli import main; sys.exit(main())",
                                *argv], capture_output=True, text=True, timeout=timeout, env=env, cwd=work,
                               stdin=subprocess.DEVNULL, preexec_fn=_limit)
     except subprocess.TimeoutExpired:

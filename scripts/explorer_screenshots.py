@@ -37,7 +37,7 @@ def serve(run_dirs: Sequence[Path], log_path: Path, timeout: float = 120.0) -> I
     """`attnlab serve RUN_DIR ... --port 0` (the real command) until the block ends; yields its base URL. Port 0:
     the server binds a port the system picks and logs it."""
     with open(log_path, "w+") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "serve", *map(str, run_dirs), "--port", "0"],
+        proc = subprocess.Popen([sys.executable, "-m", "attnlab.app.cli", "serve", *map(str, run_dirs), "--port", "0"],
                                 stdout=log, stderr=log, env={**os.environ, "OMP_NUM_THREADS": "1"})
         try:
             deadline, url = time.monotonic() + timeout, None

@@ -65,8 +65,8 @@ num_threads = 1
 def check(run: Path) -> dict:
     """The invariants of a killed run directory; raises AssertionError naming the first one broken."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from attnlab.checkpoint import read_pointer, read_tensors
-    from attnlab.fileio import read_json
+    from attnlab.core.checkpoint import read_pointer, read_tensors
+    from attnlab.core.fileio import read_json
 
     ckpt = run / "checkpoints"
     latest = read_pointer(ckpt, "latest.json")
@@ -97,7 +97,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     write_corpus(args.out)
     cfg, run = config(args.out), args.out / "run"
-    cmd = [sys.executable, "-m", "attnlab.cli", "train"]
+    cmd = [sys.executable, "-m", "attnlab.app.cli", "train"]
     first, kills, checks, started = True, 0, [], time.time()
     while kills < args.kills:
         argv = cmd + ([str(cfg), "--out", str(run)] if first else ["--resume", str(run)])

@@ -19,7 +19,7 @@ from pathlib import Path
 # halved, a greedy translation compared word for word) would then depend on the machine's cores and on whether an
 # earlier test changed torch.set_num_threads. Tiny models gain nothing from threads anyway (conftest.one_thread).
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
-# An unexpected exception in `attnlab.cli.main` (and in an `attnlab` subprocess) propagates with its traceback
+# An unexpected exception in `attnlab.app.cli.main` (and in an `attnlab` subprocess) propagates with its traceback
 # instead of becoming the one-line "internal error" of exit code 1, so every internal error fails the test that
 # caused it. setdefault: scripts/fuzz_counts.py sets it to 0 to count internal errors instead.
 os.environ.setdefault("ATTNLAB_RAISE_INTERNAL", "1")
@@ -163,7 +163,7 @@ def _session_processes(sid: int) -> list[tuple[int, str]]:
 def run_or_dump(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
     """subprocess.run(cmd, capture_output=True, text=True, timeout=timeout) for a command that starts processes of
     its own (torchrun, `train --procs`). One still running after `timeout` seconds fails the test with the Python
-    stacks of every attnlab process it started (SIGUSR1: `attnlab.cli.main` registers faulthandler for it) and
+    stacks of every attnlab process it started (SIGUSR1: `attnlab.app.cli.main` registers faulthandler for it) and
     their output, instead of a bare TimeoutExpired: a hang then says where each rank hung."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -175,7 +175,7 @@ def run_or_dump(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
     except subprocess.TimeoutExpired:
         running = _session_processes(proc.pid)
         for pid, cmdline in running:
-            if "attnlab.cli" in cmdline and "torch.distributed.run" not in cmdline:
+            if "attnlab.app.cli" in cmdline and "torch.distributed.run" not in cmdline:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGUSR1)
         time.sleep(5)
@@ -222,7 +222,7 @@ def tiny_tsv(tmp_path_factory):
 def tiny_experiment(tiny_dir, family: str = "rnn", max_steps: int = 20):
     """A char-level model of the synthetic task, trained in seconds: an RNN with Bahdanau attention, or a
     Transformer with 2 decoder layers of 2 heads."""
-    from attnlab.experiment import experiment_from_dict
+    from attnlab.families.translation import experiment_from_dict
 
     model = ({"rnn": {"cell": "gru", "emb_dim": 32, "hidden_dim": 64, "attention": "bahdanau", "dropout": 0.1}}
              if family == "rnn" else
@@ -243,7 +243,7 @@ def tiny_experiment(tiny_dir, family: str = "rnn", max_steps: int = 20):
 def tiny_runs(tiny_tsv, tmp_path_factory):
     """Two trained run directories of the synthetic task, {"rnn": path, "transformer": path}, made once per
     session (for the report, the server and the browser test)."""
-    from attnlab.workflow import train
+    from attnlab.app.workflow import train
 
     root = tmp_path_factory.mktemp("tiny_runs")
     runs = {}
@@ -278,8 +278,8 @@ def single_thread():
 def tiny_lm_run(tmp_path_factory):
     """A character language model of the synthetic task's source side, trained for a few steps (the explorer
     serves it: causal self-attention of a prompt and its continuation); its run directory."""
-    from attnlab.lm import load_lm_config
-    from attnlab.workflow import train
+    from attnlab.families.lm import load_lm_config
+    from attnlab.app.workflow import train
 
     d = tmp_path_factory.mktemp("tiny_lm")
     (d / "text.txt").write_text("".join(s + "\n" for s, _ in make_pairs(300, seed=5)), encoding="utf-8")

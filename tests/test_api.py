@@ -12,12 +12,12 @@ import pytest
 import torch
 
 import attnlab
-from attnlab import api
-from attnlab.cli import main
-from attnlab.config import PACKAGED_CONFIGS, resolve_config, to_dict
-from attnlab.errors import AttnlabError
-from attnlab.views import Exploration
-from attnlab.translate import Translator
+from attnlab.app import api
+from attnlab.app.cli import main
+from attnlab.core.config import PACKAGED_CONFIGS, resolve_config, to_dict
+from attnlab.core.errors import AttnlabError
+from attnlab.app.views import Exploration
+from attnlab.decode.translate import Translator
 from conftest import tiny_experiment
 
 SENTENCES = ["my old cat sees the green door", "the dog runs"]
@@ -186,7 +186,7 @@ def test_override_list(given, expected):
 
 def test_override_values_round_trip_through_the_config_parser():
     """Keywords with __ for the dot, values of every kind, read back by the same parser as --set."""
-    from attnlab.config import apply_overrides
+    from attnlab.core.config import apply_overrides
 
     sets = api.override_list(train__max_steps=7, model__rnn__cell="lstm", data__english="kjv",
                              train__amp="", decode__length_penalty=0.6, model__rnn__bidirectional=False)
@@ -269,6 +269,6 @@ def test_the_api_reference_renders():
     for name, member in vars(attnlab.Run).items():
         if callable(member) and not name.startswith("_"):
             assert (member.__doc__ or "").strip(), f"Run.{name} has no docstring"
-    page = pdoc.pdoc("attnlab.api")
+    page = pdoc.pdoc("attnlab.app.api")
     for anchor in ("load", "train", "corpus", "show", "Run.translate", "Run.explore", "Run.evaluate"):
         assert f'id="{anchor}"' in page, anchor

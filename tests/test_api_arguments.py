@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.cli import main
-from attnlab.config import MAX_BEAM, MAX_SAMPLES
-from attnlab.errors import AttnlabError
-from attnlab.families import FAMILIES
+from attnlab.app.cli import main
+from attnlab.core.config import MAX_BEAM, MAX_SAMPLES
+from attnlab.core.errors import AttnlabError
+from attnlab.families.table import FAMILIES
 
 from test_cli import one_error_line
 
@@ -87,7 +87,7 @@ def test_the_api_and_the_cli_share_the_beam_limit(runs, tiny_runs, tmp_path, cap
     (lambda: attnlab.train("demo", overrides={5: 1}), "the keys are dotted config keys (str), not int"),
     (lambda: attnlab.train("demo", out=5), "out must be a path"),
     (lambda: attnlab.corpus("demo", overrides=5), "overrides: give a dict or a list"),
-    (lambda: attnlab.api.config_path(None), "name must be a path"),
+    (lambda: attnlab.app.api.config_path(None), "name must be a path"),
 ])
 def test_module_function_arguments(call, message):
     assert message in one_line_error(call)

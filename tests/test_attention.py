@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import attnlab.attention as attention_module
-from attnlab.attention import (EXPLICIT_MAX_KEYS, EXPLICIT_MAX_SCORES, SCORE_KINDS, Attention, LearnedQueryAttention,
+import attnlab.nn.attention as attention_module
+from attnlab.nn.attention import (EXPLICIT_MAX_KEYS, EXPLICIT_MAX_SCORES, SCORE_KINDS, Attention, LearnedQueryAttention,
                                MultiHeadAttention, causal_mask, explicit_is_faster, masked_softmax, padding_mask,
                                scaled_dot_product_attention)
-from attnlab.errors import AttnlabError
+from attnlab.core.errors import AttnlabError
 
 B, T, S, D, H = 3, 4, 6, 16, 4
 

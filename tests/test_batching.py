@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from attnlab.batching import (PackedBatchSampler, RowPacker, Seq2SeqBatch, Seq2SeqDataset, TokenBudgetBatchSampler,
+from attnlab.data.batching import (PackedBatchSampler, RowPacker, Seq2SeqBatch, Seq2SeqDataset, TokenBudgetBatchSampler,
                               collate_packed_seq2seq, collate_seq2seq, make_loader, pad_sequences, padding_fraction)
-from attnlab.errors import AttnlabError
-from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from attnlab.core.errors import AttnlabError
+from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
 SETTINGS = settings(derandomize=True, max_examples=100, deadline=None)
 lengths_st = st.lists(st.integers(0, 40), max_size=80)

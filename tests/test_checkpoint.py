@@ -7,9 +7,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from attnlab.checkpoint import load_weights, save_weights
-from attnlab.errors import AttnlabError
-from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
+from attnlab.core.checkpoint import load_weights, save_weights
+from attnlab.core.errors import AttnlabError
+from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
 
 
 class FlatViews(nn.Module):
@@ -103,7 +103,7 @@ def test_float64_beyond_float32_is_refused(tmp_path):
 
 
 def test_unusual_dtypes_in_an_optimizer_state_are_refused():
-    from attnlab.checkpoint import optimizer_tensors, restore_optimizer
+    from attnlab.core.checkpoint import optimizer_tensors, restore_optimizer
 
     model = nn.Linear(3, 4)
     optimizer = torch.optim.Adam(model.parameters())
@@ -119,7 +119,7 @@ def test_unusual_dtypes_in_an_optimizer_state_are_refused():
 def test_an_adam_state_without_its_moments_is_refused():
     """A renamed tensor (found by fuzzing the safetensors header) left a parameter's state without exp_avg: Adam's
     next step raised KeyError."""
-    from attnlab.checkpoint import optimizer_tensors, restore_optimizer
+    from attnlab.core.checkpoint import optimizer_tensors, restore_optimizer
 
     model = nn.Linear(3, 4)
     optimizer = torch.optim.AdamW(model.parameters())
@@ -139,9 +139,9 @@ class Killed(BaseException):
 def _series_trainer(run_dir, max_steps, scores, snapshots):
     """A tiny series model under the trainer; the dev 'accuracy' at step s is scores[s] (the selection score), and
     every checkpoint call records the weights and score it saves."""
-    import attnlab.trainer as trainer_mod
-    from attnlab.series import RegressionTask, SeriesDataConfig, SeriesModelConfig, SeriesRNN, make_splits
-    from attnlab.trainer import TrainConfig, Trainer
+    import attnlab.training.trainer as trainer_mod
+    from attnlab.families.series import RegressionTask, SeriesDataConfig, SeriesModelConfig, SeriesRNN, make_splits
+    from attnlab.training.trainer import TrainConfig, Trainer
 
     torch.manual_seed(0)
     splits = make_splits(SeriesDataConfig(task="sine", length=80, window=5, dev_fraction=0.2))
@@ -168,8 +168,8 @@ def _series_trainer(run_dir, max_steps, scores, snapshots):
 def _check_consistent(run_dir, snapshots, scores):
     """latest and best name complete checkpoints whose weights are those saved at the step they name; best's score
     is that step's; resolve_checkpoint agrees; nothing temporary is left."""
-    from attnlab.checkpoint import read_pointer, resolve_checkpoint
-    from attnlab.series import SeriesModelConfig, SeriesRNN
+    from attnlab.core.checkpoint import read_pointer, resolve_checkpoint
+    from attnlab.families.series import SeriesModelConfig, SeriesRNN
 
     ckpt = run_dir / "checkpoints"
     for pointer in ("latest.json", "best.json"):
@@ -197,7 +197,7 @@ def test_a_kill_at_every_write_boundary_of_a_checkpoint_loses_nothing(tmp_path, 
     import os
     from pathlib import Path
 
-    import attnlab.trainer as trainer_mod
+    import attnlab.training.trainer as trainer_mod
 
     scores = {2: 0.5, 4: 0.4, 6: 0.9, 8: 0.95}  # step 4 is not an improvement, 6 and 8 are
     real_replace, real_unlink = os.replace, Path.unlink
@@ -280,7 +280,7 @@ def test_a_kill_at_every_write_boundary_of_a_checkpoint_loses_nothing(tmp_path, 
 def test_a_pointer_can_only_name_a_checkpoint_of_its_folder(tmp_path, pointer, message):
     import json
 
-    from attnlab.checkpoint import resolve_checkpoint
+    from attnlab.core.checkpoint import resolve_checkpoint
 
     ckpt = tmp_path / "checkpoints"
     ckpt.mkdir()
@@ -295,7 +295,7 @@ def test_pruning_keeps_what_the_pointers_name(tmp_path):
     pruning's business but recover's, which also removes temporary files."""
     import json
 
-    from attnlab.checkpoint import prune, recover
+    from attnlab.core.checkpoint import prune, recover
 
     ckpt = tmp_path
     for step in (2, 4, 6, 8):

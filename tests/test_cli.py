@@ -7,8 +7,9 @@ import shutil
 
 import pytest
 
-import attnlab.cli
-from attnlab.cli import main
+import attnlab.app.cli
+import attnlab.app.commands
+from attnlab.app.cli import main
 
 
 def one_error_line(capsys, code: int, expected: int = 2) -> str:
@@ -35,7 +36,7 @@ def test_an_unexpected_exception_is_one_line_naming_the_crash_file(monkeypatch, 
     def broken(*args, **kwargs):
         raise RuntimeError("a bug\nwith a second line")
 
-    monkeypatch.setattr(attnlab.cli, "summary", broken)
+    monkeypatch.setattr(attnlab.app.commands, "summary", broken)
     code = main(["summary", "configs/demo.toml"])
     line = one_error_line(capsys, code, expected=1)
     assert line.startswith("attnlab: internal error: RuntimeError: a bug; the full traceback is in ")
@@ -54,15 +55,15 @@ def test_the_crash_file_falls_back_to_the_temporary_folder(monkeypatch, tmp_path
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "file"))  # a file: the crash folder cannot be made
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    monkeypatch.setattr(attnlab.cli.tempfile, "tempdir", None)  # gettempdir reads TMPDIR again
-    monkeypatch.setattr(attnlab.cli, "summary", lambda *a, **k: {}["missing"])
+    monkeypatch.setattr(attnlab.app.cli.tempfile, "tempdir", None)  # gettempdir reads TMPDIR again
+    monkeypatch.setattr(attnlab.app.commands, "summary", lambda *a, **k: {}["missing"])
     line = one_error_line(capsys, main(["summary", "configs/demo.toml"]), expected=1)
     assert f"internal error: KeyError: 'missing'; the full traceback is in {tmp_path / 'tmp'}" in line
 
 
 def test_the_tests_see_internal_errors_as_exceptions(monkeypatch):
     """conftest sets ATTNLAB_RAISE_INTERNAL: a bug fails the test that calls main(), with its traceback."""
-    monkeypatch.setattr(attnlab.cli, "summary", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(attnlab.app.commands, "summary", lambda *a, **k: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         main(["summary", "configs/demo.toml"])
 
@@ -74,7 +75,7 @@ def test_out_of_memory_is_a_user_error(monkeypatch, capsys):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
                            "memory: you tried to allocate 8000000000 bytes.")
 
-    monkeypatch.setattr(attnlab.cli, "summary", allocate)
+    monkeypatch.setattr(attnlab.app.commands, "summary", allocate)
     line = one_error_line(capsys, main(["summary", "configs/demo.toml"]))
     assert line.startswith("attnlab: error: out of memory (RuntimeError: [enforce fail")
     assert line.endswith("choose smaller sizes, batches or beams")
@@ -204,14 +205,13 @@ def test_float8_weights_in_a_run(tiny_runs, tmp_path, capsys):
 def test_the_demo_trains_with_two_processes_on_a_multicore_cpu(monkeypatch):
     """`attnlab demo` without --procs: two 1-thread processes on a CPU with 2+ cores (measured better there), one
     process on a single core or a GPU."""
-    from attnlab import cli
-
-    monkeypatch.setattr(cli.torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(cli.os, "cpu_count", lambda: 2)
-    assert cli.demo_procs() == 2
-    monkeypatch.setattr(cli.os, "cpu_count", lambda: 1)
-    assert cli.demo_procs() == 1
-    monkeypatch.setattr(cli.os, "cpu_count", lambda: 8)
-    monkeypatch.setattr(cli.torch.cuda, "is_available", lambda: True)
-    assert cli.demo_procs() == 1
-    assert cli.build_parser().parse_args(["demo"]).procs == 0
+    commands = attnlab.app.commands
+    monkeypatch.setattr(commands.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(commands.os, "cpu_count", lambda: 2)
+    assert commands.demo_procs() == 2
+    monkeypatch.setattr(commands.os, "cpu_count", lambda: 1)
+    assert commands.demo_procs() == 1
+    monkeypatch.setattr(commands.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(commands.torch.cuda, "is_available", lambda: True)
+    assert commands.demo_procs() == 1
+    assert attnlab.app.cli.build_parser().parse_args(["demo"]).procs == 0

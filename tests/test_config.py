@@ -5,8 +5,8 @@ from typing import ClassVar
 
 import pytest
 
-from attnlab.config import apply_overrides, from_dict, load_config
-from attnlab.errors import AttnlabError
+from attnlab.core.config import apply_overrides, from_dict, load_config
+from attnlab.core.errors import AttnlabError
 
 
 @dataclass
@@ -100,7 +100,7 @@ def test_unparseable_and_missing_files(tmp_path):
     ("model.rnn.dropout=.nan", "model.rnn.dropout: expected a finite number"),
 ])
 def test_experiment_values_are_checked_by_name_before_any_work(override, message):
-    from attnlab.experiment import load_experiment
+    from attnlab.families.translation import load_experiment
 
     with pytest.raises(AttnlabError) as e:
         load_experiment("configs/demo.toml", [override])
@@ -114,7 +114,7 @@ def test_yaml_anchors_and_aliases_are_refused(tmp_path):
     lines += [f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
               f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]" for i in range(8)]
     bomb.write_text("\n".join(lines) + "\n")
-    from attnlab.config import read_config_file
+    from attnlab.core.config import read_config_file
 
     with pytest.raises(AttnlabError, match="anchors and aliases"):
         read_config_file(bomb)
@@ -127,7 +127,7 @@ def test_accumulation_longer_than_an_epoch_is_refused(tmp_path):
     """Before the check, accum_steps above the batches of an epoch looped forever without one update."""
     import torch
 
-    from attnlab.trainer import Trainer, TrainConfig
+    from attnlab.training.trainer import Trainer, TrainConfig
 
     data = torch.utils.data.TensorDataset(torch.zeros(3))
     data.lengths = lambda: [4, 4, 4]
@@ -165,7 +165,7 @@ def _config_classes():
     import dataclasses
     import typing
 
-    from attnlab.families import FAMILIES
+    from attnlab.families.table import FAMILIES
 
     seen, todo = [], [f.config_class for f in FAMILIES]
     while todo:

@@ -7,13 +7,13 @@ import logging
 import pytest
 import torch
 
-from attnlab.batching import Seq2SeqDataset
-from attnlab.cli import main
-from attnlab.errors import AttnlabError
-from attnlab.experiment import load_experiment
-from attnlab.lm import load_lm_config
-from attnlab.series import load_series_config
-from attnlab.trainer import TrainConfig, Trainer
+from attnlab.data.batching import Seq2SeqDataset
+from attnlab.app.cli import main
+from attnlab.core.errors import AttnlabError
+from attnlab.families.translation import load_experiment
+from attnlab.families.lm import load_lm_config
+from attnlab.families.series import load_series_config
+from attnlab.training.trainer import TrainConfig, Trainer
 
 from test_cli import one_error_line
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.bible import DEV_BOOKS, TEST_BOOKS, bible_corpus, sword_dir
-from attnlab.corpus import (Pair, ReadCounts, check_input, file_corpus, holdout, iter_lines, iter_pairs, normalize,
+from attnlab.data.bible import DEV_BOOKS, TEST_BOOKS, bible_corpus, sword_dir
+from attnlab.data.corpus import (Pair, ReadCounts, check_input, file_corpus, holdout, iter_lines, iter_pairs, normalize,
                             read_pairs, read_parallel, read_tsv)
-from attnlab.errors import AttnlabError
+from attnlab.core.errors import AttnlabError
 
-corpus_mod = sys.modules["attnlab.corpus"]  # `attnlab.corpus` is also the API's function of that name
+corpus_mod = sys.modules["attnlab.data.corpus"]  # `attnlab.data.corpus` is also the API's function of that name
 
 
 def test_normalize():
@@ -82,7 +82,7 @@ def test_split_pairs_is_seeded_partition():
 
 
 def _run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "attnlab.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "attnlab.app.cli", *args], capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("content, argv_tail, message", [
@@ -144,7 +144,7 @@ def test_bible_corpus_counts_and_split(tmp_path, monkeypatch):
 @pytest.mark.integration
 @needs_sword
 def test_sentencepiece_round_trip_on_the_bible():
-    from attnlab.tokenizers import TokenizerConfig, build_tokenizers
+    from attnlab.data.tokenizers import TokenizerConfig, build_tokenizers
 
     corpus = bible_corpus("kjv")
     toks = build_tokenizers(TokenizerConfig(kind="bpe", vocab_size=2000, joint=True),
@@ -157,7 +157,7 @@ def test_sentencepiece_round_trip_on_the_bible():
 def test_processes_asking_for_the_bible_cache_at_once_build_it_once(tmp_path, monkeypatch):
     """The ranks of `attnlab train --procs N` ask for the cached Bible at the same moment: one builds it, the
     others wait and read it (written twice, its two modification times gave the ranks two store keys)."""
-    module = sys.modules["attnlab.bible"]
+    module = sys.modules["attnlab.data.bible"]
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     builds = tmp_path / "builds"
 

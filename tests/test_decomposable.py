@@ -1,4 +1,4 @@
-"""Decomposable attention (attnlab.decomposable): masks, shapes, an explicit per-pair reference of the paper's
+"""Decomposable attention (attnlab.nn.decomposable): masks, shapes, an explicit per-pair reference of the paper's
 equations, and a tiny synthetic paraphrase task learnt (with its alignment) in seconds by the one trainer."""
 
 import random
@@ -6,9 +6,9 @@ import random
 import pytest
 import torch
 
-from attnlab.attention import padding_mask
-from attnlab.decomposable import DecomposableAttention, DecomposableConfig
-from attnlab.errors import AttnlabError
+from attnlab.nn.attention import padding_mask
+from attnlab.nn.decomposable import DecomposableAttention, DecomposableConfig
+from attnlab.core.errors import AttnlabError
 
 V = 50
 
@@ -131,7 +131,7 @@ def synonym(w: int) -> int:
 def synthetic_pairs(n: int, seed: int):
     """a: 3-6 distinct words; b positive: the synonyms of a in shuffled order; b negative: the same, but one
     word's synonym replaced by another word's (so only aligning every token tells them apart)."""
-    from attnlab.paraphrase import ParaphrasePair
+    from attnlab.data.paraphrase import ParaphrasePair
 
     rng = random.Random(seed)
     pairs = []
@@ -157,8 +157,8 @@ class IdsOfText:
 
 
 def test_learns_a_synthetic_paraphrase_task_and_its_alignment(tmp_path):
-    from attnlab.pairs import PairDataset, PairTask, predict_pairs
-    from attnlab.trainer import Trainer, TrainConfig
+    from attnlab.families.pairs import PairDataset, PairTask, predict_pairs
+    from attnlab.training.trainer import Trainer, TrainConfig
 
     torch.manual_seed(0)
     model = DecomposableAttention(4 + 2 * N_WORDS, DecomposableConfig(emb_dim=16, hidden_dim=32, dropout=0.0))

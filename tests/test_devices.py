@@ -1,11 +1,11 @@
-"""attnlab.devices: device names resolved against what this machine and torch build have (CUDA, MPS and XPU
+"""attnlab.core.devices: device names resolved against what this machine and torch build have (CUDA, MPS and XPU
 simulated), and the amp dtype from the CPU's flags."""
 
 import pytest
 import torch
 
-from attnlab import devices
-from attnlab.errors import AttnlabError
+from attnlab.core import devices
+from attnlab.core.errors import AttnlabError
 
 
 @pytest.mark.parametrize("name, message", [

@@ -1,4 +1,4 @@
-"""attnlab.dropout against closed forms: the kept fraction 1 - k/65536 (k = round(p * 65536)) within 5 standard
+"""attnlab.kernels.dropout against closed forms: the kept fraction 1 - k/65536 (k = round(p * 65536)) within 5 standard
 deviations over ~1M elements, overall and in each 16-bit lane of a 64-bit draw; kept elements scaled by exactly
 65536 / (65536 - k); the backward pass with the forward's mask (written out, and float64 gradcheck); torch.nn.Dropout
 compatibility. The statistical checks are themselves checked against deliberately broken masks."""
@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import attnlab.dropout as dropout_module
-from attnlab.dropout import Dropout, dropout, keep_mask
+import attnlab.kernels.dropout as dropout_module
+from attnlab.kernels.dropout import Dropout, dropout, keep_mask
 
 LEVELS = 65536
 N = 2**20  # elements of the statistical checks: 5 sd of the kept fraction at p = 0.5 is 0.0024

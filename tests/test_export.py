@@ -13,12 +13,12 @@ import torch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from attnlab.cli import main  # noqa: E402
-from attnlab.errors import AttnlabError  # noqa: E402
-from attnlab.export import transformer_spec  # noqa: E402
-from attnlab.tokenizers import BOS_ID, EOS_ID, SPECIALS  # noqa: E402
-from attnlab.transformer import TransformerConfig, TransformerSeq2Seq  # noqa: E402
-from attnlab.workflow import export_run, load_translator  # noqa: E402
+from attnlab.app.cli import main  # noqa: E402
+from attnlab.core.errors import AttnlabError  # noqa: E402
+from attnlab.interop.ctranslate2 import transformer_spec  # noqa: E402
+from attnlab.data.tokenizers import BOS_ID, EOS_ID, SPECIALS  # noqa: E402
+from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq  # noqa: E402
+from attnlab.app.workflow import export_run, load_translator  # noqa: E402
 from conftest import benchmark_module, tiny_experiment  # noqa: E402
 
 V = 40
@@ -63,7 +63,7 @@ def test_exported_log_probs_equal_attnlab(tmp_path, norm, activation, positions,
 
 
 def test_greedy_translations_of_a_trained_run_are_identical(tiny_runs, tmp_path):
-    from attnlab.translate import CTranslate2Translator
+    from attnlab.decode.translate import CTranslate2Translator
 
     run = tiny_runs["transformer"]
     out = export_run(run, tmp_path / "ct2")
@@ -101,8 +101,8 @@ def test_attention_of_the_export_is_the_last_layers_mean_over_heads_and_served(t
     `attnlab serve --engine ctranslate2` answers with it (one layer, one head) and attnlab's translation."""
     from fastapi.testclient import TestClient
 
-    from attnlab.server import create_app, load_models
-    from attnlab.translate import CTranslate2Translator
+    from attnlab.app.server import create_app, load_models
+    from attnlab.decode.translate import CTranslate2Translator
 
     run = tiny_runs["transformer"]
     ours = load_translator(run)
@@ -122,8 +122,8 @@ def test_attention_of_the_export_is_the_last_layers_mean_over_heads_and_served(t
 def test_exported_language_model_log_probs_equal_attnlab(tmp_path, norm, activation, positions):
     """The decoder-only LM through ctranslate2.Generator: the log-probability of every next token equals
     attnlab's."""
-    from attnlab.export import language_model_spec
-    from attnlab.lm import LMModelConfig, TransformerLM
+    from attnlab.interop.ctranslate2 import language_model_spec
+    from attnlab.families.lm import LMModelConfig, TransformerLM
 
     torch.manual_seed(0)
     model = TransformerLM(V, LMModelConfig(d_model=32, h=4, d_ff=64, layers=2, dropout=0.0, norm=norm,
@@ -239,7 +239,7 @@ def error_lines(stderr: str) -> list[str]:
 
 
 def test_a_new_run_refuses_a_linked_tokenizer_folder(tiny_tsv, tmp_path):
-    from attnlab.workflow import train
+    from attnlab.app.workflow import train
 
     run = tmp_path / "run"
     run.mkdir()
@@ -295,8 +295,8 @@ def _tiny_model_and_vocab():
 def test_a_stale_export_is_rebuilt(run_copy, capsys):
     """After the checkpoint `--checkpoint last` names moved (as `train --resume` does), `translate --engine
     ctranslate2` exports again instead of reusing the old export, and translates like the PyTorch engine."""
-    from attnlab.checkpoint import load_weights, resolve_checkpoint, save_weights
-    from attnlab.fileio import write_json
+    from attnlab.core.checkpoint import load_weights, resolve_checkpoint, save_weights
+    from attnlab.core.fileio import write_json
 
     rc, before, _ = translate(run_copy, capsys, "--engine", "ctranslate2", "--checkpoint", "last")
     assert rc == 0
@@ -358,7 +358,7 @@ def test_a_tampered_export_is_rebuilt_or_refused(exported, capsys, name, rehash)
     export named with --ct2-model (refused: exit 2, one line naming the file), also when the tamperer rewrote the
     manifest's hashes (then the files themselves are checked against the run's tokenizer). No traceback, no wrong
     translation with exit 0 (but a flipped weight byte under a rewritten manifest, which only the hash finds)."""
-    from attnlab.export import export_files
+    from attnlab.interop.ctranslate2 import export_files
 
     run, reference = exported
     reference = "".join(reference)

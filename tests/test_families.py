@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from conftest import one_thread
 
-from attnlab.cli import main
-from attnlab.config import read_config_file
-from attnlab.bible import sword_dir
-from attnlab.families import FAMILIES, family_of_config
+from attnlab.app.cli import main
+from attnlab.core.config import read_config_file
+from attnlab.data.bible import sword_dir
+from attnlab.families.table import FAMILIES, family_of_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -1,12 +1,12 @@
-"""attnlab.fileio: atomic writes never follow a symlink (a linked file is replaced, a linked folder below the run
+"""attnlab.core.fileio: atomic writes never follow a symlink (a linked file is replaced, a linked folder below the run
 or export folder `root` refused), and a folder is replaced as a whole."""
 
 import os
 
 import pytest
 
-from attnlab.errors import AttnlabError
-from attnlab.fileio import append_line, atomic_write_text, new_file, real_dir, replace_folder, write_json
+from attnlab.core.errors import AttnlabError
+from attnlab.core.fileio import append_line, atomic_write_text, new_file, real_dir, replace_folder, write_json
 
 
 @pytest.fixture

@@ -25,11 +25,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnlab.cli import build_parser, main, parse_args
-from attnlab.config import limits, read_config_file
-from attnlab.errors import AttnlabError
-from attnlab.families import FAMILIES, family_of_config, load_family_config
-from attnlab.workflow import check_model_size
+from attnlab.app.cli import build_parser, main, parse_args
+from attnlab.core.config import limits, read_config_file
+from attnlab.core.errors import AttnlabError
+from attnlab.families.table import FAMILIES, family_of_config, load_family_config
+from attnlab.app.workflow import check_model_size
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 EXAMPLES = int(os.environ.get("ATTNLAB_FUZZ_EXAMPLES") or 0)  # 0: each target's own count below
@@ -457,7 +457,7 @@ def check_exit(code: int, err: str, tally: dict) -> None:
 def api(tiny_runs):
     from fastapi.testclient import TestClient
 
-    from attnlab.server import create_app, load_models
+    from attnlab.app.server import create_app, load_models
 
     return TestClient(create_app(load_models([tiny_runs["rnn"]], max_chars=120), max_chars=120, max_body=2048,
                                  timeout=30), raise_server_exceptions=False)

@@ -11,14 +11,14 @@ import shutil
 import pytest
 import torch
 
-from attnlab.cli import main
-from attnlab.errors import AttnlabError
-from attnlab.batching import pack_rows
-from attnlab.lm import (LMModelConfig, LMTask, TransformerLM, filter_logits, generate, init_decoder_from_lm,
+from attnlab.app.cli import main
+from attnlab.core.errors import AttnlabError
+from attnlab.data.batching import pack_rows
+from attnlab.families.lm import (LMModelConfig, LMTask, TransformerLM, filter_logits, generate, init_decoder_from_lm,
                         load_lm_config, sample_next)
-from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
-from attnlab.transformer import DecoderLayer, TransformerConfig, TransformerSeq2Seq
-from attnlab.workflow import evaluate, load_run, train
+from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from attnlab.nn.transformer import DecoderLayer, TransformerConfig, TransformerSeq2Seq
+from attnlab.app.workflow import evaluate, load_run, train
 
 
 def _loaded_lm(run_dir):
@@ -262,7 +262,7 @@ def test_training_learns_and_perplexity_equals_direct_computation(lm_run):
     assert dev[-1] < dev[0] and dev[-1] < 2.5  # digits are mostly predictable from the previous one
     result = evaluate(run, "test", device="cpu")[1]
     cfg, tok, model = _loaded_lm(run)
-    from attnlab.lm import load_text
+    from attnlab.families.lm import load_text
 
     nll, n = 0.0, 0
     for s in load_text(cfg.data).test:  # one sentence at a time, no batching or padding
@@ -300,7 +300,7 @@ def test_cli_user_mistakes_exit_2(lm_run, tmp_path, capsys):
     assert main(["generate", str(tmp_path / "nowhere")]) == 2
     assert "not a run directory" in capsys.readouterr().err
     with pytest.raises(AttnlabError, match="data.train"):
-        from attnlab.lm import load_text
+        from attnlab.families.lm import load_text
 
         load_text(load_lm_config(None, ["data.corpus=text"]).data)
 
@@ -333,11 +333,11 @@ def test_translation_run_starts_from_the_lm(tiny_tsv, tmp_path):
     (checked at step 0); init_weights = false keeps only the tokenizer; a joint vocabulary is refused."""
     from conftest import one_thread, tiny_experiment
 
-    from attnlab.checkpoint import load_weights
-    from attnlab.config import to_dict
-    from attnlab.experiment import experiment_from_dict
-    from attnlab.lm import LMExperimentConfig
-    from attnlab.tokenizers import load_tokenizers
+    from attnlab.core.checkpoint import load_weights
+    from attnlab.core.config import to_dict
+    from attnlab.families.translation import experiment_from_dict
+    from attnlab.families.lm import LMExperimentConfig
+    from attnlab.data.tokenizers import load_tokenizers
 
     lm_cfg = LMExperimentConfig()
     lm_cfg.data.corpus, lm_cfg.data.train, lm_cfg.data.dev_size, lm_cfg.data.test_size = \

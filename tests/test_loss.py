@@ -1,12 +1,12 @@
-"""attnlab.loss against torch's own label-smoothed cross-entropy in float64 (value and gradient), with ignored targets,
+"""attnlab.kernels.loss against torch's own label-smoothed cross-entropy in float64 (value and gradient), with ignored targets,
 several blocks of rows with a ragged last one, a non-unit upstream gradient, and float64 gradcheck."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-import attnlab.loss as loss_module
-from attnlab.loss import smoothed_cross_entropy
+import attnlab.kernels.loss as loss_module
+from attnlab.kernels.loss import smoothed_cross_entropy
 
 N, V = 37, 11
 

@@ -1,4 +1,4 @@
-"""attnlab.memory: freed memory reused by the next allocation instead of faulted back in from the kernel."""
+"""attnlab.kernels.memory: freed memory reused by the next allocation instead of faulted back in from the kernel."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import sys
 import pytest
 import torch
 
-import attnlab.trainer
-import attnlab.translate
-from attnlab.memory import ENV
-from attnlab.trainer import TrainConfig, Trainer
-from attnlab.translate import DecodeConfig, Translator
+import attnlab.training.trainer
+import attnlab.decode.translate
+from attnlab.kernels.memory import ENV
+from attnlab.training.trainer import TrainConfig, Trainer
+from attnlab.decode.translate import DecodeConfig, Translator
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
@@ -25,7 +25,7 @@ GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 # it was kept.
 PROBE = """
 import json, resource, torch
-from attnlab.memory import keep_freed_memory
+from attnlab.kernels.memory import keep_freed_memory
 kept = keep_freed_memory()
 x = torch.empty(16 << 20); x.fill_(1.0); del x
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -52,7 +52,7 @@ def test_freed_memory_is_reused_without_page_faults():
 
 def test_the_trainer_keeps_freed_memory_on_the_cpu(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(attnlab.trainer, "keep_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(attnlab.training.trainer, "keep_freed_memory", lambda: calls.append(1) or True)
     data = torch.utils.data.TensorDataset(torch.zeros(3))
     data.lengths = lambda: [4, 4, 4]
     Trainer(torch.nn.Linear(1, 1), TrainConfig(max_tokens=4, device="cpu", progress=False), data, data, tmp_path)
@@ -62,6 +62,6 @@ def test_the_trainer_keeps_freed_memory_on_the_cpu(monkeypatch, tmp_path):
 def test_the_translator_keeps_freed_memory_on_the_cpu(monkeypatch):
     """A beam's caches are reordered into new buffers every step: decoding on the CPU reuses freed memory too."""
     calls = []
-    monkeypatch.setattr(attnlab.translate, "keep_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(attnlab.decode.translate, "keep_freed_memory", lambda: calls.append(1) or True)
     Translator(torch.nn.Linear(1, 1), None, DecodeConfig(), "cpu")
     assert calls == [1]

@@ -2,8 +2,8 @@
 
 import sacrebleu
 
-from attnlab.metrics import bleu_by_length, corpus_scores
-from attnlab.plotting import plot_bleu_by_length
+from attnlab.core.metrics import bleu_by_length, corpus_scores
+from attnlab.core.plotting import plot_bleu_by_length
 
 
 def test_corpus_scores_equal_sacrebleu():
@@ -31,7 +31,7 @@ def test_plot_attention_checks_labels(tmp_path):
     import numpy as np
     import pytest
 
-    from attnlab.plotting import clean_piece, plot_attention
+    from attnlab.core.plotting import clean_piece, plot_attention
 
     w = np.eye(3)[:2]  # 2 outputs x 3 sources
     out = plot_attention(w, ["\u2581a", "b", "</s>"], ["\u2581x", "</s>"], tmp_path / "a.svg", title="t")
@@ -42,7 +42,7 @@ def test_plot_attention_checks_labels(tmp_path):
 
 
 def test_plot_curves(tmp_path):
-    from attnlab.plotting import plot_curves
+    from attnlab.core.plotting import plot_curves
 
     runs = {"a": [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.0, "bleu": 1.0}], "b": [{"step": 1, "loss": 2.5}]}
     assert plot_curves(runs, tmp_path / "c.png").stat().st_size > 1000

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.bible import sword_dir
+from attnlab.data.bible import sword_dir
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 300
@@ -69,8 +69,8 @@ def installed(tmp_path_factory):
 
 def test_the_wheel_holds_the_package_not_the_repository(installed):
     bin_dir, work, env = installed
-    where = _run([bin_dir / "python", "-c", "import attnlab, attnlab.api; print(attnlab.__file__); "
-                  "print(attnlab.api.config_path('demo'))"], work, env).stdout.split()
+    where = _run([bin_dir / "python", "-c", "import attnlab, attnlab.app.api; print(attnlab.__file__); "
+                  "print(attnlab.app.api.config_path('demo'))"], work, env).stdout.split()
     assert all(Path(p).is_relative_to(bin_dir.parent) for p in where), where
     assert not any(Path(p).is_relative_to(REPO) for p in where)
 

@@ -1,12 +1,12 @@
-"""The paraphrase pairs (attnlab.paraphrase): labels, kinds, balance, determinism, split by book."""
+"""The paraphrase pairs (attnlab.data.paraphrase): labels, kinds, balance, determinism, split by book."""
 
 from collections import Counter
 
 import pytest
 
-from attnlab.bible import DEV_BOOKS, TEST_BOOKS, sword_dir
-from attnlab.errors import AttnlabError
-from attnlab.paraphrase import KINDS, Verse, make_pairs
+from attnlab.data.bible import DEV_BOOKS, TEST_BOOKS, sword_dir
+from attnlab.core.errors import AttnlabError
+from attnlab.data.paraphrase import KINDS, Verse, make_pairs
 
 
 def synthetic_verses(chapters: int = 6, per_chapter: int = 5, repeat: bool = False) -> list[Verse]:
@@ -62,7 +62,7 @@ def test_repeated_texts_are_never_negatives_and_single_verse_chapters_fall_back_
 
 
 def test_overlap_hard_negatives_share_the_most_words_and_leave_the_other_pairs_alone():
-    from attnlab.paraphrase import word_overlap
+    from attnlab.data.paraphrase import word_overlap
 
     verses = [Verse(f"Book {c}:{v}", f"kjv {c} {v} w{v}", f"web {c} {v} w{v} w{(v % 5) + 1}")
               for c in (1, 2, 3) for v in range(1, 6)]
@@ -82,7 +82,7 @@ def test_overlap_hard_negatives_share_the_most_words_and_leave_the_other_pairs_a
 
 
 def test_word_overlap_is_jaccard_of_lowercased_word_sets():
-    from attnlab.paraphrase import word_overlap
+    from attnlab.data.paraphrase import word_overlap
 
     assert word_overlap("And God said, Let", "God said: let there") == pytest.approx(3 / 5)
     assert word_overlap("a", "b") == 0.0
@@ -102,7 +102,7 @@ def _sword_ready() -> bool:
 @pytest.mark.skipif(not _sword_ready(), reason="SWORD modules engKJV2006eb/engWEB2015eb not installed "
                     "(run ./scripts/system-deps.sh as root)")
 def test_bible_paraphrase_corpus():
-    from attnlab.paraphrase import cached_verses, paraphrase_corpus
+    from attnlab.data.paraphrase import cached_verses, paraphrase_corpus
 
     corpus = paraphrase_corpus(0)
     assert (len(corpus.train), len(corpus.dev), len(corpus.test)) == (59_908, 446, 1_836)
@@ -128,8 +128,8 @@ def test_bible_paraphrase_corpus():
 def test_accuracy_by_kind_counts_each_kind():
     import torch
 
-    from attnlab.pairs import accuracy_by_kind
-    from attnlab.paraphrase import ParaphrasePair
+    from attnlab.families.pairs import accuracy_by_kind
+    from attnlab.data.paraphrase import ParaphrasePair
 
     kinds = ["same", "chapter", "same", "random", "same", "chapter"]
     pairs = [ParaphrasePair("a", "b", int(k == "same"), "", "", k) for k in kinds]
@@ -141,7 +141,7 @@ def test_accuracy_by_kind_counts_each_kind():
 
 
 def test_paraphrase_config_rejects_unknown_keys_and_families(tmp_path):
-    from attnlab.pairs import load_paraphrase_config, make_pair_tokenizers
+    from attnlab.families.pairs import load_paraphrase_config, make_pair_tokenizers
 
     cfg = load_paraphrase_config("configs/paraphrase-decomposable.toml")
     assert cfg.model.family == "decomposable" and cfg.train.label_smoothing == 0.0
@@ -158,7 +158,7 @@ def test_paraphrase_config_rejects_unknown_keys_and_families(tmp_path):
 def test_paraphrase_train_evaluate_resume_plot(tmp_path, capsys):
     import json
 
-    from attnlab.cli import main
+    from attnlab.app.cli import main
 
     run = tmp_path / "run"
     small = ["data.max_train_pairs=300", "tokenizer.vocab_size=500", "model.decomposable.emb_dim=8",
@@ -184,7 +184,7 @@ def test_paraphrase_train_evaluate_resume_plot(tmp_path, capsys):
 
 @pytest.mark.parametrize("intra", [False, True])
 def test_summary_of_a_paraphrase_config_counts_the_papers_layers(intra, capsys):
-    from attnlab.cli import main
+    from attnlab.app.cli import main
 
     assert main(["summary", "configs/paraphrase-decomposable.toml", "--set",
                  f"model.decomposable.intra_attention={str(intra).lower()}"]) == 0

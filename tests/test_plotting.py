@@ -9,8 +9,8 @@ import matplotlib
 import numpy as np
 import torch
 
-from attnlab.plotting import HEAD_COLORS, SIGNED_COLORS, attention_cmap, signed_cmap
-from attnlab.views import AttentionMap, Exploration, write_views
+from attnlab.core.plotting import HEAD_COLORS, SIGNED_COLORS, attention_cmap, signed_cmap
+from attnlab.app.views import AttentionMap, Exploration, write_views
 
 
 def test_palette_is_the_browsers():

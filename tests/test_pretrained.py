@@ -10,12 +10,12 @@ import torch.nn.functional as F
 import transformers
 from safetensors.torch import load_file, save_file
 
-from attnlab.errors import AttnlabError
-from attnlab.pairs import PairDataset, PairTask, pair_accuracy, predict_pairs
-from attnlab.pretrained import (BertConfig, BertEncoder, MiniLMConfig, PairClassifier,
+from attnlab.core.errors import AttnlabError
+from attnlab.families.pairs import PairDataset, PairTask, pair_accuracy, predict_pairs
+from attnlab.families.pretrained import (BertConfig, BertEncoder, MiniLMConfig, PairClassifier,
                                 build_minilm_classifier, encode, load_bert_weights, load_minilm, mean_pool,
                                 minilm_dir, read_bert_config)
-from attnlab.transformer import TransformerConfig
+from attnlab.nn.transformer import TransformerConfig
 
 SENTENCES = [
     "In the beginning God created the heaven and the earth.",
@@ -196,7 +196,7 @@ def test_pair_logits_equal_separately_embedded_sentences(head):
 
 def test_pair_classifier_learns_with_the_trainer(tmp_path):
     """A few trainer steps on a learnable toy task (b repeats a, or is unrelated) lower the loss."""
-    from attnlab.trainer import Trainer, TrainConfig
+    from attnlab.training.trainer import Trainer, TrainConfig
 
     class Data:
         def __init__(self, n, seed):
@@ -262,7 +262,7 @@ def test_paraphrase_config_builds_the_minilm_classifier(tmp_path):
     """configs/paraphrase-minilm.toml is valid and gives the pretrained classifier it describes."""
     from pathlib import Path
 
-    from attnlab.pairs import build_pair_model, load_paraphrase_config, pair_ids
+    from attnlab.families.pairs import build_pair_model, load_paraphrase_config, pair_ids
 
     path = Path(__file__).resolve().parents[1] / "configs" / "paraphrase-minilm.toml"
     cfg = load_paraphrase_config(path)
@@ -279,7 +279,7 @@ def test_without_the_pretrained_extra_minilm_names_it(monkeypatch, tmp_path, cap
     in one line (exit 2), and the rest of attnlab does not need it."""
     import importlib.resources
 
-    from attnlab.cli import main
+    from attnlab.app.cli import main
 
     def missing(name):
         raise ModuleNotFoundError(f"No module named {name!r}")

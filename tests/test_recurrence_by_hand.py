@@ -12,8 +12,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import contextlib
 
-from attnlab.rnn import GRURecurrence, RNNLayer, autograd_recurrences, recurrence_by_hand
-from attnlab.rnn_seq2seq import BahdanauGRURecurrence, RNNModelConfig, RNNSeq2Seq
+from attnlab.nn.rnn import GRURecurrence, RNNLayer, autograd_recurrences, recurrence_by_hand
+from attnlab.nn.rnn_seq2seq import BahdanauGRURecurrence, RNNModelConfig, RNNSeq2Seq
 
 F64 = dict(dtype=torch.float64)
 

@@ -9,14 +9,14 @@ from collections import Counter
 
 import pytest
 
-from attnlab import api
-from attnlab.cli import main
-from attnlab.bible import bible_split
-from attnlab.errors import AttnlabError
-from attnlab.experiment import experiment_from_dict, prepare_corpus, store_spec
-from attnlab.server import served_info
-from attnlab.prepare import spec_dict, store_key
-from attnlab.store import format_store_stats
+from attnlab.app import api
+from attnlab.app.cli import main
+from attnlab.data.bible import bible_split
+from attnlab.core.errors import AttnlabError
+from attnlab.families.translation import experiment_from_dict, prepare_corpus, store_spec
+from attnlab.app.server import served_info
+from attnlab.data.spec import spec_dict, store_key
+from attnlab.data.store import format_store_stats
 from conftest import make_pairs
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -48,7 +48,7 @@ def bible(tmp_path, monkeypatch):
         files[english] = tmp_path / f"bible-{english}.tsv"
         files[english].write_text("\n".join(rows) + "\n", encoding="utf-8")
     fake = lambda english="kjv", refresh=False: files[english]  # noqa: E731
-    for module in ("attnlab.bible", "attnlab.prepare"):  # the modules that call bible_tsv
+    for module in ("attnlab.data.bible", "attnlab.data.spec"):  # the modules that call bible_tsv
         monkeypatch.setattr(sys.modules[module], "bible_tsv", fake)
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     return verses

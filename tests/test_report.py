@@ -8,12 +8,12 @@ from html.parser import HTMLParser
 
 import pytest
 
-from attnlab.cli import main
-from attnlab.checkpoint import read_json
-from attnlab.experiment import experiment_from_dict
-from attnlab.report import build_report
-from attnlab.runs import EvalOptions
-from attnlab.workflow import evaluate, load_run, load_translator
+from attnlab.app.cli import main
+from attnlab.core.checkpoint import read_json
+from attnlab.families.translation import experiment_from_dict
+from attnlab.app.report import build_report
+from attnlab.families.base import EvalOptions
+from attnlab.app.workflow import evaluate, load_run, load_translator
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: see conftest.one_thread
 

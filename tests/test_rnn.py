@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab.errors import AttnlabError
-from attnlab.rnn import ElmanCell, GRUCell, LSTMCell, RNNLayer
+from attnlab.core.errors import AttnlabError
+from attnlab.nn.rnn import ElmanCell, GRUCell, LSTMCell, RNNLayer
 
 CELLS = ["elman", "lstm", "gru"]
 TORCH_CELLS = {"elman": (ElmanCell, nn.RNNCell), "lstm": (LSTMCell, nn.LSTMCell), "gru": (GRUCell, nn.GRUCell)}

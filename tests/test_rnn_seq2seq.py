@@ -4,7 +4,7 @@ training); attention weights are proper distributions over real source tokens; p
 import pytest
 import torch
 
-from attnlab.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
+from attnlab.nn.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
 
 KINDS = ["none", "bahdanau", "dot", "general", "parameterized"]
 V_SRC, V_TGT = 23, 19
@@ -98,7 +98,7 @@ def test_keras_char_model_counts_and_matches_torch_lstms():
 
 
 def test_keras_char_model_step_decoding_and_beam_reorder():
-    from attnlab.search import select_batch
+    from attnlab.decode.search import select_batch
 
     model = _keras_char_model()
     src, lengths, tgt_in = _batch()
@@ -116,7 +116,7 @@ def test_keras_char_model_step_decoding_and_beam_reorder():
                                          ({"dec_layers": 2}, "enc_layers \\(1\\) == dec_layers \\(2\\)"),
                                          ({"tie_embeddings": True}, "tie_embeddings needs embedding = 'learned'")])
 def test_keras_char_model_config_errors(kw, message):
-    from attnlab.errors import AttnlabError
+    from attnlab.core.errors import AttnlabError
 
     with pytest.raises(AttnlabError, match=message):
         _keras_char_model(**kw)

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnlab.search import (Hypothesis, beam_init, beam_search, beam_step, greedy_search, length_penalty,
+from attnlab.decode.search import (Hypothesis, beam_init, beam_search, beam_step, greedy_search, length_penalty,
                             max_output_length, select_batch, trace_tokens)
-from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
 V, SRC_V = 6, 7  # target vocabulary: PAD, BOS, EOS and 3 real tokens
 REAL = list(range(3, V))

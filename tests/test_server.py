@@ -16,10 +16,10 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from attnlab.cli import main
+from attnlab.app.cli import main
 from conftest import benchmark_module
-from attnlab.server import create_app, load_models
-from attnlab.workflow import load_translator
+from attnlab.app.server import create_app, load_models
+from attnlab.app.workflow import load_translator
 
 MAX_CHARS, MAX_BODY = 300, 4096
 
@@ -221,7 +221,7 @@ def test_heavy_requests_queue_apart_and_a_full_queue_is_a_503(tiny_runs):
     """With the heavy lane busy and its queue full, a heavy request gets 503 + Retry-After at once, a light one
     is still answered; a request past its time limit gets 503 too. No wall-clock bound: the blocked worker waits
     for an event, not for time, so each outcome is decided by the lane's state alone."""
-    from attnlab.serving import Lane
+    from attnlab.decode.serving import Lane
 
     models = load_models([tiny_runs["rnn"]], max_chars=MAX_CHARS)
     served = models["rnn"]
@@ -257,7 +257,7 @@ def test_heavy_requests_queue_apart_and_a_full_queue_is_a_503(tiny_runs):
 def test_idle_connections_are_closed_and_others_still_served(models):
     """A real uvicorn with the guarded protocol: a connection that sends nothing is closed after the header
     timeout, a half-sent request head too; meanwhile a normal request is answered."""
-    from attnlab.serving import guarded_h11
+    from attnlab.decode.serving import guarded_h11
 
     config = uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning",
                             http=guarded_h11(max_connections=100, header_timeout=0.5), timeout_keep_alive=1)
@@ -437,7 +437,7 @@ def test_explorations_are_kept_by_memory_budget_and_an_expired_one_says_so(model
 
 def test_a_failed_exploration_fails_alone_not_its_batch_mates(models):
     """One input whose exploration raises gets its 500; the requests batched with it get their answers."""
-    from attnlab.serving import Lane
+    from attnlab.decode.serving import Lane
 
     served = models["rnn"]
     real = served.run.explore
@@ -528,7 +528,7 @@ def test_openapi_names_the_models_and_the_sentence_limits(client):
 
 def _guarded(models, **limits) -> uvicorn.Config:
     """uvicorn as `attnlab serve` runs it: the guarded protocol, uvicorn's own concurrency limit off."""
-    from attnlab.serving import guarded_h11
+    from attnlab.decode.serving import guarded_h11
 
     app_limits = {k: limits.pop(k) for k in ("body_timeout", "max_requests") if k in limits}
     limits = {"max_connections": 100, "header_timeout": 30.0, **limits}

@@ -1,4 +1,4 @@
-"""The decoding step by step (`attnlab.views.DecodingSteps`, the explorer's step player): beam search's tree is
+"""The decoding step by step (`attnlab.app.views.DecodingSteps`, the explorer's step player): beam search's tree is
 its own trace and its finished hypotheses are the n-best list; the kept beams rebuild the translation; each
 step's top 5 and chosen token agree with the translation and with the model's own `step`; the context vectors
 equal the attention-weighted sums recomputed from the encoder (RNN: c_t = sum_j a_tj h_j; Transformer: each head's
@@ -13,11 +13,11 @@ import pytest
 import torch
 from test_explore import SENTENCE, char_pair, tiny_translator
 
-from attnlab.explore import explore_translation
-from attnlab.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
-from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
-from attnlab.translate import DecodeConfig, Translator
-from attnlab.views import embedded_data, steps_payload, summary
+from attnlab.app.explore import explore_translation
+from attnlab.nn.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
+from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from attnlab.decode.translate import DecodeConfig, Translator
+from attnlab.app.views import embedded_data, steps_payload, summary
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -155,7 +155,7 @@ def test_steps_payloads_and_the_inline_page_carry_them():
 def test_server_steps_endpoint(tiny_runs):
     from fastapi.testclient import TestClient
 
-    from attnlab.server import create_app, load_models
+    from attnlab.app.server import create_app, load_models
 
     client = TestClient(create_app(load_models([tiny_runs["rnn"], tiny_runs["transformer"]], max_chars=300)),
                         raise_server_exceptions=False)

@@ -1,4 +1,4 @@
-"""The prepared corpus (`attnlab.store`): the memory-mapped store holds exactly what an in-memory dataset of the same
+"""The prepared corpus (`attnlab.data.store`): the memory-mapped store holds exactly what an in-memory dataset of the same
 pairs holds (items, batches, training losses); a run killed mid-epoch resumes bit-exactly from it; a prepare killed
 at any point leaves nothing that opens as a store and the next prepare builds it whole; two ranks read disjoint
 parts of an epoch; every input format gives the same store; damage is a one-line error; malformed lines, filters,
@@ -28,23 +28,24 @@ import pytest
 import torch
 from conftest import make_pairs
 
-from attnlab import prepare as prepare_mod
-from attnlab.batching import Seq2SeqDataset, TokenBudgetBatchSampler
-from attnlab.cli import main as cli_main
-from attnlab.corpus import read_pairs
-from attnlab.errors import AttnlabError
-from attnlab.experiment import (
+from attnlab.data import prepare as prepare_mod
+from attnlab.data.batching import Seq2SeqDataset, TokenBudgetBatchSampler
+from attnlab.app.cli import main as cli_main
+from attnlab.data.corpus import read_pairs
+from attnlab.core.errors import AttnlabError
+from attnlab.families.translation import (
     build_translation_model,
     experiment_from_dict,
     load_experiment,
     prepare_corpus,
     store_spec,
 )
-from attnlab.prepare import prepare
-from attnlab.store import StoreDataset, open_store
-from attnlab.logs import read_metrics
-from attnlab.trainer import Trainer
-from attnlab.workflow import train
+from attnlab.data.prepare import prepare
+from attnlab.data.spec import StoreSpec
+from attnlab.data.store import StoreDataset, open_store
+from attnlab.core.logs import read_metrics
+from attnlab.training.trainer import Trainer
+from attnlab.app.workflow import train
 
 SUBPROCESS_TIMEOUT = 120
 
@@ -200,7 +201,7 @@ def test_a_run_killed_mid_epoch_resumes_bit_exactly_from_its_store(tiny_tsv, tmp
     killed = tmp_path / "killed"
     latest = killed / "checkpoints" / "latest.json"
     with open(tmp_path / "killed.log", "w") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "train", str(cfg_path), "--out", str(killed)],
+        proc = subprocess.Popen([sys.executable, "-m", "attnlab.app.cli", "train", str(cfg_path), "--out", str(killed)],
                                 stdout=log_file, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + SUBPROCESS_TIMEOUT
@@ -350,8 +351,8 @@ def test_a_prepare_killed_by_sigkill_at_a_random_time_is_rebuilt_whole(tiny_tsv,
     cfg_path = write_config(tmp_path / "c.toml", tiny_tsv)
     script = f"""
 import sys, time
-import attnlab.prepare as prep
-from attnlab.cli import main
+import attnlab.data.prepare as prep
+from attnlab.app.cli import main
 prep._CHUNK = 50
 encode = prep._encode_chunk
 def slow(task):
@@ -398,7 +399,7 @@ def test_a_malformed_line_found_by_a_reading_worker_is_the_same_clean_error(tmp_
     monkeypatch.setattr(prepare_mod, "_READ_CHUNK", 7)
     bad = tmp_path / "bad.tsv"
     bad.write_text("".join(f"a{i} b\tc{i} d\n" for i in range(30)) + "no tab here\n" + "x\ty\n" * 30)
-    spec = prepare_mod.StoreSpec(corpus="files", train=[str(bad)], dev_size=2, test_size=2)
+    spec = StoreSpec(corpus="files", train=[str(bad)], dev_size=2, test_size=2)
     with pytest.raises(AttnlabError, match=r"bad\.tsv:31: expected 2 tab-separated fields"):
         prepare(spec, tmp_path / "store", workers=2)
     assert not (tmp_path / "store").exists() and not list(tmp_path.glob(".store.tmp-*"))
@@ -439,8 +440,8 @@ RANK_SCRIPT = """
 import json, sys
 import torch.distributed as dist
 from torch.utils.data import DataLoader
-from attnlab.batching import TokenBudgetBatchSampler, collate_seq2seq
-from attnlab.store import open_store
+from attnlab.data.batching import TokenBudgetBatchSampler, collate_seq2seq
+from attnlab.data.store import open_store
 rank, store_dir, max_tokens, init, out = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
 data = open_store(store_dir).train_data()
@@ -646,7 +647,7 @@ def test_a_damaged_store_stops_attnlab_train_with_exit_code_2(tiny_tsv, tmp_path
     """The same through a real `attnlab train` process."""
     _flip(damaged / "train.bin", 10)
     cfg_path = write_config(tmp_path / "c.toml", tiny_tsv, damaged, max_steps=1)
-    done = subprocess.run([sys.executable, "-m", "attnlab.cli", "train", str(cfg_path), "--out", str(tmp_path / "run")],
+    done = subprocess.run([sys.executable, "-m", "attnlab.app.cli", "train", str(cfg_path), "--out", str(tmp_path / "run")],
                           capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert re.search(r"attnlab: error: .*train\.bin: checksum differs.*rebuild", done.stderr.strip().splitlines()[-1])
@@ -856,8 +857,8 @@ def test_the_same_inputs_reuse_the_store_and_a_changed_file_rebuilds_it(tmp_path
 CONCURRENT_SCRIPT = """
 import logging, os, sys, time
 from pathlib import Path
-import attnlab.prepare as prep
-from attnlab.experiment import load_experiment, prepare_corpus
+import attnlab.data.prepare as prep
+from attnlab.families.translation import load_experiment, prepare_corpus
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 build = prep._build
 def slow(*args, **kwargs):

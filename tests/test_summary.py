@@ -2,9 +2,9 @@
 
 import torch
 
-from attnlab.cli import main
-from attnlab.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
-from attnlab.summary import format_table, layer_table
+from attnlab.app.cli import main
+from attnlab.nn.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
+from attnlab.core.summary import format_table, layer_table
 
 
 def test_rows_cover_all_parameters_with_shapes():
@@ -24,7 +24,7 @@ def test_cli_summary_of_config(capsys):
 
 
 def test_tied_weights_count_once():
-    from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
+    from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
 
     model = TransformerSeq2Seq(30, 30, TransformerConfig(d_model=8, h=2, d_ff=16, enc_layers=1, dec_layers=1,
                                                          tie_embeddings="all"))

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlab.errors import AttnlabError
-from attnlab.tokenizers import (BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, UNK_SURFACE, CharTokenizer,
+from attnlab.core.errors import AttnlabError
+from attnlab.data.tokenizers import (BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, UNK_SURFACE, CharTokenizer,
                                 SentencePieceTokenizer, TokenizerConfig, TokenizerPair, build_tokenizers,
                                 load_tokenizers, save_tokenizers)
 

@@ -12,14 +12,14 @@ from unittest import mock
 import pytest
 import torch
 
-from attnlab.checkpoint import load_checkpoint
-from attnlab.cli import main
-from attnlab.errors import AttnlabError
-from attnlab.experiment import experiment_from_dict
-from attnlab.runs import EvalOptions
-from attnlab.optim import lr_factor
-from attnlab.trainer import TrainConfig, Trainer
-from attnlab.workflow import evaluate, train
+from attnlab.core.checkpoint import load_checkpoint
+from attnlab.app.cli import main
+from attnlab.core.errors import AttnlabError
+from attnlab.families.translation import experiment_from_dict
+from attnlab.families.base import EvalOptions
+from attnlab.training.optim import lr_factor
+from attnlab.training.trainer import TrainConfig, Trainer
+from attnlab.app.workflow import evaluate, train
 from conftest import run_or_dump
 
 
@@ -84,7 +84,7 @@ def test_model_learns_the_task(trained):
 
 
 def _cli(*args, stdin: str | bytes = ""):
-    """`attnlab ARGS` run in this process (`attnlab.cli.main`, as a user's shell would run it, argparse's exits
+    """`attnlab ARGS` run in this process (`attnlab.app.cli.main`, as a user's shell would run it, argparse's exits
     included), `stdin` its standard input: a CompletedProcess of its exit code and what it wrote to stdout and
     stderr (text). A fresh process would pay about 4 s to import torch on a slow CPU; the tests that are about a
     process (a kill, a signal, torchrun, --procs) start one."""
@@ -145,9 +145,9 @@ def test_missing_checkpoint_on_resume(tmp_path):
 
 
 def test_gradient_accumulation_equals_one_big_batch(tiny_tsv, tmp_path):
-    from attnlab.batching import Seq2SeqDataset, collate_seq2seq
-    from attnlab.experiment import build_translation_model
-    from attnlab.trainer import Trainer
+    from attnlab.data.batching import Seq2SeqDataset, collate_seq2seq
+    from attnlab.families.translation import build_translation_model
+    from attnlab.training.trainer import Trainer
 
     cfg = tiny_config(tiny_tsv, amp="none")  # an fp32 identity (bf16 rounds the two groupings differently)
     cfg.model.rnn.dropout = 0.0
@@ -199,7 +199,7 @@ def _torchrun(cfg, out):
     # --standalone: the rendezvous store on a free port; the default, 127.0.0.1:29500, collides with any other
     # torchrun on the machine (another test run, a training)
     return run_or_dump([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        "-m", "attnlab.cli", "train", str(cfg), "--out", str(out)], timeout=300)
+                        "-m", "attnlab.app.cli", "train", str(cfg), "--out", str(out)], timeout=300)
 
 
 # The two DDP tests share one torchrun launch (three processes that each import torch: 15-40 s on a slow CPU); under
@@ -224,14 +224,14 @@ def test_procs_two_is_the_torchrun_line(torchrun_run, tmp_path):
     assert done.stderr.count("stopped after 6 steps") == 1
     logs = [json.loads(x) for x in (torchrun / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logs if "dev_loss" in r] == [3, 6]
-    done = run_or_dump([sys.executable, "-m", "attnlab.cli", "train", str(cfg), "--out", str(tmp_path / "procs"),
+    done = run_or_dump([sys.executable, "-m", "attnlab.app.cli", "train", str(cfg), "--out", str(tmp_path / "procs"),
                         "--procs", "2"], timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "starting 2 training processes" in done.stderr and done.stderr.count("stopped after 6 steps") == 1
     name = "checkpoints/step_00000006.safetensors"
     a, b = load_file(str(torchrun / name)), load_file(str(tmp_path / "procs" / name))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    done = run_or_dump([sys.executable, "-m", "attnlab.cli", "train", "--resume", str(tmp_path / "procs"), "--procs",
+    done = run_or_dump([sys.executable, "-m", "attnlab.app.cli", "train", "--resume", str(tmp_path / "procs"), "--procs",
                         "2", "--set", "train.max_steps=9"], timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "procs" / "checkpoints" / "step_00000009.safetensors").is_file()
@@ -240,7 +240,7 @@ def test_procs_two_is_the_torchrun_line(torchrun_run, tmp_path):
 @pytest.mark.parametrize("key,value", [("eval_every", 0), ("max_tokens", 0), ("accum_steps", 0), ("max_steps", -1),
                                        ("label_smoothing", 1.0)])
 def test_train_config_rejects_bad_values_by_name(key, value):
-    from attnlab.experiment import load_experiment
+    from attnlab.families.translation import load_experiment
 
     with pytest.raises(AttnlabError, match=rf"train(\.|: .*){key}"):  # its range, or a rule of TrainConfig
         load_experiment(None, [f"train.{key}={value}"])
@@ -296,7 +296,7 @@ progress = false
     from safetensors.torch import load_file
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "train", str(cfg), "--out", str(killed)],
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.app.cli", "train", str(cfg), "--out", str(killed)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     latest = killed / "checkpoints" / "latest.json"
     deadline = time.monotonic() + 300
@@ -331,7 +331,7 @@ progress = false
 def test_adamw_does_not_decay_norms_biases_and_embeddings(tiny_tsv, tmp_path):
     """After one AdamW step with zero gradients only weight decay moves a parameter: the matrices shrink by
     lr * weight_decay, LayerNorm gains, biases and embeddings stay where they were."""
-    from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
+    from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
 
     model = TransformerSeq2Seq(20, 20, TransformerConfig(d_model=16, h=2, d_ff=32, enc_layers=1, dec_layers=1))
     with torch.no_grad():
@@ -374,7 +374,7 @@ def test_sigusr1_prints_the_stacks_and_the_command_goes_on(trained):
     import time
     from pathlib import Path
 
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", "translate", str(trained), "--device", "cpu",
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.app.cli", "translate", str(trained), "--device", "cpu",
                              "--beam", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
@@ -479,8 +479,8 @@ def test_packed_training_learns_and_an_rnn_refuses_it(tiny_tsv, tmp_path):
 def test_compiled_step_equals_eager_step(tiny_tsv, tmp_path):
     """train.compile = true (torch.compile with inductor, as the trainer runs it) gives the eager step's loss and
     gradients on a packed batch. Tolerance 1e-5 relative: the fused kernels sum in another order."""
-    from attnlab.batching import Seq2SeqDataset, collate_packed_seq2seq
-    from attnlab.experiment import build_translation_model
+    from attnlab.data.batching import Seq2SeqDataset, collate_packed_seq2seq
+    from attnlab.families.translation import build_translation_model
 
     data = Seq2SeqDataset([[5, 6, 7], [8, 9], [5, 5, 5, 5], [7]], [[4, 5], [6, 7, 8], [9], [4, 4, 4]])
     batch = collate_packed_seq2seq([data[i] for i in range(4)], 8)
@@ -508,8 +508,8 @@ def test_compiled_step_equals_eager_step(tiny_tsv, tmp_path):
 def test_bf16_on_the_cpu_autocasts_the_matrix_products(tiny_tsv, tmp_path, family):
     """train.amp = bf16 on the CPU runs the model's linear layers in bf16 (it was silently fp32 before), keeps the
     weights, their gradients and the loss in fp32, and the step's loss and gradients stay close to fp32's."""
-    from attnlab.batching import Seq2SeqDataset, collate_seq2seq
-    from attnlab.experiment import build_translation_model
+    from attnlab.data.batching import Seq2SeqDataset, collate_seq2seq
+    from attnlab.families.translation import build_translation_model
 
     data = Seq2SeqDataset([[5, 6, 7], [8, 9], [5, 5, 5, 5], [7]], [[4, 5], [6, 7, 8], [9], [4, 4, 4]])
     batch = collate_seq2seq([data[i] for i in range(4)])

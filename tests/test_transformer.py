@@ -7,14 +7,14 @@ import math
 import pytest
 import torch
 
-from attnlab.attention import causal_mask, padding_mask
-from attnlab.batching import collate_packed_seq2seq, collate_seq2seq
-from attnlab.errors import AttnlabError
-from attnlab.search import beam_search, greedy_search, select_batch
-from attnlab.tokenizers import BOS_ID, EOS_ID, PAD_ID
-from attnlab.optim import optimizer_groups
-from attnlab.trainer import Seq2SeqTask
-from attnlab.transformer import (CACHE_ROOM, DecoderLayer, EncoderLayer, PositionalEncoding, TransformerConfig,
+from attnlab.nn.attention import causal_mask, padding_mask
+from attnlab.data.batching import collate_packed_seq2seq, collate_seq2seq
+from attnlab.core.errors import AttnlabError
+from attnlab.decode.search import beam_search, greedy_search, select_batch
+from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from attnlab.training.optim import optimizer_groups
+from attnlab.training.trainer import Seq2SeqTask
+from attnlab.nn.transformer import (CACHE_ROOM, DecoderLayer, EncoderLayer, PositionalEncoding, TransformerConfig,
                                  TransformerEncoderOutput, TransformerSeq2Seq)
 
 D, H, FF = 16, 4, 32

@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab import transformer
-from attnlab.errors import AttnlabError
-from attnlab.lm import LMModelConfig, TransformerLM
-from attnlab.search import beam_search, select_batch
-from attnlab.tokenizers import BOS_ID, EOS_ID
-from attnlab.transformer import CACHE_ROOM, TransformerConfig, TransformerSeq2Seq
+from attnlab.nn import transformer
+from attnlab.core.errors import AttnlabError
+from attnlab.families.lm import LMModelConfig, TransformerLM
+from attnlab.decode.search import beam_search, select_batch
+from attnlab.data.tokenizers import BOS_ID, EOS_ID
+from attnlab.nn.transformer import CACHE_ROOM, TransformerConfig, TransformerSeq2Seq
 
 V = 13
 

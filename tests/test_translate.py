@@ -1,4 +1,4 @@
-"""attnlab.translate: decode.amp, the precision of the search (issue 23): bf16 autocast runs the model's matrix
+"""attnlab.decode.translate: decode.amp, the precision of the search (issue 23): bf16 autocast runs the model's matrix
 products in bf16, fp32 stays fp32, "auto" follows the CPU's flags, and a bad choice is refused naming the key."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab import devices
-from attnlab.errors import AttnlabError
-from attnlab.experiment import experiment_from_dict
-from attnlab.tokenizers import CharTokenizer, TokenizerPair
-from attnlab.transformer import TransformerConfig, TransformerSeq2Seq
-from attnlab.translate import DecodeConfig, Translator
+from attnlab.core import devices
+from attnlab.core.errors import AttnlabError
+from attnlab.families.translation import experiment_from_dict
+from attnlab.data.tokenizers import CharTokenizer, TokenizerPair
+from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
+from attnlab.decode.translate import DecodeConfig, Translator
 
 CHARS = "abcdefghijklmnopqrstuvwxyz "
 

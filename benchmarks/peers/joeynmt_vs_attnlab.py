@@ -13,7 +13,7 @@ Steps (each toolkit in turn, never both at once):
    so no update is lost. Beam-5 decoding of the test split with those last weights.
 3. attnlab: `attnlab train CONFIG --set train.max_minutes=M --set train.num_threads=T`, then
    `attnlab evaluate RUN --split test --checkpoint last`.
-Both test outputs are scored by `attnlab.metrics.corpus_scores` (sacrebleu BLEU and chrF on detokenized text).
+Both test outputs are scored by `attnlab.core.metrics.corpus_scores` (sacrebleu BLEU and chrF on detokenized text).
 
 Throughput: real (non-pad) target tokens per second of training. `tokens_per_s` is the mean of each toolkit's
 own windowed rate over equal windows of 50 updates, validation excluded (JoeyNMT's "Tokens per Sec" log lines,
@@ -40,9 +40,9 @@ from pathlib import Path
 import torch
 
 import attnlab
-from attnlab.experiment import ExperimentConfig, load_experiment, prepare_corpus
-from attnlab.metrics import corpus_scores
-from attnlab.tokenizers import SPECIALS, SentencePieceTokenizer
+from attnlab.families.translation import ExperimentConfig, load_experiment, prepare_corpus
+from attnlab.core.metrics import corpus_scores
+from attnlab.data.tokenizers import SPECIALS, SentencePieceTokenizer
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

@@ -1,6 +1,6 @@
 """attnlab: attention-based sequence models to train, compare and look inside.
 
-The Python API (`attnlab.api`)::
+The Python API (`attnlab.app.api`)::
 
     import attnlab
     run = attnlab.load("runs/demo")        # a trained run directory
@@ -12,9 +12,9 @@ The Python API (`attnlab.api`)::
 
 __version__ = "0.1.0"
 
-from attnlab.api import ConfigInfo, Run, config_path, configs, corpus, load, show, train  # noqa: E402
-from attnlab.errors import AttnlabError  # noqa: E402
-from attnlab.views import Exploration  # noqa: E402
+from attnlab.app.api import ConfigInfo, Run, config_path, configs, corpus, load, show, train  # noqa: E402
+from attnlab.app.views import Exploration  # noqa: E402
+from attnlab.core.errors import AttnlabError  # noqa: E402
 
 __all__ = ["AttnlabError", "ConfigInfo", "Exploration", "Run", "config_path", "configs", "corpus", "load", "show",
            "train", "__version__"]

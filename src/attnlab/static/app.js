@@ -2,7 +2,7 @@
 // four views of any of its attention maps: heatmap, model view (layers x heads), head view (lines), neuron view
 // (queries and keys), a word-level toggle, and PNG/SVG export. Weights are fetched a layer at a time.
 // Plain DOM, SVG and canvas: no libraries, no build step, no network beyond this server's own /api.
-// Embedded (a notebook's inline explorer, `attnlab.views.exploration_html`): the page carries one exploration
+// Embedded (a notebook's inline explorer, `attnlab.app.views.exploration_html`): the page carries one exploration
 // as JSON in <script id="attnlab-data">; the data layer below answers from it, never the network, and one panel
 // shows it at once. Everything else is the same code.
 "use strict";

@@ -1,0 +1,243 @@
+"""File I/O shared by every module: atomic writes, JSON, and reading a user's text file line by line.
+
+Every file attnlab writes goes through `atomic_write`: the bytes go to a temporary file in the same directory,
+which is then renamed over the target, so a reader (or a resumed run after a kill) never sees half a file.
+
+A run or export folder is untrusted input (it may come from someone else), so nothing written into one may follow
+a symlink: the temporary file is created with O_EXCL | O_NOFOLLOW, a rename replaces a link at the target rather
+than writing through it, and the writers of such a folder pass it as `root`, below which a folder that is a
+symlink (or a file where a folder belongs) is refused with an AttnlabError naming it (`real_dir`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import stat
+from pathlib import Path
+from typing import Any, Callable
+
+from attnlab.core.errors import AttnlabError
+
+# a new file: created here or not at all, never through a link, not inherited by child processes
+CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def real_dir(path: Path | str, root: Path | str) -> Path:
+    """Creates the folder `path` inside the folder `root` (a run or an export folder) with the folders between,
+    refusing any of them, `path` included and `root` excluded, that is a symlink or not a folder: a write into a
+    linked folder would land in the link's target. Returns `path`."""
+    path, root = Path(path), Path(root)
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        raise AttnlabError(f"{path}: not inside {root}") from None
+    make_dirs(root)
+    folder = root
+    for part in parts:
+        folder = folder / part
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise AttnlabError(f"{folder}: cannot create this folder ({e.strerror or e})") from None
+        mode = os.lstat(folder).st_mode
+        if stat.S_ISLNK(mode):
+            raise AttnlabError(f"{folder}: is a symlink; attnlab never writes through a link inside a run or export "
+                               "folder (remove the link)")
+        if not stat.S_ISDIR(mode):
+            raise AttnlabError(f"{folder}: expected a folder, found a file")
+    return path
+
+
+def new_file(folder: Path | str, name: str) -> tuple[int, Path]:
+    """(open file descriptor, path) of a new empty file `.<name>.<random>.tmp` in `folder`, created with O_EXCL |
+    O_NOFOLLOW: never an existing file, never a link's target."""
+    for _ in range(100):
+        tmp = Path(folder) / f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, CREATE_FLAGS, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise AttnlabError(f"{folder}: cannot create a temporary file there")
+
+
+def atomic_write(path: Path | str, write: Callable[[str], None], root: Path | str | None = None) -> None:
+    """Runs write(tmp_path) on a new temporary file next to `path`, flushes it to disk, renames it to `path` and
+    flushes the directory, so that after a crash `path` holds either its old or its new content, complete.
+
+    `write` gets a path (not an open file) so that writers that open files themselves (safetensors) fit too. A
+    failed write removes its temporary file; an interrupted process (a kill, Ctrl-C) may leave one behind, named
+    `.<name>.*.tmp`: `attnlab.core.checkpoint.recover` removes those of a run before it resumes. A symlink at `path` is
+    replaced by the file, never followed. `root`: the run or export folder `path` belongs to; a folder between it
+    and `path` that is a symlink is refused (`real_dir`).
+    """
+    path = Path(path)
+    if root is not None:
+        real_dir(path.parent, root)
+    try:
+        if root is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = new_file(path.parent, path.name)
+    except OSError as e:
+        raise AttnlabError(f"{path}: cannot write there ({e.strerror or e})") from None
+    os.close(fd)
+    try:
+        write(str(tmp))
+        sync_path(tmp)
+    except BaseException:  # Ctrl-C included: no temporary file left behind
+        tmp.unlink(missing_ok=True)
+        raise
+    replace(tmp, path)
+
+
+def replace(tmp: Path | str, path: Path | str) -> None:
+    """Renames the complete file or folder `tmp` to `path` (a symlink at `path` is replaced, never followed) and
+    flushes the directory; a failure removes nothing but names `path`."""
+    try:
+        os.replace(tmp, path)
+    except OSError as e:  # e.g. a directory of that name
+        if Path(tmp).is_file():
+            Path(tmp).unlink(missing_ok=True)
+        raise AttnlabError(f"{path}: cannot write there ({e.strerror or e})") from None
+    sync_path(Path(path).parent)
+
+
+def new_folder(parent: Path | str, name: str) -> Path:
+    """A new empty folder `.<name>.<random>.tmp` in `parent` (created by this call, so nothing in it is a link
+    someone else placed), to fill and then move into place with `replace_folder`."""
+    for _ in range(100):
+        folder = Path(parent) / f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.mkdir(folder)
+            return folder
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise AttnlabError(f"{parent}: cannot create a folder there ({e.strerror or e})") from None
+    raise AttnlabError(f"{parent}: cannot create a temporary folder there")
+
+
+def replace_folder(new: Path | str, path: Path | str) -> None:
+    """Moves the complete folder `new` (from `new_folder`, same parent) to `path`, after flushing its files to
+    disk. An existing folder at `path` is first renamed aside and then deleted (the links in it removed, never
+    followed), so `path` holds the old folder or the new one, never a mix of both; a symlink or a file at `path`
+    is refused with an AttnlabError naming it."""
+    new, path = Path(new), Path(path)
+    for f in sorted(new.rglob("*")):
+        if f.is_file() and not f.is_symlink():
+            sync_path(f)
+    old = None
+    if os.path.lexists(path):
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISDIR(mode):
+            raise AttnlabError(f"{path}: is a {'symlink' if stat.S_ISLNK(mode) else 'file'}; attnlab never "
+                               "writes through a link or over a file it did not make (remove it)")
+        old = path.parent / f".{path.name}.{secrets.token_hex(4)}.old"
+        os.rename(path, old)
+    try:
+        os.rename(new, path)
+    except OSError as e:
+        if old is not None:
+            os.rename(old, path)
+        raise AttnlabError(f"{path}: cannot write there ({e.strerror or e})") from None
+    sync_path(path.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def make_dirs(path: Path | str) -> Path:
+    """Creates the folder `path` and its parents (an existing folder is fine); a file standing where a folder must
+    be, or a folder that cannot be created, is an AttnlabError naming the path."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise AttnlabError(f"{path}: cannot create this folder: a file stands at it or above it") from None
+    except OSError as e:
+        raise AttnlabError(f"{path}: cannot create this folder ({e.strerror or e})") from None
+    return path
+
+
+def sync_path(path: Path | str) -> None:
+    """Flushes a file's (or a directory's entries') data to the disk; a symlink is refused, never followed."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path | str, data: bytes, root: Path | str | None = None) -> None:
+    """`data` written atomically to `path` (`atomic_write`; `root` as there)."""
+    def write(tmp: str) -> None:
+        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+
+    atomic_write(path, write, root)
+
+
+def atomic_write_text(path: Path | str, text: str, root: Path | str | None = None) -> None:
+    """UTF-8 text, line ends written as given (`atomic_write`; `root` as there)."""
+    atomic_write_bytes(path, text.encode("utf-8"), root)
+
+
+def append_line(path: Path | str, line: str) -> None:
+    """Appends one line to a log file (created if absent); a symlink at `path` is refused, never followed."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as e:
+        raise AttnlabError(f"{path}: cannot append to it ({e.strerror or e}; a symlink is refused)") from None
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+def write_json(path: Path | str, obj: Any, root: Path | str | None = None) -> None:
+    """`obj` as indented JSON with sorted keys, written atomically (`atomic_write`; `root` as there)."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", root)
+
+
+def file_sha256(path: Path | str) -> str:
+    """The SHA-256 of a file's bytes, in hex (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_json(path: Path | str) -> Any:
+    """The parsed JSON of a file; a missing or malformed file is an AttnlabError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise AttnlabError(f"{path}: no such file")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # JSON syntax, UTF-8, an integer of more than 4,300 digits
+        raise AttnlabError(f"{path}: not valid JSON ({str(e).splitlines()[0][:200]})") from None
+
+
+def read_lines(path: Path | str) -> list[str]:
+    """Lines of a UTF-8 text file, without line ends (a leading BOM and CR of CRLF removed); errors name the file
+    and the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise AttnlabError(f"{path}: no such file")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise AttnlabError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [ln.rstrip("\r") for ln in lines]

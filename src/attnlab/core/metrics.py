@@ -1,0 +1,58 @@
+"""Translation metrics through sacrebleu (BLEU, chrF, with their signatures), and BLEU by source length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from sacrebleu.metrics import BLEU, CHRF
+
+from attnlab.core.errors import AttnlabError
+
+# source-length buckets in words: 1-10, 11-20, ..., 51-60, 60+
+LENGTH_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, 40), (41, 50), (51, 60), (61, None))
+
+
+@dataclass
+class Scores:
+    bleu: float
+    chrf: float
+    bleu_signature: str
+    chrf_signature: str
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
+    """Corpus BLEU and chrF on detokenized text (sacrebleu defaults: 13a tokenization, chrF n=6, beta=2)."""
+    if len(hypotheses) != len(references):
+        raise AttnlabError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    bleu, chrf = BLEU(), CHRF()
+    b = bleu.corpus_score(list(hypotheses), [list(references)])
+    c = chrf.corpus_score(list(hypotheses), [list(references)])
+    return Scores(b.score, c.score, str(bleu.get_signature()), str(chrf.get_signature()))
+
+
+def bucket_label(lo: int, hi: int | None) -> str:
+    return f"{lo}-{hi}" if hi is not None else f"{lo - 1}+"
+
+
+def bleu_by_length(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str]
+                   ) -> list[dict]:
+    """Corpus BLEU of the sentences in each source-length bucket (words split on whitespace).
+
+    Returns:
+        one row per non-empty bucket: {"bucket": "11-20", "sentences": n, "bleu": score, "chrf": score}.
+    """
+    rows = []
+    for lo, hi in LENGTH_BUCKETS:
+        idx = [i for i, s in enumerate(sources) if lo <= len(s.split()) and (hi is None or len(s.split()) <= hi)]
+        if not idx:
+            continue
+        s = corpus_scores([hypotheses[i] for i in idx], [references[i] for i in idx])
+        rows.append({"bucket": bucket_label(lo, hi), "sentences": len(idx), "bleu": s.bleu, "chrf": s.chrf})
+    return rows
+
+
+def format_length_table(rows: list[dict]) -> str:
+    lines = [f"{'src words':>9}  {'sents':>5}  {'BLEU':>6}  {'chrF':>6}"]
+    lines += [f"{r['bucket']:>9}  {r['sentences']:>5}  {r['bleu']:>6.2f}  {r['chrf']:>6.2f}" for r in rows]
+    return "\n".join(lines)

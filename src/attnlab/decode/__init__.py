@@ -1,0 +1,2 @@
+"""From a trained model to text: the one beam search and greedy search (`search`), batched translation of
+sentences with the model's tokenizers (`translate`), and serving each request alone (`serving`)."""

@@ -1,0 +1,553 @@
+"""The decoder-only Transformer language model (GPT-style): training, perplexity, sampling, and the weights a
+translation decoder can start from (transfer learning, `init_decoder_from_lm`).
+
+The model is the Transformer's own decoder stack without cross-attention (`attnlab.nn.transformer.DecoderLayer` with
+cross_attention=False: causal self-attention, position t sees 0..t, and the FFN), token embeddings scaled by
+sqrt(D) plus positions, a final LayerNorm for pre-norm, and an output layer tied to the embeddings by default.
+Text is one sentence (verse, line) per example: the model reads [BOS] + tokens and
+predicts tokens + [EOS], so perplexity covers the end of the sentence too.
+
+Generation keeps a key/value cache per layer (`TransformerLM.step`, the decoder's one cached step
+`attnlab.nn.transformer.decoder_step`), so each new token costs O(t), and samples with
+temperature, top-k and top-p (nucleus) filtering (`filter_logits`, `sample_next`).
+
+Data: one side of the Bible corpus (`data.corpus = "bible"`, `data.side = "tgt"` for the Spanish verses) or plain
+text files, one sentence per line (`data.corpus = "text"`).
+
+Shape legend: B batch, T tokens, t tokens so far, D d_model, H heads, Dh head dim, N layers, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.core.config import MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SEED, MAX_VOCAB, load_config
+from attnlab.core.errors import AttnlabError
+from attnlab.core.fileio import read_lines, write_json
+from attnlab.data.batching import pack_rows, pad_sequences
+from attnlab.data.bible import bible_corpus
+from attnlab.data.corpus import holdout, normalize, subsample
+from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair, build_tokenizers
+from attnlab.families.base import EvalOptions, LoadedRun
+from attnlab.kernels.dropout import Dropout
+from attnlab.nn.attention import Segments, segment_mask
+from attnlab.nn.transformer import (DecoderLayer, PositionalEncoding, TransformerConfig, TransformerSeq2Seq,
+                                    TransformerState, decoder_step, empty_state,
+                                    init_transformer_weights)
+from attnlab.training.trainer import TrainConfig, Training, check_sentence_budget, sequence_loss, summed_loss
+
+log = logging.getLogger("attnlab")
+
+
+# ---------------------------------------------------------------------------------------------- config
+@dataclass
+class LMModelConfig:
+    """A decoder-only Transformer; the fields mean what they mean in `TransformerConfig` (layers: the stack's
+    depth; tie_embeddings: the output layer shares the embedding matrix)."""
+
+    d_model: int = 256
+    h: int = 4
+    d_ff: int = 1024
+    layers: int = 4
+    dropout: float = 0.1
+    attn_dropout: float = 0.0
+    activation: str = "relu"
+    norm: str = "pre"
+    positions: str = "sinusoidal"
+    max_len: int = 512
+    tie_embeddings: bool = True
+    layer_norm_eps: float = 1e-5
+    bias: bool = True
+
+    LIMITS: ClassVar[dict] = {**{k: v for k, v in TransformerConfig.LIMITS.items() if not k.endswith("_layers")},
+                              "layers": (1, MAX_LAYERS)}
+
+    def __post_init__(self) -> None:
+        self.transformer()  # validates every field with TransformerConfig's checks
+
+    def transformer(self) -> TransformerConfig:
+        """The equivalent `TransformerConfig` (its layers are built from it)."""
+        return TransformerConfig(d_model=self.d_model, h=self.h, d_ff=self.d_ff, enc_layers=self.layers,
+                                 dec_layers=self.layers, dropout=self.dropout, attn_dropout=self.attn_dropout,
+                                 activation=self.activation, norm=self.norm, positions=self.positions,
+                                 max_len=self.max_len, tie_embeddings="decoder" if self.tie_embeddings else "none",
+                                 layer_norm_eps=self.layer_norm_eps, bias=self.bias)
+
+
+@dataclass
+class LMDataConfig:
+    """corpus = "bible": one side of the translation corpus (side "src" = English, "tgt" = Spanish), its fixed
+    train/dev/test split; corpus = "text": plain UTF-8 files, one sentence per line (empty lines skipped); without
+    dev/test files, dev_size and test_size lines are held out at random (seeded)."""
+
+    corpus: str = "bible"
+    side: str = "tgt"
+    english: str = "kjv"
+    train: str = ""
+    dev: str = ""
+    test: str = ""
+    dev_size: int = 500
+    test_size: int = 500
+    max_train_sentences: int = 0  # a seeded random subset of the training sentences (0: all)
+    subset_seed: int = 0
+
+    CHOICES: ClassVar[dict] = {"corpus": ("bible", "text"), "side": ("src", "tgt"), "english": ("kjv", "web")}
+    LIMITS: ClassVar[dict] = {"dev_size": (0, MAX_COUNT), "test_size": (0, MAX_COUNT),
+                              "max_train_sentences": (0, MAX_COUNT), "subset_seed": (0, MAX_SEED)}
+
+
+@dataclass
+class LMSection:
+    family: str = "lm"
+    lm: LMModelConfig = field(default_factory=LMModelConfig)
+
+    CHOICES: ClassVar[dict] = {"family": ("lm",)}
+
+
+@dataclass
+class GenerateConfig:
+    """Sampling defaults of `attnlab generate` (each overridable on its command line). temperature 0: greedy."""
+
+    max_len: int = 100  # new tokens per sample
+    temperature: float = 1.0
+    top_k: int = 0  # keep the k most likely tokens (0: all)
+    top_p: float = 1.0  # keep the smallest set of tokens whose probability reaches p (1: all)
+
+    LIMITS: ClassVar[dict] = {"max_len": (1, MAX_LEN), "temperature": (0.0, 100.0), "top_k": (0, MAX_VOCAB),
+                              "top_p": (0.0, 1.0)}
+
+    def __post_init__(self) -> None:
+        check_sampling(self.temperature, self.top_k, self.top_p)
+        if self.max_len < 1:
+            raise AttnlabError(f"max_len must be >= 1, got {self.max_len}")
+
+
+@dataclass
+class LMExperimentConfig:
+    """A language-model experiment (configs/*-lm.toml): `[model] family = "lm"` plus `[model.lm]`."""
+
+    data: LMDataConfig = field(default_factory=LMDataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: LMSection = field(default_factory=LMSection)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+
+    def __post_init__(self) -> None:
+        check_sentence_budget(self.train)
+
+
+def is_lm_config(data: dict) -> bool:
+    """Whether a raw config dict (file or RUN_DIR/config.json) is a language-model experiment."""
+    model = data.get("model")
+    return isinstance(model, dict) and model.get("family") == "lm"
+
+
+def load_lm_config(path: Path | str | None, overrides: list[str] | None = None) -> LMExperimentConfig:
+    return load_config(LMExperimentConfig, path, overrides)
+
+
+def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
+    if not 0 <= temperature < math.inf:
+        raise AttnlabError(f"temperature must be a finite number >= 0, got {temperature}")
+    if top_k < 0:
+        raise AttnlabError(f"top_k must be >= 0, got {top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise AttnlabError(f"top_p must be in (0, 1], got {top_p}")
+
+
+# ---------------------------------------------------------------------------------------------- model
+class TransformerLM(nn.Module):
+    """Decoder-only Transformer LM: the Transformer's decoder layers without cross-attention.
+
+    Shape:
+        forward: tokens (B, T) (BOS-prefixed, right-padded) -> logits (B, T, V).
+        step: prev (B,) -> log-probs (B, V) float32, state with caches (B, H, N, t + 1, Dh), self-attention weights
+        (B, N, H, t + 1) of every layer and head for this position (None without need_weights).
+
+    Example:
+        >>> lm = TransformerLM(30, LMModelConfig(d_model=16, h=4, d_ff=32, layers=2)).eval()
+        >>> lm(torch.randint(4, 30, (2, 5))).shape
+        torch.Size([2, 5, 30])
+    """
+
+    def __init__(self, vocab: int, cfg: LMModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        tcfg = cfg.transformer()
+        D = cfg.d_model
+        self.embed = nn.Embedding(vocab, D, padding_idx=PAD_ID)
+        self.pos = PositionalEncoding(D, cfg.max_len, learned=cfg.positions == "learned")
+        self.dropout = Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(DecoderLayer(tcfg, cross_attention=False) for _ in range(cfg.layers))
+        self.norm = nn.LayerNorm(D, eps=cfg.layer_norm_eps, bias=cfg.bias) if cfg.norm == "pre" else nn.Identity()
+        self.generator = nn.Linear(D, vocab, bias=not cfg.tie_embeddings)
+        init_transformer_weights(self, D)
+        if cfg.tie_embeddings:
+            self.generator.weight = self.embed.weight
+
+    def _embed(self, tokens: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """tokens (B, L) -> Dropout(sqrt(D) * E[tokens] + PE) (B, L, D)."""
+        return self.dropout(self.pos(self.embed(tokens) * math.sqrt(self.cfg.d_model), offset, positions))
+
+    def hidden(self, tokens: Tensor, need_weights: bool = False, segments: Segments | None = None
+               ) -> tuple[Tensor, list[Tensor | None]]:
+        """tokens (B, T) -> top hidden states (B, T, D), self-attention weights (B, H, T, T) per layer.
+        Right padding needs no mask: under the causal mask a real token never sees the pads after it. Packed
+        rows (segments (B, T)) attend within their own sentence and count positions from its start."""
+        x = self._embed(tokens, positions=None if segments is None else segments.pos)  # (B, T, D)
+        mask = None if segments is None else segment_mask(segments.ids, segments.ids)  # (B, 1, T, T)
+        weights = []
+        for layer in self.layers:
+            x, w, _ = layer(x, None, mask, None, need_weights)  # (B, T, D), causal
+            weights.append(w)
+        return self.norm(x), weights
+
+    def forward(self, tokens: Tensor, segments: Segments | None = None) -> Tensor:
+        return self.generator(self.hidden(tokens, segments=segments)[0])  # (B, T, V)
+
+    def init_state(self, batch: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+                   ) -> TransformerState:
+        """Empty caches (B, H, N, 0, Dh)."""
+        like = torch.empty(0, device=device, dtype=dtype)
+        return empty_state(batch, self.cfg.layers, self.cfg.h, self.cfg.d_model // self.cfg.h, like)
+
+    def step(self, prev: Tensor, state: TransformerState, need_weights: bool = False
+             ) -> tuple[Tensor, TransformerState, Tensor | None]:
+        """One position: feeds token prev (B,) at position state.t, returns the next token's log-probs."""
+        x = self._embed(prev[:, None], offset=state.t)  # (B, 1, D)
+        x, state, weights, _ = decoder_step(self.layers, x, state, need_weights=need_weights)  # (B, 1, D)
+        logits = self.generator(self.norm(x)[:, 0])  # (B, V)
+        return F.log_softmax(logits.float(), dim=-1), state, weights
+
+    @torch.no_grad()
+    def attention_maps(self, tokens: Tensor) -> Tensor:
+        """Self-attention weights of every layer and head: tokens (B, T) -> (B, N, H, T, T)."""
+        return torch.stack(self.hidden(tokens, need_weights=True)[1], dim=1)
+
+
+# ---------------------------------------------------------------------------------------------- data
+class LMDataset(torch.utils.data.Dataset):
+    """Tokenized sentences (ids without BOS/EOS); item i is (i, ids[i]); lengths() = len + 1 (BOS or EOS)."""
+
+    def __init__(self, ids: list[list[int]]) -> None:
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> tuple[int, list[int]]:
+        return index, self.ids[index]
+
+    def lengths(self) -> list[int]:
+        return [len(s) + 1 for s in self.ids]
+
+
+@dataclass
+class LMBatch:
+    """inputs = [BOS] + ids, targets = ids + [EOS], right-padded with PAD_ID. Shape: (B, T) each; segments
+    (B, T) for packed rows (several sentences per row, `LMTask.collate_packed`)."""
+
+    inputs: Tensor
+    targets: Tensor
+    segments: Segments | None = None
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> LMBatch:
+        return LMBatch(self.inputs.to(device, non_blocking=non_blocking),
+                       self.targets.to(device, non_blocking=non_blocking),
+                       None if self.segments is None else self.segments.to(device, non_blocking=non_blocking))
+
+
+class LMTask:
+    """Next-token prediction for the trainer: loss summed over non-pad target tokens (EOS included)."""
+
+    perplexity = True
+
+    @staticmethod
+    def collate(examples: list[tuple[int, list[int]]]) -> LMBatch:
+        return LMBatch(pad_sequences([[BOS_ID] + list(s) for _, s in examples]),
+                       pad_sequences([list(s) + [EOS_ID] for _, s in examples]))
+
+    @staticmethod
+    def collate_packed(examples: list[tuple[int, list[int]]], row_len: int) -> LMBatch:
+        """Sentences packed first-fit into rows of at most row_len tokens (`attnlab.data.batching.RowPacker`)."""
+        rows = pack_rows([(len(s) + 1,) for _, s in examples], row_len)
+        return LMBatch(pad_sequences([[t for k in row for t in [BOS_ID, *examples[k][1]]] for row in rows]),
+                       pad_sequences([[t for k in row for t in [*examples[k][1], EOS_ID]] for row in rows]),
+                       Segments.of_rows([[len(examples[k][1]) + 1 for k in row] for row in rows]))
+
+    @staticmethod
+    def loss(model: nn.Module, batch: LMBatch, label_smoothing: float) -> tuple[Tensor, int]:
+        packed = {} if batch.segments is None else {"segments": batch.segments}
+        logits = model(batch.inputs, **packed)  # (B, T, V)
+        return sequence_loss(logits, batch.targets, label_smoothing), int((batch.targets != PAD_ID).sum())
+
+
+@dataclass
+class TextSplits:
+    name: str
+    train: list[str]
+    dev: list[str]
+    test: list[str]
+    skipped: int = 0
+
+    def split(self, name: str) -> list[str]:
+        if name not in ("train", "dev", "test"):
+            raise AttnlabError(f"unknown split {name!r}; choose train, dev or test")
+        return getattr(self, name)
+
+
+def _text_lines(path: str) -> tuple[list[str], int]:
+    lines = [normalize(line) for line in read_lines(Path(path))]
+    kept = [line for line in lines if line]
+    return kept, len(lines) - len(kept)
+
+
+def load_text(cfg: LMDataConfig) -> TextSplits:
+    """The sentences of the config's data, training subset applied (dev and test are never subsampled)."""
+    if cfg.corpus == "bible":
+        corpus = bible_corpus(cfg.english)
+        pick = (lambda pairs: [p.src for p in pairs]) if cfg.side == "src" else (lambda pairs: [p.tgt for p in pairs])
+        out = TextSplits(f"{corpus.name}-{cfg.side}", pick(corpus.train), pick(corpus.dev), pick(corpus.test))
+    else:
+        if not cfg.train:
+            raise AttnlabError("data.train: give a text file (one sentence per line) for corpus = 'text'")
+        train, skipped = _text_lines(cfg.train)
+        if cfg.dev or cfg.test:
+            if not (cfg.dev and cfg.test):
+                raise AttnlabError("data.dev and data.test: give both files, or neither (then lines are held out)")
+            (dev, s_dev), (test, s_test) = _text_lines(cfg.dev), _text_lines(cfg.test)
+            skipped += s_dev + s_test
+        else:
+            if cfg.dev_size + cfg.test_size >= len(train):
+                raise AttnlabError(f"{cfg.train}: cannot hold out data.dev_size ({cfg.dev_size}) + data.test_size "
+                                   f"({cfg.test_size}) lines from {len(train)}")
+            splits = holdout(train, cfg.dev_size, cfg.test_size)
+            train, dev, test = splits["train"], splits["dev"], splits["test"]
+        if skipped:
+            log.info("skipped %s empty lines", f"{skipped:,}")
+        out = TextSplits(Path(cfg.train).stem, train, dev, test, skipped)
+    out.train = subsample(out.train, cfg.max_train_sentences, cfg.subset_seed)
+    if not out.train or not out.dev:
+        raise AttnlabError("data: the train and dev splits need at least one sentence each")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- family
+# The rows of the language-model family in `attnlab.families.table`: what the one run pipeline (`attnlab.app.workflow`)
+# calls to train, evaluate and summarise an LM run.
+def make_lm_tokenizers(cfg: LMExperimentConfig, text: TextSplits) -> TokenizerPair:
+    """One tokenizer trained on the training sentences (stored as a joint pair: the LM reads `.tgt`)."""
+    tok_cfg = dataclasses.replace(cfg.tokenizer, joint=True)
+    return build_tokenizers(tok_cfg, text.train, [])
+
+
+def build_lm(cfg: LMExperimentConfig, tokenizers: TokenizerPair | None) -> TransformerLM:
+    vocab = tokenizers.tgt.vocab_size if tokenizers is not None else summary_vocab(cfg.tokenizer)
+    return TransformerLM(vocab, cfg.model.lm)
+
+
+def summary_vocab(cfg: TokenizerConfig) -> int:
+    """The vocabulary size a config's model is built with before any tokenizer is trained (`attnlab summary`)."""
+    return cfg.vocab_size if cfg.kind != "char" else 100
+
+
+def lm_training(cfg: LMExperimentConfig, text: TextSplits, tokenizers: TokenizerPair, model: TransformerLM
+                ) -> Training:
+    """Next-token prediction on the training sentences; model selection on dev loss (perplexity)."""
+    if tokenizers is None:  # a resumed run whose tokenizer folder is gone
+        raise AttnlabError("a language-model run needs its tokenizer (RUN_DIR/tokenizer is missing)")
+    tok = tokenizers.tgt
+    train_ids = [tok.encode(s) for s in text.train]
+    too_long = max((len(ids) + 1 for ids in train_ids), default=0)
+    if too_long > cfg.model.lm.max_len:
+        raise AttnlabError(f"model.lm.max_len ({cfg.model.lm.max_len}) is shorter than the longest training "
+                           f"sentence ({too_long} tokens with BOS)")
+    return Training(LMTask(), LMDataset(train_ids), LMDataset([tok.encode(s) for s in text.dev]),
+                    dev_eval=None, d_model=cfg.model.lm.d_model,
+                    sizes=f"train sentences {len(text.train):,}, dev {len(text.dev):,}")
+
+
+def lm_summary_inputs(cfg: LMExperimentConfig, tokenizers: TokenizerPair | None, src_len: int, tgt_len: int
+                      ) -> tuple[tuple[Tensor, ...], str]:
+    """A dummy batch of two sentences of tgt_len tokens for `attnlab summary`, and its description."""
+    vocab = tokenizers.tgt.vocab_size if tokenizers is not None else summary_vocab(cfg.tokenizer)
+    return (torch.randint(4, vocab, (2, tgt_len)),), f"vocab {vocab:,}; dummy batch B=2, T={tgt_len}"
+
+
+@torch.no_grad()
+def sentence_nll(model: TransformerLM, ids: list[list[int]], max_tokens: int = 4096,
+                 device: torch.device | str = "cpu") -> tuple[float, int]:
+    """Summed negative log-likelihood (nats) of the sentences, EOS included, and the number of predicted tokens;
+    batched by the trainer's token-budget sampler."""
+    return summed_loss(model, LMTask(), LMDataset(ids), max_tokens, torch.device(device))
+
+
+def evaluate_lm(run: LoadedRun, split: str, options: EvalOptions) -> dict:
+    """Perplexity of a split per token (of this run's tokenizer) and per word (whitespace words + EOS, comparable
+    across tokenizers); writes RUN_DIR/eval/<split>.json."""
+    cfg, tok = run.cfg, run.tokenizers.tgt
+    sentences = load_text(cfg.data).split(split)
+    nll, ntok = sentence_nll(run.model, [tok.encode(s) for s in sentences], cfg.train.max_tokens, run.device)
+    nwords = sum(len(s.split()) + 1 for s in sentences)
+    per_token, per_word = nll / max(ntok, 1), nll / max(nwords, 1)
+    result = {"split": split, "sentences": len(sentences), "checkpoint": run.checkpoint, "tokens": ntok,
+              "words": nwords, "nll_per_token": per_token, "ppl_token": math.exp(min(per_token, 50.0)),
+              "ppl_word": math.exp(min(per_word, 50.0))}
+    write_json(run.run_dir / "eval" / f"{split}.json", result)
+    return result
+
+
+def format_lm_eval(result: dict) -> str:
+    return (f"{result['split']}: {result['sentences']:,} sentences, {result['tokens']:,} tokens (EOS included): "
+            f"perplexity {result['ppl_token']:.2f} per token, {result['ppl_word']:.2f} per word "
+            f"({result['words']:,} words + EOS)")
+
+
+# ---------------------------------------------------------------------------------------------- sampling
+def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """Sets to -inf every logit outside the top-k and outside the nucleus (the smallest set of most likely tokens
+    whose probability reaches top_p; the most likely token always stays).
+
+    Shape: logits (B, V) -> (B, V).
+    """
+    logits = logits.clone()
+    if top_k and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits[logits < kth] = float("-inf")
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V)
+        probs = sorted_logits.softmax(dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # probability of the more likely tokens
+        drop_sorted = before >= top_p  # the set already reached top_p without this token
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits[drop] = float("-inf")
+    return logits
+
+
+def sample_next(logprobs: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                generator: torch.Generator | None = None) -> Tensor:
+    """The next token of each row: argmax for temperature 0, else a sample of softmax(logprobs / temperature)
+    restricted by top-k / top-p. Shape: logprobs (B, V) -> (B,)."""
+    if temperature == 0:
+        return logprobs.argmax(dim=-1)
+    # in float64 (a temperature of 1e-94 is 0 in float32) and shifted so that the largest is 0 (the same softmax):
+    # a tiny temperature then sends the others to -inf instead of the largest to inf, whose softmax is nan
+    logits = logprobs.double()
+    logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
+    probs = filter_logits(logits, top_k, top_p).softmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+
+@dataclass
+class Sample:
+    text: str
+    tokens: list[int]
+    logprob: float  # under the model (not the filtered distribution), new tokens only
+    finished: bool  # ended with EOS (else max_len was reached)
+
+
+@torch.no_grad()
+def generate(model: TransformerLM, tok, prompt: str = "", num: int = 1, max_len: int = 100,
+             temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+             device: torch.device | str = "cpu") -> list[Sample]:
+    """`num` continuations of `prompt` (empty: from scratch), sampled together with the KV cache. The text returned
+    is the prompt followed by the continuation."""
+    check_sampling(temperature, top_k, top_p)
+    if num < 1 or max_len < 1:
+        raise AttnlabError(f"the number of samples ({num}) and max_len ({max_len}) must be >= 1")
+    prompt_ids = tok.encode(normalize(prompt)) if prompt.strip() else []
+    if 1 + len(prompt_ids) + max_len > model.cfg.max_len:
+        raise AttnlabError(f"prompt ({len(prompt_ids)} tokens) + max_len ({max_len}) exceed the model's max_len "
+                           f"({model.cfg.max_len})")
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    never = [PAD_ID, BOS_ID, *tok.control_ids]  # never generated
+    state = model.init_state(num, device)
+    logprobs = None
+    for t in [BOS_ID, *prompt_ids]:
+        logprobs, state, _ = model.step(torch.full((num,), t, dtype=torch.long, device=device), state)
+    out = torch.zeros(num, 0, dtype=torch.long)
+    score = torch.zeros(num)
+    done = torch.zeros(num, dtype=torch.bool)
+    for _ in range(max_len):
+        lp = logprobs.cpu()
+        lp[:, never] = float("-inf")  # PAD, BOS and the control characters (`Tokenizer.control_ids`)
+        nxt = sample_next(lp, temperature, top_k, top_p, gen)  # (num,)
+        nxt = torch.where(done, torch.full_like(nxt, PAD_ID), nxt)
+        score += torch.where(done, torch.zeros(num), lp.gather(1, nxt.clamp(min=0)[:, None])[:, 0])
+        out = torch.cat([out, nxt[:, None]], dim=1)
+        done |= nxt == EOS_ID
+        if done.all():
+            break
+        logprobs, state, _ = model.step(nxt.to(device), state)
+    samples = []
+    for row in range(num):
+        ids = [i for i in out[row].tolist() if i != PAD_ID]
+        finished = bool(ids) and ids[-1] == EOS_ID
+        new = ids[:-1] if finished else ids
+        samples.append(Sample(tok.decode(prompt_ids + new), new, float(score[row]), finished))
+    return samples
+
+
+# ---------------------------------------------------------------------------------------------- transfer
+def lm_decoder_state(lm_state: dict[str, Tensor], dec_layers: int) -> dict[str, Tensor]:
+    """The translation-decoder weights an LM state dict provides, under `TransformerSeq2Seq` names: embeddings,
+    learned positions, each layer's self-attention, FFN and their LayerNorms (LM norm1 -> decoder norm1, LM norm2
+    -> decoder norm3: the FFN's), the final LayerNorm and the output layer. Cross-attention (and its norm2) has no
+    counterpart and keeps its fresh initialization."""
+    out = {}
+    for name, t in lm_state.items():
+        if name.startswith("layers."):
+            _, i, rest = name.split(".", 2)
+            if int(i) >= dec_layers:
+                continue
+            rest = "norm3" + rest[len("norm2"):] if rest.startswith("norm2") else rest
+            out[f"decoder.{i}.{rest}"] = t
+        elif name.startswith("embed."):
+            out["tgt_embed." + name[len("embed."):]] = t
+        elif name.startswith("pos."):
+            out["tgt_pos." + name[len("pos."):]] = t
+        elif name.startswith("norm."):
+            out["dec_norm." + name[len("norm."):]] = t
+        elif name.startswith("generator."):
+            out[name] = t
+    return out
+
+
+def init_decoder_from_lm(model: nn.Module, lm_run: LoadedRun) -> int:
+    """Copies a trained LM run's weights (`attnlab.app.workflow.load_run(..., ability="generate")`) into the decoder
+    of a Transformer translation model (transfer learning); returns the number of parameters copied. The LM
+    must match the decoder: d_model, heads, d_ff, norm placement, activation, positions and vocabulary (the
+    translation run uses the LM's tokenizer as its target tokenizer); the LM needs at least as many layers as the
+    decoder."""
+    if not isinstance(model, TransformerSeq2Seq):
+        raise AttnlabError("pretrained.decoder needs model.family = 'transformer'")
+    cfg, tok, lm = lm_run.cfg, lm_run.tokenizers.tgt, lm_run.model
+    mine, theirs = model.cfg, cfg.model.lm
+    for key in ("d_model", "h", "d_ff", "norm", "activation", "positions", "bias"):
+        if getattr(mine, key) != getattr(theirs, key):
+            raise AttnlabError(f"pretrained.decoder: the LM's model.lm.{key} ({getattr(theirs, key)!r}) differs from "
+                               f"model.transformer.{key} ({getattr(mine, key)!r})")
+    if theirs.layers < mine.dec_layers:
+        raise AttnlabError(f"pretrained.decoder: the LM has {theirs.layers} layers, the decoder {mine.dec_layers}")
+    if model.tgt_embed.num_embeddings != tok.vocab_size:
+        raise AttnlabError(f"pretrained.decoder: target vocabulary {model.tgt_embed.num_embeddings} != the LM's "
+                           f"{tok.vocab_size}")
+    if mine.tie_embeddings == "all":
+        raise AttnlabError("pretrained.decoder: model.transformer.tie_embeddings = 'all' would overwrite the source "
+                           "embeddings with the LM's; use 'decoder' or 'none' (and tokenizer.joint = false)")
+    if theirs.tie_embeddings != (mine.tie_embeddings == "decoder"):
+        raise AttnlabError(f"pretrained.decoder: the LM's model.lm.tie_embeddings ({theirs.tie_embeddings}) does not "
+                           f"match model.transformer.tie_embeddings ({mine.tie_embeddings!r}; 'decoder' = tied)")
+    own = model.state_dict()
+    copied = {k: v for k, v in lm_decoder_state(lm.state_dict(), mine.dec_layers).items() if k in own}
+    model.load_state_dict(copied, strict=False)
+    return sum({own[k].data_ptr(): own[k].numel() for k in copied}.values())  # tied tensors once

@@ -1,0 +1,103 @@
+"""The model families: one row each in `FAMILIES`, and the one place where a config or a run is recognised.
+
+A family declares its config class, how a raw config (a file, or RUN_DIR/config.json) is recognised, how its
+data, tokenizers and model are built, what it hands the trainer (`attnlab.training.trainer.Training`), how a run is
+evaluated and summarised, and what it can do beyond that (translate, generate, classify, regress). The run
+pipeline (`attnlab.app.workflow`: train, resume, load, evaluate, summary) calls these functions and nothing else, so
+adding a family is adding a row here, not copying a pipeline.
+
+| family      | config                  | model                              | task (loss)         | selection   |
+|-------------|-------------------------|------------------------------------|---------------------|-------------|
+| rnn         | ExperimentConfig        | RNNSeq2Seq (Sutskever/Cho/Bahdanau) | Seq2SeqTask (CE)    | dev BLEU    |
+| transformer | ExperimentConfig        | TransformerSeq2Seq (Vaswani)        | Seq2SeqTask (CE)    | dev BLEU    |
+| lm          | LMExperimentConfig      | TransformerLM (decoder only)        | LMTask (CE)         | dev loss    |
+| pair        | ParaphraseConfig        | DecomposableAttention, MiniLM       | PairTask (CE)       | dev accuracy|
+| series      | SeriesExperimentConfig  | SeriesRNN (many-to-one)             | RegressionTask (SE) | dev MSE     |
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from attnlab.core.config import apply_overrides, read_config_file, to_dict
+from attnlab.core.errors import AttnlabError
+from attnlab.families import lm, pairs, series, translation
+from attnlab.families.base import Family
+
+
+def _model_family(raw: dict) -> Any:
+    model = raw.get("model")
+    return model.get("family") if isinstance(model, dict) else None
+
+
+def _is_rnn(raw: dict) -> bool:
+    """model.family = "rnn", or no model.family at all (ModelConfig's default) in a config of no other family."""
+    return _model_family(raw) in (None, "rnn") and not pairs.is_paraphrase_config(raw) \
+        and not series.is_series_config(raw)
+
+
+def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool]) -> Family:
+    """The translation families share their config and pipeline functions; model.family picks the network."""
+    return Family(
+        name=name, title=title, config_class=translation.ExperimentConfig, recognise=recognise,
+        load_config=translation.load_experiment, load_data=translation.load_seq2seq_data,
+        make_tokenizers=translation.make_seq2seq_tokenizers, build_model=translation.build_seq2seq,
+        initialise=translation.init_seq2seq, training=translation.seq2seq_training,
+        evaluate=translation.evaluate_seq2seq, format_eval=translation.format_seq2seq_eval,
+        summary_inputs=translation.seq2seq_summary_inputs, abilities=frozenset({"translate"}))
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family(name="lm", title="decoder-only Transformer LM", config_class=lm.LMExperimentConfig,
+           recognise=lm.is_lm_config, load_config=lm.load_lm_config, load_data=lambda cfg, tokenizers: lm.load_text(cfg.data),
+           make_tokenizers=lm.make_lm_tokenizers, build_model=lm.build_lm, training=lm.lm_training,
+           evaluate=lm.evaluate_lm, format_eval=lm.format_lm_eval, summary_inputs=lm.lm_summary_inputs,
+           abilities=frozenset({"generate"})),
+    Family(name="pair", title="sentence-pair classifier", config_class=pairs.ParaphraseConfig,
+           recognise=pairs.is_paraphrase_config, load_config=pairs.load_paraphrase_config,
+           load_data=lambda cfg, tokenizers: pairs.load_pairs(cfg), make_tokenizers=pairs.make_pair_tokenizers, build_model=pairs.build_pair_model,
+           training=pairs.pair_training, evaluate=pairs.evaluate_pairs, format_eval=pairs.format_pair_eval,
+           summary_inputs=pairs.pair_summary_inputs, abilities=frozenset({"classify"}),
+           uses_tokenizers=lambda cfg: cfg.model.family != "minilm"),  # MiniLM's WordPiece comes with its weights
+    Family(name="series", title="many-to-one series regressor", config_class=series.SeriesExperimentConfig,
+           recognise=series.is_series_config, load_config=series.load_series_config,
+           load_data=lambda cfg, tokenizers: series.make_splits(cfg.series), make_tokenizers=lambda cfg, data: None,
+           build_model=series.build_series_model, training=series.series_training,
+           evaluate=series.evaluate_series, format_eval=series.format_series_eval,
+           summary_inputs=series.series_summary_inputs, abilities=frozenset({"regress"}),
+           uses_tokenizers=lambda cfg: False),
+    _seq2seq("transformer", "Transformer encoder-decoder", lambda raw: _model_family(raw) == "transformer"),
+    _seq2seq("rnn", "RNN encoder-decoder", _is_rnn),
+)
+_DEFAULT = FAMILIES[-1]
+
+ABILITY_COMMANDS = {"translate": "attnlab translate / plot attention / report / serve",
+                    "generate": "attnlab generate", "classify": "attnlab paraphrase evaluate / plot",
+                    "regress": "attnlab series"}
+
+
+def family_of_config(raw: dict) -> Family:
+    """The family of a raw config dict (a config file or RUN_DIR/config.json). A translation config with an
+    unknown model.family falls through to the RNN row, whose config check then names the valid families."""
+    return next((f for f in FAMILIES if f.recognise(raw)), _DEFAULT)
+
+
+def family_of(cfg: Any) -> Family:
+    """The family of a typed config."""
+    return family_of_config(to_dict(cfg))
+
+
+def load_family_config(path: Path | str, overrides: list[str] | None = None) -> tuple[Family, Any]:
+    """(family, typed config) of a config file plus `--set` overrides."""
+    family = family_of_config(apply_overrides(read_config_file(path), list(overrides or [])))
+    return family, family.load_config(path, overrides)
+
+
+def require(family: Family, ability: str, where: Path | str) -> None:
+    """An AttnlabError naming what the run can do instead, unless the family has `ability`."""
+    if ability not in family.abilities:
+        can = ", ".join(ABILITY_COMMANDS[a] for a in sorted(family.abilities))
+        raise AttnlabError(f"{where}: a {family.title} run cannot {ability}; use {can} (or attnlab evaluate / "
+                           "summary) with it")
+

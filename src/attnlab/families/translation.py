@@ -1,0 +1,308 @@
+"""A translation experiment (the RNN and Transformer encoder-decoder families): its typed config (data,
+tokenizer, model, train, decode) and the functions the one run pipeline (`attnlab.app.workflow`) calls for it: load
+the corpus, train the tokenizers, build the model, hand the trainer its datasets and dev BLEU, evaluate BLEU/chrF.
+Plain functions, no registries; `attnlab.families.table` lists them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from attnlab.core.config import MAX_COUNT, MAX_SEED, MAX_THREADS, MAX_VOCAB, from_dict, load_config
+from attnlab.core.errors import AttnlabError
+from attnlab.core.fileio import atomic_write_text, write_json
+from attnlab.core.metrics import bleu_by_length, corpus_scores, format_length_table
+from attnlab.core.plotting import plot_bleu_by_length
+from attnlab.core.summary import dummy_batch
+from attnlab.data.batching import Seq2SeqDataset
+from attnlab.data.bible import bible_split, renderings
+from attnlab.data.corpus import MAX_EXPANSION, MAX_LINE_BYTES, Pair
+from attnlab.data.prepare import prepare
+from attnlab.data.spec import StoreSpec
+from attnlab.data.store import Store
+from attnlab.data.tokenizers import TokenizerConfig, TokenizerPair, load_tokenizers, one_line
+from attnlab.decode.translate import DecodeConfig, Translator
+from attnlab.families.base import EvalOptions, LoadedRun, RunLoader
+from attnlab.families.lm import init_decoder_from_lm
+from attnlab.nn.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
+from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
+from attnlab.training.trainer import Seq2SeqTask, TrainConfig, Training, check_sentence_budget
+
+log = logging.getLogger("attnlab")
+
+
+@dataclass
+class DataConfig:
+    """corpus = "bible" (the default real data) or "files" (train/dev/test: a TSV or JSON-lines path, or two
+    aligned paths; each may be .gz, .xz or .bz2). The corpus is prepared once into a token-id store
+    (`attnlab.data.store`; `attnlab data prepare CONFIG`), kept in the cache keyed by these settings, or in `store`."""
+
+    corpus: str = "bible"
+    english: str | list[str] = "kjv"  # the Bible's English rendering(s): "kjv", "web" or a list (one pair each)
+    train: list[str] = field(default_factory=list)
+    dev: list[str] = field(default_factory=list)
+    test: list[str] = field(default_factory=list)
+    dev_size: int = 500  # "files" without dev/test: pairs held out at random (seeded)
+    test_size: int = 500
+    max_words: int = 0  # keep training pairs with at most this many words on both sides (0: all)
+    max_ratio: float = 0.0  # keep training pairs whose longer side has at most this many times the words (0: all)
+    dedup: bool = False  # drop exact repeats of a training pair (counted)
+    max_train_pairs: int = 0  # a seeded random subset of the training pairs (0: all)
+    subset_seed: int = 0
+    skip_bad_lines: bool = False  # skip (and count) malformed lines instead of stopping at the first
+    max_line_bytes: int = MAX_LINE_BYTES  # a longer input line is malformed (an error, or skipped as one)
+    max_expansion: float = MAX_EXPANSION  # refuse a .gz/.xz/.bz2 expanding more than this many times (0: no limit)
+    store: str = ""  # the prepared corpus's folder ("": the cache, cache_dir()/stores/NAME-KEY)
+    prepare_workers: int = 0  # encoding processes when preparing (0: one per core)
+
+    CHOICES: ClassVar[dict] = {"corpus": ("bible", "files")}
+    LIMITS: ClassVar[dict] = {"dev_size": (0, MAX_COUNT), "test_size": (0, MAX_COUNT), "max_words": (0, MAX_COUNT),
+                              "max_ratio": (0.0, 1e6), "max_train_pairs": (0, MAX_COUNT), "subset_seed": (0, MAX_SEED),
+                              "prepare_workers": (0, MAX_THREADS), "max_line_bytes": (1, 1 << 30),
+                              "max_expansion": (0.0, 1e12)}
+
+    def __post_init__(self) -> None:
+        renderings(self.english, "english")  # from_dict puts "data: " in front
+
+    @property
+    def renderings(self) -> list[str]:
+        """The English renderings of a Bible corpus, the headline first (`attnlab.data.bible.renderings`); [] for a
+        corpus of files."""
+        return renderings(self.english) if self.corpus == "bible" else []
+
+
+@dataclass
+class ModelConfig:
+    """family picks the section that is used: [model.rnn] or [model.transformer]."""
+
+    family: str = "rnn"
+    rnn: RNNModelConfig = field(default_factory=RNNModelConfig)
+    transformer: TransformerConfig = field(default_factory=TransformerConfig)
+
+    CHOICES: ClassVar[dict] = {"family": ("rnn", "transformer")}
+
+
+@dataclass
+class SummaryConfig:
+    """The vocabulary sizes `attnlab summary CONFIG` builds the model with (a config has no tokenizer trained
+    yet); 0: tokenizer.vocab_size, or 100 for the char tokenizer. A trained run's summary uses its tokenizer."""
+
+    src_vocab: int = 0
+    tgt_vocab: int = 0
+
+    LIMITS: ClassVar[dict] = {"src_vocab": (0, MAX_VOCAB), "tgt_vocab": (0, MAX_VOCAB)}
+
+
+@dataclass
+class PretrainedConfig:
+    """Transfer learning. decoder: a trained LM run directory (`attnlab train configs/bible-lm-es.toml`): a new run
+    copies its weights into the Transformer decoder (`attnlab.families.lm.init_decoder_from_lm`) and takes its tokenizer as
+    the target tokenizer (so tokenizer.joint must be false; tokenizer.* then shapes the source side only)."""
+
+    decoder: str = ""
+    checkpoint: str = "best"
+    init_weights: bool = True  # false: only the LM's tokenizer (the from-scratch baseline of the same model)
+
+    CHOICES: ClassVar[dict] = {"checkpoint": ("best", "last")}
+
+
+@dataclass
+class ExperimentConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    summary: SummaryConfig = field(default_factory=SummaryConfig)
+    pretrained: PretrainedConfig = field(default_factory=PretrainedConfig)
+
+    def __post_init__(self) -> None:
+        check_sentence_budget(self.train)
+        tie = self.model.transformer.tie_embeddings
+        if self.model.family == "transformer" and tie == "all" and not self.tokenizer.joint:
+            raise AttnlabError("model.transformer.tie_embeddings = 'all' shares one embedding between source and "
+                               "target ids, but tokenizer.joint = false gives each side its own pieces: the same id "
+                               "would be two different pieces; set tokenizer.joint = true or tie_embeddings = "
+                               "'decoder'")
+
+
+def load_experiment(path: Path | str | None, overrides: list[str] | None = None) -> ExperimentConfig:
+    return load_config(ExperimentConfig, path, overrides)
+
+
+def experiment_from_dict(data: dict) -> ExperimentConfig:
+    return from_dict(ExperimentConfig, data)
+
+
+def store_spec(cfg: ExperimentConfig) -> StoreSpec:
+    """What the prepared corpus of a config is built from (`attnlab.data.spec.StoreSpec`)."""
+    d = cfg.data
+    return StoreSpec(corpus=d.corpus, english=renderings(d.english), train=list(d.train), dev=list(d.dev),
+                     test=list(d.test), dev_size=d.dev_size, test_size=d.test_size, max_words=d.max_words,
+                     max_ratio=d.max_ratio, dedup=d.dedup, max_train_pairs=d.max_train_pairs, subset_seed=d.subset_seed,
+                     skip_bad_lines=d.skip_bad_lines, max_line_bytes=d.max_line_bytes, max_expansion=d.max_expansion,
+                     tokenizer=cfg.tokenizer)
+
+
+def prepare_corpus(cfg: ExperimentConfig, tokenizers: TokenizerPair | None = None, out: Path | str | None = None,
+                   force: bool = False) -> Store:
+    """The config's prepared corpus (`attnlab.data.prepare.prepare`): reused if prepared before, else built (the
+    tokenizers trained on a bounded sample, or the given ones of a trained run); with pretrained.decoder the
+    target side is the LM's tokenizer."""
+    fixed_tgt = None
+    if cfg.pretrained.decoder and tokenizers is None:  # the target side speaks the pretrained LM's vocabulary
+        if cfg.tokenizer.joint:
+            raise AttnlabError("pretrained.decoder needs tokenizer.joint = false: the target tokenizer is the LM's")
+        fixed_tgt = load_tokenizers(Path(cfg.pretrained.decoder) / "tokenizer").tgt
+    return prepare(store_spec(cfg), out or cfg.data.store or None, tokenizers, fixed_tgt, cfg.data.prepare_workers,
+                   force=force)
+
+
+def split_pairs(cfg: ExperimentConfig, split: str, tokenizers: TokenizerPair | None = None, limit: int = 0,
+                source: str | None = None) -> list[Pair]:
+    """The text pairs of a split of the config's corpus (dev, test; train decoded from the store). source: the
+    Bible's English rendering to take the source sentences from (None: the headline, the store's); a rendering
+    the run did not train on is read from the corpus (dev and test are the same verses in every rendering)."""
+    if source is None or (cfg.data.corpus == "bible" and source == cfg.data.renderings[0]):
+        return prepare_corpus(cfg, tokenizers).pairs(split, limit)
+    if cfg.data.corpus != "bible":
+        raise AttnlabError(f"--source {source}: English renderings are the Bible's; this run's corpus is "
+                           f"{cfg.data.corpus!r}")
+    renderings([source], "--source")
+    if split == "train":
+        raise AttnlabError("--source: score the dev or test split; training pairs are the store's")
+    pairs = bible_split(source, split)
+    return pairs[:limit] if limit else pairs
+
+
+def eval_name(cfg: ExperimentConfig, split: str, source: str | None) -> str:
+    """The name of an evaluation's files under RUN_DIR/eval/: the split ("test") for the headline rendering,
+    split.source ("test.web") for another."""
+    if source is None or cfg.data.corpus != "bible" or source == cfg.data.renderings[0]:
+        return split
+    return f"{split}.{source}"
+
+
+def build_translation_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> nn.Module:
+    """The translation model of `model.family`: an RNN or a Transformer encoder-decoder."""
+    if cfg.family == "rnn":
+        return RNNSeq2Seq(src_vocab, tgt_vocab, cfg.rnn)
+    if cfg.family == "transformer":
+        return TransformerSeq2Seq(src_vocab, tgt_vocab, cfg.transformer)
+    raise AttnlabError(f"model.family {cfg.family!r} is not one of {ModelConfig.CHOICES['family']}")
+
+
+# ---------------------------------------------------------------------------------------------- family
+def load_seq2seq_data(cfg: ExperimentConfig, tokenizers: TokenizerPair | None) -> Store:
+    """The prepared corpus; a resumed run hands in its own tokenizers."""
+    return prepare_corpus(cfg, tokenizers)
+
+
+def make_seq2seq_tokenizers(cfg: ExperimentConfig, store: Store) -> TokenizerPair:
+    """The tokenizers the store trained on a sample of its train split (with pretrained.decoder, the target side
+    is the LM's)."""
+    return store.tokenizers()
+
+
+def vocab_sizes(cfg: ExperimentConfig, tokenizers: TokenizerPair | None) -> tuple[int, int]:
+    """(source, target) vocabulary sizes: the run's tokenizers', or (tokenizers None: `attnlab summary CONFIG`)
+    those of the [summary] section."""
+    if tokenizers is not None:
+        return tokenizers.src.vocab_size, tokenizers.tgt.vocab_size
+    vocab = cfg.tokenizer.vocab_size if cfg.tokenizer.kind != "char" else 100
+    return cfg.summary.src_vocab or vocab, cfg.summary.tgt_vocab or vocab
+
+
+def build_seq2seq(cfg: ExperimentConfig, tokenizers: TokenizerPair | None) -> nn.Module:
+    return build_translation_model(cfg.model, *vocab_sizes(cfg, tokenizers))
+
+
+def init_seq2seq(cfg: ExperimentConfig, model: nn.Module, load_run: RunLoader) -> None:
+    """A new run's weights from elsewhere: the decoder from a pretrained LM run (transfer learning), loaded
+    with the pipeline's `load_run`."""
+    if cfg.pretrained.decoder and cfg.pretrained.init_weights:
+        lm_run = load_run(cfg.pretrained.decoder, cfg.pretrained.checkpoint, "cpu", ability="generate")
+        n = init_decoder_from_lm(model, lm_run)
+        log.info("decoder initialised from the LM in %s (%s parameters copied)", cfg.pretrained.decoder, f"{n:,}")
+
+
+def seq2seq_training(cfg: ExperimentConfig, store: Store, tokenizers: TokenizerPair, model: nn.Module
+                     ) -> Training:
+    """Teacher-forced pairs from the prepared store; model selection on dev BLEU (greedy, the first
+    train.eval_max_sentences verses)."""
+    if tokenizers is None:  # a resumed run whose tokenizer folder is gone
+        raise AttnlabError("a translation run needs its tokenizers (RUN_DIR/tokenizer is missing)")
+    dev = store.pairs("dev")
+    dev_pairs = dev[: cfg.train.eval_max_sentences or None]
+
+    def dev_bleu(m: nn.Module) -> dict:
+        translator = Translator(m, tokenizers, cfg.decode, device=next(m.parameters()).device)
+        hyps = [t[0].text for t in translator.translate([p.src for p in dev_pairs], beam_size=1)]
+        s = corpus_scores(hyps, [p.tgt for p in dev_pairs])
+        return {"bleu": s.bleu, "chrf": s.chrf}
+
+    if cfg.train.pack and cfg.model.family != "transformer":
+        raise AttnlabError("train.pack needs model.family = 'transformer': an RNN reads a row left to right and "
+                           "cannot keep packed sentences apart")
+    d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else cfg.model.rnn.hidden_dim
+    train = store.train_data()
+    dev_data = Seq2SeqDataset(tokenizers.src.encode_batch([p.src for p in dev]),
+                              tokenizers.tgt.encode_batch([p.tgt for p in dev]))
+    return Training(Seq2SeqTask(), train, dev_data, dev_eval=dev_bleu, d_model=d_model,
+                    sizes=f"train pairs {len(train):,} (prepared store {store.path}), dev {len(dev):,}",
+                    score_name="BLEU")
+
+
+def seq2seq_summary_inputs(cfg: ExperimentConfig, tokenizers: TokenizerPair | None, src_len: int, tgt_len: int
+                           ) -> tuple[tuple[torch.Tensor, ...], str]:
+    """A dummy batch of two sentence pairs for `attnlab summary`, and its description."""
+    src_vocab, tgt_vocab = vocab_sizes(cfg, tokenizers)
+    english = f"English {' + '.join(cfg.data.renderings)} -> Spanish; " if cfg.data.corpus == "bible" else ""
+    return dummy_batch(src_vocab, tgt_vocab, src_len, tgt_len), \
+        f"{english}vocab {src_vocab:,} -> {tgt_vocab:,}; dummy batch B=2, S={src_len}, T={tgt_len}"
+
+
+def evaluate_seq2seq(run: LoadedRun, split: str, options: EvalOptions) -> dict:
+    """BLEU/chrF (sacrebleu) of a run on a split and BLEU by source length; writes RUN_DIR/eval/<split>.json,
+    the hypotheses (<split>.hyp.txt) and the BLEU-by-length plot."""
+    cfg = run.cfg
+    translator = Translator(run.model, run.tokenizers, cfg.decode, run.device)
+    pairs = split_pairs(cfg, split, run.tokenizers, options.max_sentences, options.source)
+    source = options.source or (cfg.data.renderings[0] if cfg.data.corpus == "bible" else None)
+    name = eval_name(cfg, split, options.source)
+    beam = cfg.decode.beam_size if options.beam is None else options.beam
+    t0 = time.perf_counter()
+    hyps = [t[0].text for t in translator.translate([p.src for p in pairs], beam_size=beam)]
+    seconds = time.perf_counter() - t0
+    scores = corpus_scores(hyps, [p.tgt for p in pairs])
+    by_length = bleu_by_length([p.src for p in pairs], hyps, [p.tgt for p in pairs])
+    out = run.run_dir / "eval"
+    result = {"split": split, "source": source, "trained_on": cfg.data.renderings, "sentences": len(pairs),
+              "beam": beam, "checkpoint": run.checkpoint,
+              "bleu": scores.bleu, "chrf": scores.chrf, "bleu_signature": scores.bleu_signature,
+              "chrf_signature": scores.chrf_signature, "by_length": by_length,
+              "sentences_per_s": len(pairs) / max(seconds, 1e-9), "plot": str(out / f"{name}_bleu_by_length.png")}
+    what = f"{split}, {source} source" if source else split
+    plot_bleu_by_length({run.run_dir.name: by_length}, result["plot"],
+                        title=f"{run.run_dir.name}: {what} BLEU by source length")
+    write_json(out / f"{name}.json", result)
+    atomic_write_text(out / f"{name}.hyp.txt", "".join(one_line(h) + "\n" for h in hyps))  # a line per sentence
+    return result
+
+
+def format_seq2seq_eval(result: dict) -> str:
+    source = f" ({result['source']} source)" if result.get("source") else ""
+    lines = [f"{result['split']}{source}: {result['sentences']} sentences, beam {result['beam']}: "
+             f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}",
+             f"  {result['bleu_signature']}", f"  {result['chrf_signature']}",
+             "BLEU by source length:", format_length_table(result["by_length"])]
+    if "plot" in result:
+        lines.append(f"plot: {result['plot']}")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""attnlab models to and from other toolkits: the CTranslate2 export (`ctranslate2`)."""

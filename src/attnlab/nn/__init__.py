@@ -1,0 +1,4 @@
+"""The models as the papers write them: the one attention core every model uses (`attention`: dot, general,
+parameterized and additive scores, multi-head), RNN cells and layers (`rnn`), the RNN encoder-decoder with or
+without attention (`rnn_seq2seq`), the Transformer encoder-decoder and decoder-only stack (`transformer`) and the
+decomposable attention model (`decomposable`). Modules here take tensors and give tensors: no files, no corpora."""

@@ -1,0 +1,2 @@
+"""The one trainer every family uses (`trainer`: the loop, resumable checkpoints, validation, progress) and the
+optimizer's parameter groups and learning-rate schedules (`optim`). Never imported by decoding."""
