@@ -6,6 +6,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,7 +79,8 @@ def test_decode_batch_size_of_a_loaded_run(tiny_runs, tmp_path, capsys):
     batch of that load only; the translations are those of the run's own batch size; a bad size is one line."""
     sentences = SENTENCES * 3
     default = attnlab.load(tiny_runs["rnn"])
-    assert default.config.decode.batch_size == 64
+    assert default.config.decode.batch_size == 0  # by device
+    assert default._explorer.batch_size == 64  # on the CPU
     one = attnlab.load(tiny_runs["rnn"], decode_batch_size=1)
     assert one.config.decode.batch_size == 1
     seen = []
@@ -85,7 +88,7 @@ def test_decode_batch_size_of_a_loaded_run(tiny_runs, tmp_path, capsys):
     assert one.translate(sentences, beam=2) == default.translate(sentences, beam=2)
     hook.remove()
     assert seen == [1] * len(sentences)  # one search per sentence
-    for bad, message in ((0, "decode.batch_size = 0 is below the minimum 1"),
+    for bad, message in ((-1, "decode.batch_size = -1 is below the minimum 0"),
                          (2**16 + 1, "decode.batch_size = 65537 exceeds the limit 65536"),
                          (2.5, "decode.batch_size: expected int, got float 2.5"),
                          (True, "decode.batch_size: expected int, got bool True")):
@@ -98,7 +101,7 @@ def test_decode_batch_size_of_a_loaded_run(tiny_runs, tmp_path, capsys):
     assert main(["evaluate", str(copy), "--batch-size", "3", "--max-sentences", "4", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sentences"] == 4
     with pytest.raises(SystemExit) as refused:  # an argparse refusal: exit code 2, one line naming the option
-        main(["translate", str(tiny_runs["rnn"]), "--batch-size", "0"])
+        main(["translate", str(tiny_runs["rnn"]), "--batch-size", "-1"])
     assert refused.value.code == 2 and "--batch-size" in capsys.readouterr().err
 
 
@@ -272,3 +275,20 @@ def test_the_api_reference_renders():
     page = pdoc.pdoc("attnlab.app.api")
     for anchor in ("load", "train", "corpus", "show", "Run.translate", "Run.explore", "Run.evaluate"):
         assert f'id="{anchor}"' in page, anchor
+
+
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+def test_loading_a_run_imports_no_compiler(tiny_runs, family):
+    """A cold start (`attnlab evaluate`, `attnlab.load` in a fresh process) builds the model once on the meta
+    device to check its size: that must not import torch._dynamo (seconds on a fresh GPU machine, docs/results.md
+    "GPU"), and the count must equal the real model's."""
+    code = ("import sys, attnlab\n"
+            "from attnlab.app.workflow import check_model_size, run_config, run_tokenizers\n"
+            f"run = attnlab.load({str(tiny_runs[family])!r})\n"
+            "family, raw = run_config(run.path)\n"
+            "n = check_model_size(family, family.from_dict(raw), run_tokenizers(run.path))\n"
+            "real = sum(p.numel() for p in run.model.parameters())\n"
+            "print(n == real, 'torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]

@@ -85,7 +85,7 @@ def test_unparseable_and_missing_files(tmp_path):
     ("train.plateau_patience=0", "train.plateau_patience = 0 is below the minimum 1"),
     ("train.plateau_factor=0", "train: plateau_factor must be in (0, 1]"),
     ("train.weight_decay=-1", "train.weight_decay = -1.0 is below the minimum 0.0"),
-    ("decode.batch_size=0", "decode.batch_size = 0 is below the minimum 1"),
+    ("decode.batch_size=-1", "decode.batch_size = -1 is below the minimum 0"),
     ("decode.beam_size=-2", "decode.beam_size = -2 is below the minimum 1"),
     ("decode.max_len_ratio=0", "max_len_ratio > 0"),
     # numbers beyond what the machine can hold or allocate: refused by their key's limit before anything is built

@@ -42,6 +42,7 @@ from attnlab.data.corpus import normalize
 from attnlab.data.store import Store
 from attnlab.decode.translate import CTranslate2Translator, DecodeConfig, Translation, Translator
 from attnlab.families.base import EvalOptions, LoadedRun
+from attnlab.families.explorer import Recording
 from attnlab.families.lm import generate
 from attnlab.families.table import family_of, family_of_config, require
 from attnlab.families.translation import prepare_corpus
@@ -317,7 +318,8 @@ class Run:
         sentence, beam = _text("sentence", sentence), _optional_int("beam", beam, 1, MAX_BEAM)
         sentence_b, max_new = _optional_text("sentence_b", sentence_b), _int("max_new", max_new, 1, MAX_LEN)
         text = normalize(sentence)
-        if not text and self.family != "lm":
+        hooks = self.loaded.family.explorer
+        if not text and not (hooks is not None and hooks.empty_input):  # a language model may start from nothing
             raise AttnlabError("the sentence is empty")
         second = normalize(sentence_b) if sentence_b is not None else None
         ex = explore_run(self.loaded, text, second, beam, max_new, self._explorer)
@@ -407,8 +409,8 @@ def load(run_dir: Path | str, checkpoint: str = "best", device: str = "cpu", eng
     ("cpu", "cuda", "mps" or "auto"). engine="ctranslate2": a Transformer translation run decodes with its
     CTranslate2 export (`model_dir`, or RUN_DIR's own, exported on first use). decode_amp ("none", "auto",
     "bf16"; None: the run's decode.amp): the precision of a translation run's search (translate, evaluate).
-    decode_batch_size (None: the run's decode.batch_size): sentences per search batch, for this load only (a GPU
-    decodes 256 at once about as fast as 64; a CPU is faster with the default 64)."""
+    decode_batch_size (None: the run's decode.batch_size; 0: by device, 64 on a CPU, 1,024 on a GPU): sentences
+    per search batch, for this load only (a GPU decodes 1,024 at once about as fast as 64)."""
     run_dir, model_dir = _path("run_dir", run_dir), _optional_path("model_dir", model_dir)
     if checkpoint not in CHECKPOINTS:
         raise AttnlabError(f"checkpoint {checkpoint!r:.40} is not one of {', '.join(CHECKPOINTS)}")
@@ -488,8 +490,8 @@ def show(attention: Any, src_tokens: Sequence[str] | None = None, tgt_tokens: Se
     into words for the word toggle ("sentencepiece", "wordpiece", "char"; default: from the tokens). out: write
     the page as a standalone HTML file instead (returns its path); outside a notebook `out` is needed."""
     out, title = _optional_path("out", out), _text("title", title)
-    if isinstance(attention, views.Exploration):
-        ex = attention
+    if isinstance(attention, Recording):  # a run's exploration, or what a family's explore hook recorded
+        ex = views.Exploration.of(attention)
     else:
         if src_tokens is None:
             raise AttnlabError("show(attention, src_tokens, tgt_tokens): give the tokens of the attention's columns")

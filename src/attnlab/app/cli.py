@@ -33,6 +33,7 @@ from attnlab.core.plotting import supported_formats
 from attnlab.data.bible import ENGLISH_MODULES
 from attnlab.data.corpus import cache_dir
 from attnlab.decode.translate import DecodeConfig
+from attnlab.families.series import VARIANTS
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 NESTED_COMMANDS = ("data", "paraphrase", "plot")  # commands with sub-commands of their own
@@ -129,8 +130,8 @@ def _option_groups() -> dict[str, argparse.ArgumentParser]:
                      help="translation: the precision of the search: none (fp32), auto (bf16 where the device "
                           "computes it natively), bf16 (default: the run's decode.amp, none unless set)")
     amp.add_argument("--batch-size", type=_int(*DecodeConfig.LIMITS["batch_size"]), default=None, metavar="N",
-                     help="translation: sentences per search batch (default: the run's decode.batch_size, 64 unless "
-                          "set); a GPU is faster with larger batches (e.g. 256), a CPU with 64")
+                     help="translation: sentences per search batch (default: the run's decode.batch_size; 0 or "
+                          "unset: by device, 64 on a CPU, 1024 on a GPU)")
     evaluate = argparse.ArgumentParser(add_help=False, parents=[run])
     evaluate.add_argument("--split", choices=("train", "dev", "test"), default="test")
     evaluate.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -222,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   help="train from a config (configs/paraphrase-*.toml), or resume",
                                   description="Train a paraphrase classifier with the one trainer (model selection "
                                               "on dev accuracy).")
-    ptrain.set_defaults(func=cmd_train, require_family="pair")
+    ptrain.set_defaults(func=cmd_train, require_ability="classify")
     peval = psub_para.add_parser("evaluate", parents=[opts["evaluate"]],
                                  help="accuracy on a split, overall and by kind of negative",
                                  description="Accuracy of a trained run on a split: overall, on the positives, the "
@@ -428,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fib (fibonacci: the seed's 1,200 Fibonacci numbers), sine (noisy two-period sine), "
                           "or a series config file such as configs/seed-fib-attention.toml")
     ser.add_argument("--seeds", type=_int(1, MAX_SEEDS), default=5, help="train with seeds 1..N (default 5)")
-    ser.add_argument("--only", choices=("both", "rnn", "attention"), default="both",
+    ser.add_argument("--only", choices=("both", *VARIANTS), default="both",
                      help="which model(s) to train (default both)")
     ser.add_argument("--out", type=Path, help="output directory (default runs/series/<task>)")
     ser.add_argument("--json", action="store_true", help="print all results as JSON")

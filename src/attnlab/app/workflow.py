@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from attnlab.core.checkpoint import load_weights, resolve_checkpoint
 from attnlab.core.config import MAX_PARAMETERS, apply_overrides, to_dict
@@ -46,10 +47,29 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+class ShapesOnly(TorchFunctionMode):
+    """Inside it, drawing a tensor's random initial values does nothing: for a model built on the meta device,
+    whose parameters are shapes without values. `normal_` on a meta tensor otherwise runs torch's Python reference
+    implementation, whose first call imports torch._dynamo: a second of every cold start that loads a run (five on
+    a fresh GPU machine, docs/results.md "GPU"). A torch function mode is pushed for this thread only."""
+
+    DRAWS = frozenset({torch.Tensor.normal_, torch.Tensor.uniform_, torch.nn.init.normal_, torch.nn.init.uniform_,
+                       torch.nn.init.trunc_normal_, torch.nn.init.xavier_uniform_, torch.nn.init.xavier_normal_,
+                       torch.nn.init.kaiming_uniform_, torch.nn.init.kaiming_normal_, torch.nn.init.orthogonal_})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.DRAWS:
+            tensor = args[0] if args else kwargs.get("tensor")  # torch.nn.init passes it by keyword
+            if isinstance(tensor, torch.Tensor) and tensor.is_meta:
+                return tensor
+        return func(*args, **kwargs)
+
+
 def check_model_size(family: Family, cfg: Any, tokenizers: TokenizerPair | None) -> int:
-    """The number of parameters of the family's model of `cfg`, counted on the meta device (shapes, no memory);
-    more than `MAX_PARAMETERS` is an AttnlabError. Building on the meta device draws no random numbers."""
-    with warnings.catch_warnings(), torch.device("meta"):
+    """The number of parameters of the family's model of `cfg`, counted on the meta device (shapes, no memory, no
+    random numbers drawn: `ShapesOnly`); more than `MAX_PARAMETERS` is an AttnlabError."""
+    with warnings.catch_warnings(), torch.device("meta"), ShapesOnly():
         warnings.simplefilter("ignore")  # a pretrained family copies its weights into meta tensors: a no-op
         n = sum(p.numel() for p in family.build_model(cfg, tokenizers).parameters())
     if n > MAX_PARAMETERS:

@@ -27,22 +27,35 @@ class DecodeConfig:
     length_penalty: float = 0.6  # GNMT alpha; 0 = none
     max_len_ratio: float = 1.5  # output length limit: ratio * source tokens + offset
     max_len_offset: int = 10
-    batch_size: int = 64  # sentences per decoding batch
+    batch_size: int = 0  # sentences per decoding batch; 0: by device (`DECODE_BATCH`)
     max_src_tokens: int = 400  # longer inputs are refused with a clear error
     amp: str = "none"  # none | auto (bf16 where the device computes it natively) | bf16: autocast of the search
 
     CHOICES: ClassVar[dict] = {"amp": ("none", "auto", "bf16")}
 
     LIMITS: ClassVar[dict] = {"beam_size": (1, MAX_BEAM), "length_penalty": (0.0, 100.0), "max_len_ratio": (0.0, 100.0),
-                              "max_len_offset": (0, MAX_LEN), "batch_size": (1, 2**16), "max_src_tokens": (1, MAX_LEN)}
+                              "max_len_offset": (0, MAX_LEN), "batch_size": (0, 2**16), "max_src_tokens": (1, MAX_LEN)}
 
     def __post_init__(self) -> None:
-        for name in ("beam_size", "batch_size", "max_src_tokens"):
+        for name in ("beam_size", "max_src_tokens"):
             if getattr(self, name) < 1:
                 raise AttnlabError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.batch_size < 0:
+            raise AttnlabError(f"batch_size must be >= 0 (0: by device), got {self.batch_size}")
         if self.length_penalty < 0 or self.max_len_ratio <= 0 or self.max_len_offset < 0:
             raise AttnlabError(f"need length_penalty >= 0 (got {self.length_penalty}), max_len_ratio > 0 (got "
                                f"{self.max_len_ratio}) and max_len_offset >= 0 (got {self.max_len_offset})")
+
+
+# Sentences per search batch when decode.batch_size is 0, by device type. A GPU's search step costs about the same for
+# 64 sentences as for 1,024, so the split's time is the number of batches times their steps (benchmarks/decode_batch.py,
+# docs/results.md "GPU"); a CPU's step grows with the batch, and a smaller one pads less.
+DECODE_BATCH = {"cpu": 64, "cuda": 1024}
+
+
+def batch_size_for(decode: DecodeConfig, device: torch.device) -> int:
+    """decode.batch_size, or the device's own (`DECODE_BATCH`, 64 elsewhere) when it is 0."""
+    return decode.batch_size or DECODE_BATCH.get(device.type, 64)
 
 
 def encode_source(tokenizers: TokenizerPair, decode: DecodeConfig, sentences: list[str]) -> list[list[int]]:
@@ -76,6 +89,7 @@ class Translator:
         self.model = model.to(device).eval()
         self.tokenizers, self.decode, self.device = tokenizers, decode, torch.device(device)
         self.amp_dtype = amp_dtype(decode.amp, self.device, key="decode.amp")  # None: fp32
+        self.batch_size = batch_size_for(decode, self.device)
         if self.device.type == "cpu":  # a beam's caches, reordered every step, reuse freed memory (kernels.memory)
             keep_freed_memory()
 
@@ -93,8 +107,8 @@ class Translator:
         ids = self.encode_source(sentences)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         results: list[list[Translation]] = [[] for _ in ids]
-        for start in range(0, len(order), self.decode.batch_size):
-            chunk = order[start:start + self.decode.batch_size]
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
             src = pad_sequences([ids[i] for i in chunk]).to(self.device)  # (B, S)
             lengths = torch.tensor([len(ids[i]) for i in chunk], device=self.device)  # (B,)
             limit = max_output_length(lengths, self.decode.max_len_ratio, self.decode.max_len_offset)
@@ -167,8 +181,9 @@ class CTranslate2Translator:
         ids = encode_source(self.tokenizers, self.decode, sentences)  # EOS and the length check
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         results: list[list[Translation]] = [[] for _ in ids]
-        for start in range(0, len(order), self.decode.batch_size):
-            chunk = order[start:start + self.decode.batch_size]
+        batch_size = batch_size_for(self.decode, torch.device("cpu"))
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
             pieces = [[src_tok.id_to_piece(t) for t in ids[i]] for i in chunk]
             limits = max_output_length(torch.tensor([len(ids[i]) for i in chunk]), self.decode.max_len_ratio,
                                        self.decode.max_len_offset).tolist()

@@ -204,9 +204,11 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         self.max_len = max_len
         self.learned = nn.Embedding(max_len, d_model) if learned else None
-        pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (L, 1)
-        inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (ceil(D/2),)
-        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+        # made on the CPU whatever the default device (a model counted on the meta device still computes its table
+        # natively, without torch's Python reference ops) and moved with the model
+        pos = torch.arange(max_len, dtype=torch.float64, device="cpu")[:, None]  # (L, 1)
+        inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64, device="cpu") / d_model)
+        pe = torch.zeros(max_len, d_model, dtype=torch.float64, device="cpu")
         pe[:, 0::2] = torch.sin(pos * inv_freq)
         pe[:, 1::2] = torch.cos(pos * inv_freq[: d_model // 2])
         # not persistent: a function of the config, so checkpoints need not carry it
