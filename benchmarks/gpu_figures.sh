@@ -56,7 +56,13 @@ train_and_evaluate() {  # train_and_evaluate RUN_DIR TAG [train overrides...]: t
   step "evaluate$tag" 75 sh -c "$py -X faulthandler -c 'import faulthandler, runpy, sys
 faulthandler.dump_traceback_later(20, repeat=True)
 sys.argv = [\"attnlab\", \"evaluate\", \"$run\", \"--split\", \"test\", \"--json\"]
-runpy.run_module(\"attnlab.app.cli\", run_name=\"__main__\")' > '$out/eval_test$tag.json'"
+runpy.run_module(\"attnlab\", run_name=\"__main__\")' > '$out/eval_test$tag.json'"
+  # the same evaluation through the Python API in a fresh process, and the command with --device cuda: on the H200
+  # (f14274c) the command decoded at 36 verses/s and the API at 350 (docs/results.md, "GPU")
+  step "evaluate-api$tag" 45 $py -c "import time; t = time.perf_counter(); import attnlab
+r = attnlab.load('$run', device='auto').evaluate('test')
+print('api evaluate: %.2f s, %.1f verses/s, device %s' % (time.perf_counter() - t, r['sentences_per_s'], r.get('device')))"
+  step "evaluate-cuda$tag" 45 sh -c "$py -m attnlab evaluate '$run' --split test --device cuda --json > '$out/eval_test_cuda$tag.json'"
 }
 run=runs/gpu/base-${minutes}min
 train_and_evaluate "$run" "" "$@"
