@@ -16,8 +16,11 @@ from conftest import benchmark_module
 from attnlab.nn.decomposable import DecomposableAttention, DecomposableConfig
 from attnlab.core.errors import AttnlabError
 from attnlab.decode.translate import DecodeConfig
-from attnlab.app.explore import attention_rollout, explore_generation, explore_pair, explore_translation
-from attnlab.app.views import (attention_exploration, exploration_html, explorer_page, merge_words, neuron_payload, summary,
+from attnlab.families.explorer import attention_rollout
+from attnlab.families.lm import explore_generation
+from attnlab.families.pairs import explore_pair
+from attnlab.families.translation import explore_translation
+from attnlab.app.views import (Exploration, attention_exploration, exploration_html, explorer_page, merge_words, neuron_payload, summary,
                            weights_payload, word_groups, word_labels)
 from attnlab.families.lm import LMModelConfig, TransformerLM
 from attnlab.families.pairs import ParaphraseConfig
@@ -370,7 +373,7 @@ def test_attention_exploration_errors_are_one_line(attention, src, tgt, message)
 
 
 def test_inline_explorer_embeds_every_payload_and_fetches_nothing():
-    ex = explore_translation(tiny_translator("pre"), SENTENCE, beam=2)
+    ex = Exploration.of(explore_translation(tiny_translator("pre"), SENTENCE, beam=2))  # what Run.explore returns
     snippet = exploration_html(ex, title="tiny <run>")
     page, data = page_data(snippet)
     assert ex._repr_html_() == exploration_html(ex) and 'title="tiny &lt;run&gt;"' in snippet
@@ -418,7 +421,7 @@ def test_run_explore_from_threads_equals_each_alone(tiny_runs, family):
 
 def test_token_choices_never_offer_what_the_searches_never_generate():
     """PAD, BOS and the banned control pieces are never among the alternatives, however probable."""
-    from attnlab.app.explore import token_choices
+    from attnlab.families.explorer import token_choices
 
     lp = torch.log_softmax(torch.tensor([[9.0, 8.0, 1.0, 7.0, 2.0, 3.0]]), -1)  # ids 0 (PAD), 1 (BOS), 3 the best
     choices = token_choices(lp, [2], str, banned=[3])

@@ -75,7 +75,7 @@ display(attention_exploration(cross_w, src_tokens, tgt_tokens, title="cross-atte
 """
 MINILM = """\
 import attnlab, torch
-from attnlab.app.explore import encoder_self_attention
+from attnlab.families.explorer import encoder_self_attention
 from attnlab.families.pretrained import load_minilm
 encoder, tokenizer = load_minilm()
 encoded = tokenizer.tok.encode("The cat sat on the mat because it was tired.")

@@ -13,7 +13,7 @@ import pytest
 import torch
 from test_explore import SENTENCE, char_pair, tiny_translator
 
-from attnlab.app.explore import explore_translation
+from attnlab.families.translation import explore_translation
 from attnlab.nn.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from attnlab.decode.translate import DecodeConfig, Translator

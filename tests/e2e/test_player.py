@@ -123,9 +123,10 @@ def test_step_player_in_the_inline_page_offline(browser, tmp_path):
     sys.path.insert(0, str(Path(__file__).parents[1]))
     from test_explore import SENTENCE, tiny_translator
 
-    from attnlab.app.explore import explore_translation
+    from attnlab.app.views import Exploration
+    from attnlab.families.translation import explore_translation
 
-    ex = explore_translation(tiny_translator("pre"), SENTENCE, beam=3)
+    ex = Exploration.of(explore_translation(tiny_translator("pre"), SENTENCE, beam=3))
     page = ex.save_html(tmp_path / "explorer.html")
     browser.get(page.as_uri())
     WebDriverWait(browser, 60).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")

@@ -31,8 +31,8 @@ from attnlab.data.paraphrase import format_paraphrase_stats, paraphrase_corpus, 
 from attnlab.data.store import format_store_stats
 from attnlab.data.tokenizers import cached_tokenizers, one_line, save_tokenizers
 from attnlab.families.pairs import plot_alignment
-from attnlab.families.series import load_series_config
-from attnlab.families.table import load_family_config
+from attnlab.families.series import VARIANTS, load_series_config
+from attnlab.families.table import FAMILIES, load_family_config
 from attnlab.families.translation import format_seq2seq_eval, prepare_corpus
 
 
@@ -79,8 +79,9 @@ def cmd_data_prepare(args: argparse.Namespace) -> None:
     use."""
     family, cfg = load_family_config(args.config, args.set)
     if "translate" not in family.abilities:
+        names = " or ".join(sorted(f.name for f in FAMILIES if "translate" in f.abilities))
         raise AttnlabError(f"{args.config} is a {family.title} config; `attnlab data prepare` prepares the corpus of "
-                           "a translation config (model.family rnn or transformer)")
+                           f"a translation config (model.family {names})")
     store = prepare_corpus(cfg, out=args.out, force=args.force)
     print(json.dumps(store.stats(), indent=2) if args.json else format_store_stats(store))
     if args.out:
@@ -115,7 +116,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         raise AttnlabError("give a config: a file or a packaged config's name, e.g. attnlab train "
                            "bible-rnn-bahdanau (attnlab configs lists them)")
     family, cfg, name = api.typed_config(args.config, args.set)  # checked before any slow work
-    if getattr(args, "require_family", None) and family.name != args.require_family:
+    if getattr(args, "require_ability", None) and args.require_ability not in family.abilities:
         raise AttnlabError(f"{args.config} is a {family.title} config, not a paraphrase one; use attnlab train")
     out = args.out or Path("runs") / name
     if args.procs > 1:
@@ -309,8 +310,8 @@ def cmd_series(args: argparse.Namespace) -> None:
         cfg = load_series_config(None, [f"series.task={task}", *args.set])
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
-    variants = {"both": (False, True), "rnn": (False,), "attention": (True,)}[args.only]
-    out = args.out or Path("runs") / "series" / cfg.series.task
+    variants = tuple(VARIANTS.values()) if args.only == "both" else (VARIANTS[args.only],)
+    out = args.out or Path("runs/series") / cfg.series.task
     results = compare(cfg, list(range(1, args.seeds + 1)), out, variants,
                       log=lambda line: print(line, file=sys.stderr, flush=True))
     print(json.dumps(results, indent=2) if args.json else format_comparison(results))

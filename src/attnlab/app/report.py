@@ -30,6 +30,7 @@ from attnlab.core.summary import format_table, layer_table
 from attnlab.data.corpus import normalize
 from attnlab.data.tokenizers import TokenizerPair
 from attnlab.decode.translate import Translator
+from attnlab.families.table import explorer
 from attnlab.families.translation import ExperimentConfig, split_pairs
 
 log = logging.getLogger("attnlab")
@@ -41,6 +42,7 @@ class RunInfo:
     path: Path
     cfg: ExperimentConfig
     translator: Translator
+    attention: str  # the model's attention with its sizes (the family's `Explorer.facts`)
     summary: str  # the `attnlab summary` table
     parameters: int
     records: list[dict]  # metrics.jsonl
@@ -64,7 +66,8 @@ def load_run_info(run_dir: Path, name: str, split: str, checkpoint: str = "best"
     summary = format_table(rows, f"{run.family.title}, {description}")
     records = read_metrics(run_dir)
     ev = run_dir / "eval" / f"{split}.json"
-    return RunInfo(name, run_dir, cfg, Translator(model, tokenizers, cfg.decode, device), summary,
+    attention = explorer(run.family, run_dir).facts(run).description
+    return RunInfo(name, run_dir, cfg, Translator(model, tokenizers, cfg.decode, device), attention, summary,
                    sum(r.params for r in rows), records, read_json(ev) if ev.is_file() else None)
 
 
@@ -125,14 +128,11 @@ def _runs_table(runs: list[RunInfo]) -> str:
             "<th>best dev BLEU (greedy)</th><th>last dev loss</th></tr>")
     rows = []
     for r in runs:
-        m = r.cfg.model
-        attention = (f"multi-head ({m.transformer.dec_layers} layers x {m.transformer.h} heads)"
-                     if m.family == "transformer" else f"{m.rnn.attention} ({m.rnn.cell})")
         steps = max((x.get("step", 0) for x in r.records), default=0)
         bleus = [x["bleu"] for x in r.records if "bleu" in x]
         dev_losses = [x["dev_loss"] for x in r.records if "dev_loss" in x]
-        rows.append(f"<tr><td>{_e(r.name)}</td><td><code>{_e(r.path)}</code></td><td>{_e(m.family)}</td>"
-                    f"<td>{_e(attention)}</td><td class=num>{r.parameters:,}</td><td class=num>{steps:,}</td>"
+        rows.append(f"<tr><td>{_e(r.name)}</td><td><code>{_e(r.path)}</code></td><td>{_e(r.cfg.model.family)}</td>"
+                    f"<td>{_e(r.attention)}</td><td class=num>{r.parameters:,}</td><td class=num>{steps:,}</td>"
                     f"<td class=num>{_fmt(max(bleus) if bleus else None)}</td>"
                     f"<td class=num>{_fmt(dev_losses[-1] if dev_losses else None, 3)}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"

@@ -15,7 +15,7 @@ Translation runs (RNN, Transformer) are translated and explored; language-model 
 continuation) and sentence-pair runs (two sentences) are explored. An exploration's maps stay on the server
 (`Explorations`: the most recently used within `explore_memory` bytes; a dropped one answers 410) and are fetched
 a layer at a time, so a long input never sends every layer and head at once. Explorations record the shared
-model with hooks bound to their own thread (`attnlab.app.explore.this_thread_only`), so any number of them run
+model with hooks bound to their own thread (`attnlab.families.explorer.this_thread_only`), so any number of them run
 beside each other and beside translations, and each answer is the one its request gets alone.
 
 Decoding is `attnlab.decode.translate.Translator` (the same search as `attnlab translate`). Fair service: each model
@@ -73,14 +73,13 @@ from attnlab.decode.serving import (MAX_LINGERING, BodyLimit, Busy, ConcurrencyL
                                     json_error, listen, raise_fd_limit)
 from attnlab.decode.translate import CTranslate2Translator, Translator
 from attnlab.families.base import LoadedRun
-from attnlab.families.pairs import pair_ids
+from attnlab.families.table import explorer
 
 log = logging.getLogger("attnlab")
 
 SERVE_MAX_BEAM = 12  # a shared server's own cap, below the CLI's and the API's config.MAX_BEAM (256): one client
 # cannot hold a lane for long
 MAX_NEW = 200  # tokens a language model may generate for one exploration
-MAX_PAIR_TOKENS = 256  # tokens per sentence of a pair (decomposable runs have no limit of their own)
 EXPLORE_MEMORY = 256 * 2**20  # bytes of explorations kept for their weights (a long verse through a 6-layer,
 # 8-head Transformer holds ~20 MB; a short one or an RNN's a few KB)
 MAX_DROPPED = 100_000  # ids of dropped explorations remembered, to answer 410 rather than 404
@@ -164,22 +163,10 @@ class ServedModel:
     run: Run | None = None  # the run (`attnlab.app.api.Run`): explorations go through it
 
     def cost(self, sentence: str, sentence_b: str | None = None, beam: int = 1, max_new: int = 0) -> int:
-        """Beam x tokens of a request (which lane it goes to); an AttnlabError when it has too many tokens."""
-        if self.translator is not None:
-            return beam * len(self.translator.encode_source([sentence])[0])
-        if self.info.kind == "generation":
-            tokens = len(self.run.tokenizers.tgt.encode(sentence)) + max_new
-            if tokens + 1 > self.info.max_src_tokens:
-                raise AttnlabError(f"prompt + max_new ({tokens} tokens) exceed the model's max_len "
-                                   f"({self.info.max_src_tokens})")
-            return tokens
-        if not sentence_b:
-            raise AttnlabError("a sentence-pair model needs sentence_b, the second sentence of the pair")
-        lengths = [len(x) for x in pair_ids(self.run.config, self.run.tokenizers).ids([sentence, sentence_b])]
-        if max(lengths) > self.info.max_src_tokens:
-            raise AttnlabError(f"a sentence of the pair has {max(lengths)} tokens; the limit is "
-                               f"{self.info.max_src_tokens}")
-        return sum(lengths)
+        """Beam x tokens of a request (which lane it goes to), as the run's family counts an input's tokens
+        (`attnlab.families.base.Explorer.tokens`); an AttnlabError when it has too many or misses a part."""
+        loaded = self.run.loaded
+        return beam * loaded.family.explorer.tokens(loaded, sentence, sentence_b, max_new)
 
     def explore(self, items: list[tuple[str, str | None, int, int]]) -> list[views.Exploration | Exception]:
         """Explorations of (sentence, sentence_b, beam, max_new) items, one at a time (identical ones once); an
@@ -188,37 +175,14 @@ class ServedModel:
 
 
 def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:
-    """The ModelInfo of a loaded run of a family the explorer shows; a series run is refused."""
-    cfg, family = run.cfg, run.family.name
+    """The ModelInfo of a loaded run of a family the explorer shows (its `Explorer.facts`); a family without
+    explorer hooks (series) is refused."""
+    facts = explorer(run.family, run.run_dir).facts(run)
     parameters = sum(p.numel() for p in {id(p): p for p in run.model.parameters()}.values())
-    if family == "transformer":
-        t = cfg.model.transformer
-        kind, attention, layers, heads, beam, limit = "translation", "multi-head", t.dec_layers, t.h, \
-            cfg.decode.beam_size, cfg.decode.max_src_tokens
-    elif family == "rnn":
-        attention = cfg.model.rnn.attention
-        kind, layers, beam, limit = "translation", 0 if attention == "none" else 1, cfg.decode.beam_size, \
-            cfg.decode.max_src_tokens
-        heads = layers
-    elif family == "lm":
-        m = cfg.model.lm
-        kind, attention, layers, heads, beam, limit = "generation", "causal self-attention", m.layers, m.h, 1, \
-            m.max_len
-    elif family == "pair" and cfg.model.family == "minilm":
-        layers = len(run.model.encoder.layers)
-        kind, attention, heads, beam = "pair", "self-attention of each sentence (MiniLM)", \
-            run.model.encoder.layers[0].self_attn.h, 1
-        limit = cfg.model.minilm.max_len
-    elif family == "pair":
-        kind, attention, layers, heads, beam, limit = "pair", "soft alignment (decomposable)", 1, 1, 1, \
-            MAX_PAIR_TOKENS
-    else:
-        raise AttnlabError(f"{run.run_dir}: a {run.family.title} run has no attention to explore; serve translation, "
-                           "language-model or sentence-pair runs")
-    return ModelInfo(name=name, family=cfg.model.family if family == "pair" else family, kind=kind,
-                     attention=attention, layers=layers, heads=heads, beam=beam, max_src_tokens=limit,
-                     max_chars=max_chars, parameters=parameters,
-                     trained_on=list(cfg.data.renderings) if kind == "translation" else [])
+    trained_on = list(run.cfg.data.renderings) if "translate" in run.family.abilities else []
+    return ModelInfo(name=name, family=facts.model, kind=facts.kind, attention=facts.attention, layers=facts.layers,
+                     heads=facts.heads, beam=facts.beam, max_src_tokens=facts.max_tokens, max_chars=max_chars,
+                     parameters=parameters, trained_on=trained_on)
 
 
 def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "cpu", max_chars: int = 1000,
@@ -234,10 +198,10 @@ def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "c
         seen.add(run.resolve())
         name = run.name if run.name not in models else str(run)
         family, _ = run_config(run)
-        engine_here = engine if engine == "ctranslate2" and family.name == "transformer" else "torch"
+        engine_here = engine if engine == "ctranslate2" and family.export == "translator" else "torch"
         loaded = load(run, checkpoint, device, engine_here)
         info = served_info(name, loaded.loaded, max_chars)
-        translator = loaded.translator if info.kind == "translation" else None
+        translator = loaded.translator if "translate" in family.abilities else None
         if engine_here == "ctranslate2":
             info.attention, info.layers, info.heads = "last layer, mean of heads (CTranslate2)", 1, 1
         served = ServedModel(info, translator, None, None, loaded)
@@ -471,8 +435,8 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
         sentence = clean(req.sentence)
         # sentence_b is checked wherever it is given (as the schema says), and read by pair models only
         sentence_b = None if req.sentence_b is None else clean(req.sentence_b, "sentence_b")
-        sentence_b = sentence_b if served.info.kind == "pair" else None
-        beam = served.info.beam if req.beam is None or served.info.kind != "translation" else req.beam
+        sentence_b = sentence_b if served.run.loaded.family.explorer.sentences == 2 else None
+        beam = served.info.beam if req.beam is None or served.translator is None else req.beam
         t0 = time.perf_counter()
         try:
             cost = served.cost(sentence, sentence_b, beam, req.max_new)
@@ -534,7 +498,7 @@ def openapi_with_models(app: FastAPI, models: dict[str, ServedModel], max_chars:
     if app.openapi_schema is not None:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-    translation = [name for name, m in models.items() if m.info.kind == "translation"]
+    translation = [name for name, m in models.items() if m.translator is not None]
     # a character that is not whitespace to str.split (which also splits at \x1c-\x1f and \x85, unlike a JSON
     # Schema's \s) and not the pilcrow (`corpus.normalize`)
     sentence = {"minLength": 1, "maxLength": max_chars, "pattern": r"[^\s\u001c-\u001f\u0085\u00b6]",

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from attnlab.app.workflow import load_run, train
 from attnlab.core.fileio import make_dirs, write_json
-from attnlab.families.series import SeriesExperimentConfig, SeriesRNN, SeriesSplits, baselines, make_splits, mse
+from attnlab.families.series import (VARIANTS, SeriesExperimentConfig, SeriesSplits, baselines, build_series_model,
+                                     make_splits, mse)
 
 log = logging.getLogger("attnlab")
 
@@ -56,8 +57,9 @@ def compare(cfg: SeriesExperimentConfig, seeds: list[int], out: Path | str, vari
     splits = make_splits(cfg.series)
     results: dict = {"task": cfg.series.task, "config": dataclasses.asdict(cfg), "baselines": baselines(splits),
                      "models": {}}
+    names = {attention: name for name, attention in VARIANTS.items()}
     for attention in variants:
-        name = "attention" if attention else "rnn"
+        name = names[attention]
         mcfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, attention=attention))
         runs = []
         for seed in seeds:
@@ -66,10 +68,10 @@ def compare(cfg: SeriesExperimentConfig, seeds: list[int], out: Path | str, vari
                 f"(train {r['train_mse']:.3e}; {r['steps']} steps, {r['seconds']:.1f} s)")
             runs.append(r)
         m, s = mean_std([r["test_mse"] for r in runs])
-        params = sum(p.numel() for p in SeriesRNN(mcfg.model, cfg.series.window).parameters())
+        params = sum(p.numel() for p in build_series_model(mcfg).parameters())
         results["models"][name] = {"params": params, "test_mse_mean": m, "test_mse_std": s, "runs": runs}
     if len(variants) == 2:
-        rnn, att = results["models"]["rnn"], results["models"]["attention"]
+        rnn, att = (results["models"][names[attention]] for attention in (False, True))
         wins = sum(a["test_mse"] < r["test_mse"] for a, r in zip(att["runs"], rnn["runs"]))
         results["claim"] = {"statement": "the test MSE is lower with the attention layer",
                             "holds_on_mean": att["test_mse_mean"] < rnn["test_mse_mean"],

@@ -2,7 +2,7 @@
 (`summary`, `weights_payload`, `neuron_payload`), the words toggle, the files of `attnlab plot explore`, the
 explorer inline in a notebook (`exploration_html`, `Exploration._repr_html_`) and explorations of any attention
 a user computed (`attention_exploration`, what `attnlab.show` draws). `attnlab.app.explore` computes explorations
-from trained runs.
+from trained runs (each family's explorer hook records them: `attnlab.families.explorer`).
 
 `merge_words` aggregates subword pieces into words (Clark et al. 2019, "What Does BERT Look At?", sec. 2:
 attention *to* a word is the sum over its pieces, attention *from* a word the mean over its pieces).
@@ -20,7 +20,7 @@ import json
 import logging
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import fields
 from importlib.resources import files
 from pathlib import Path
 from typing import Sequence
@@ -32,124 +32,27 @@ from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import atomic_write_text
 from attnlab.core.plotting import clean_piece, plot_attention, plot_attention_grid, plot_head_view, plot_neuron_view
 from attnlab.data.tokenizers import SPECIALS
-from attnlab.decode.search import TraceStep
+from attnlab.families.explorer import AttentionMap, DecodingSteps, Recording
 
 SPECIAL_PIECES = frozenset(SPECIALS) | {"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"}
 
 log = logging.getLogger("attnlab")
 
-# What a map's rows and columns are, by its key (a rollout's are its map's): the names of the heatmap's axes and
-# of the head view's two sides, in the browser and in the files. Any other map: queries and keys.
-AXIS_NAMES = {"cross": ("target", "source"), "align": ("target", "source"),
-              "enc_self": ("queries (source)", "keys (source)"), "dec_self": ("queries (target)", "keys (target)"),
-              "a_to_b": ("sentence a", "sentence b"), "b_to_a": ("sentence b", "sentence a"),
-              "intra_a": ("queries (a)", "keys (a)"), "intra_b": ("queries (b)", "keys (b)"),
-              "a_self": ("queries (a)", "keys (a)"), "b_self": ("queries (b)", "keys (b)")}
-
 
 # ---------------------------------------------------------------------------------------------- an exploration
+class Exploration(Recording):
+    """Everything the explorer shows for one input of one run: a recording (`attnlab.families.explorer.Recording`,
+    what a family's explore hook returns) with its views, inline in a notebook and as a standalone page."""
 
-
-@dataclass
-class AttentionMap:
-    """One kind of attention of one input. weights (L, H, R, C); q (L, H, R, Dh) and k (L, H, C, Dh) for the
-    neuron view (None where the scores are not dot products of projected vectors); scale: 1/sqrt(Dh)."""
-
-    key: str
-    title: str
-    weights: Tensor
-    rows: list[str]
-    cols: list[str]
-    causal: bool = False
-    q: Tensor | None = None
-    k: Tensor | None = None
-    scale: float = 1.0
-
-    @property
-    def layers(self) -> int:
-        return self.weights.size(0)
-
-    @property
-    def heads(self) -> int:
-        return self.weights.size(1)
-
-    @property
-    def axis_names(self) -> tuple[str, str]:
-        """What the rows and the columns are: ("target", "source") for cross-attention, ("queries (source)",
-        "keys (source)") for encoder self-attention, ("queries", "keys") when the key says nothing more."""
-        return AXIS_NAMES.get(self.key.removesuffix("_rollout"), ("queries", "keys"))
-
-    def default_query(self) -> int:
-        """The neuron view's first query row: the last one of a causal map (the first sees one key, the rest
-        masked), else the first."""
-        return len(self.rows) - 1 if self.causal else 0
-
-    def scores(self, layer: int, head: int) -> Tensor:
-        """Pre-softmax scores q_i . k_j * scale (R, C) of one head; -inf where the causal mask hides a key."""
-        if self.q is None or self.k is None:
-            raise AttnlabError(f"the {self.title} has no query/key vectors (not a dot-product attention)")
-        s = (self.q[layer, head] @ self.k[layer, head].T) * self.scale  # (R, C)
-        if self.causal:
-            R, C = s.shape
-            s = s.masked_fill(~torch.ones(R, C, dtype=torch.bool).tril(C - R), float("-inf"))
-        return s
-
-
-@dataclass
-class TokenChoice:
-    """An output token with its probability under the model and the TOP_K most probable tokens at its step."""
-
-    piece: str
-    prob: float
-    top: list[tuple[str, float]]
-    generated: bool = True  # False: a prompt token (language models)
-
-
-@dataclass
-class DecodingSteps:
-    """The decoder's steps of a translation's best hypothesis, for the step player: step t's attention is row t of
-    the map `map`, its output distribution `Exploration.choices[t]`, its context vector row t of `context`.
-
-    context (L, T, Dc): per layer, the context vector of each step. RNN (L = 1): the attention context c_t the
-    decoder uses, sum_j a_tj v_j over the encoder outputs. Transformer: each decoder layer's cross-attention
-    output before W^O, the H heads concatenated (Dc = D; head h's segment of Dh values is sum_j a_htj v_hj).
-    tree: beam search's own record (`attnlab.decode.search.TraceStep`, one per step; None for greedy search), with
-    `pieces` the target pieces of its token ids and `texts` the detokenized text of each ended hypothesis, keyed
-    (step, candidate index)."""
-
-    map: str
-    context: Tensor
-    context_title: str
-    heads: int = 1  # segments of a context vector (one per head)
-    tree: list[TraceStep] | None = None
-    pieces: dict[int, str] = field(default_factory=dict)
-    texts: dict[tuple[int, int], str] = field(default_factory=dict)
-
-
-@dataclass
-class Exploration:
-    """Everything the explorer shows for one input of one run."""
-
-    family: str
-    output: str  # translation, prompt + continuation, or the pair's prediction
-    maps: dict[str, AttentionMap]
-    scheme: str  # how pieces form words: "sentencepiece", "char" or "wordpiece"
-    score: float | None = None
-    nbest: list[tuple[str, float]] = field(default_factory=list)
-    choices: list[TokenChoice] = field(default_factory=list)
-    input: str = ""  # the sentence explored (a pair's two joined by " / "), for titles; "" when not known
-    steps: DecodingSteps | None = None  # translation runs with attention: the step player
+    @classmethod
+    def of(cls, recording: Recording) -> Exploration:
+        """The exploration of a family's recording (the same fields; a recording already one is returned)."""
+        if isinstance(recording, cls):
+            return recording
+        return cls(**{f.name: getattr(recording, f.name) for f in fields(recording)})
 
     def _repr_html_(self) -> str:  # Jupyter, JupyterLab, VS Code: the explorer inline
         return exploration_html(self)
-
-    def nbytes(self) -> int:
-        """The bytes its tensors hold (weights, queries and keys of every map, the steps' context vectors): what
-        keeping it costs a server."""
-        tensors = [t for m in self.maps.values() for t in (m.weights, m.q, m.k) if t is not None]
-        if self.steps is not None:
-            tensors.append(self.steps.context)
-        return sum(t.numel() * t.element_size() for t in tensors)
 
     def save_html(self, path: Path | str, title: str | None = None) -> Path:
         """The explorer of this exploration as a standalone page (offline), written atomically."""

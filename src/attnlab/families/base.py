@@ -1,7 +1,8 @@
 """The types a run is made of, shared by the family modules, the family table and the run pipeline: the family
-row (`Family`), a trained run loaded for use (`LoadedRun`) and evaluation settings (`EvalOptions`).
+row (`Family`) and its explorer hooks (`Explorer`, `ExplorerFacts`), a trained run loaded for use (`LoadedRun`) and
+evaluation settings (`EvalOptions`).
 
-They sit below the family modules (`experiment`, `lm`, `pairs`, `series`) so those can name them without
+They sit below the family modules (`translation`, `lm`, `pairs`, `series`) so those can name them without
 importing the table (`attnlab.families.table`) or the pipeline (`attnlab.app.workflow`) that stand on them.
 """
 
@@ -16,6 +17,7 @@ from torch import nn
 
 from attnlab.core.config import from_dict
 from attnlab.data.tokenizers import TokenizerPair
+from attnlab.families.explorer import Recording
 from attnlab.training.trainer import Training
 
 
@@ -50,6 +52,43 @@ RunLoader = Callable[..., LoadedRun]  # `attnlab.app.workflow.load_run`(run_dir,
 
 
 @dataclass(frozen=True)
+class ExplorerFacts:
+    """What the explorer says of a run before any input (`attnlab serve`'s GET /api/models, the attention column
+    of `attnlab report`)."""
+
+    model: str  # the model's name: the family's, or a pair run's model.family (decomposable, minilm)
+    kind: str  # what the page asks for: "translation" (a sentence), "generation" (a prompt), "pair" (two sentences)
+    attention: str  # e.g. "multi-head", "bahdanau", "causal self-attention"
+    description: str  # the attention with its sizes, for tables: "multi-head (6 layers x 8 heads)", "luong (gru)"
+    layers: int  # layers with attention (0: none)
+    heads: int
+    beam: int  # the run's default beam size (1: no beam search)
+    max_tokens: int  # tokens an input may have (each sentence of a pair; a prompt with its continuation)
+
+
+@dataclass(frozen=True)
+class Explorer:
+    """A family's explorer hooks (`attnlab serve`, `attnlab plot explore`, `Run.explore`).
+
+    explore(run, sentence, sentence_b, beam, max_new, translator) -> `attnlab.families.explorer.Recording`: every
+    attention map of one input; sentence is a translation's source, a language model's prompt or a pair's sentence
+    a; sentence_b a pair's sentence b; beam a translation's beam size (None: the run's decode.beam_size); max_new
+    the new tokens a language model generates at most; translator a ready `attnlab.decode.translate.Translator`
+    of a translation run to decode with (None: one is made). Each family reads what its input is made of.
+    facts(run) -> ExplorerFacts. tokens(run, sentence, sentence_b, max_new) -> the tokens one input costs per beam
+    (the server's lanes), an AttnlabError when it has too many or misses a part.
+    sentences: how many sentences an input is made of (2: a pair); empty_input: whether an empty sentence is an
+    input (a language model generates from nothing).
+    """
+
+    explore: Callable[[LoadedRun, str, str | None, int | None, int, Any], Recording]
+    facts: Callable[[LoadedRun], ExplorerFacts]
+    tokens: Callable[[LoadedRun, str, str | None, int], int]
+    sentences: int = 1
+    empty_input: bool = False
+
+
+@dataclass(frozen=True)
 class Family:
     """One model family. Every callable takes the family's typed config first.
 
@@ -62,6 +101,11 @@ class Family:
     model) -> Training; evaluate(LoadedRun, split, EvalOptions) -> result dict (it writes RUN_DIR/eval/...);
     format_eval(result) -> text; summary_inputs(cfg, tokenizers | None, src_len, tgt_len) -> (inputs, description);
     uses_tokenizers(cfg) -> whether a run of cfg has RUN_DIR/tokenizer (`load_run` refuses one without it).
+
+    What a family can do beyond the pipeline, asked of the row and never of its name: abilities (the commands its
+    runs serve: "translate", "generate", "classify", "regress"); explorer (its `Explorer` hooks; None: its runs
+    have no attention to explore); export (the CTranslate2 model its runs export to, `attnlab.interop.ctranslate2`:
+    "translator" an encoder-decoder, "generator" a decoder-only language model; None: no export).
     """
 
     name: str
@@ -79,6 +123,8 @@ class Family:
     abilities: frozenset[str]
     initialise: Callable[[Any, nn.Module, RunLoader], None] | None = None
     uses_tokenizers: Callable[[Any], bool] = lambda cfg: True
+    explorer: Explorer | None = None
+    export: str | None = None
 
     def from_dict(self, data: dict) -> Any:
         """The typed config of a raw dict (RUN_DIR/config.json plus overrides), validated key by key."""

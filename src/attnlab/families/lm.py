@@ -1,5 +1,6 @@
-"""The decoder-only Transformer language model (GPT-style): training, perplexity, sampling, and the weights a
-translation decoder can start from (transfer learning, `init_decoder_from_lm`).
+"""The decoder-only Transformer language model (GPT-style): training, perplexity, sampling, its explorer hooks
+(the causal self-attention of a prompt and its continuation), and the weights a translation decoder can start from
+(transfer learning, `init_decoder_from_lm`).
 
 The model is the Transformer's own decoder stack without cross-attention (`attnlab.nn.transformer.DecoderLayer` with
 cross_attention=False: causal self-attention, position t sees 0..t, and the FFN), token embeddings scaled by
@@ -37,7 +38,9 @@ from attnlab.data.batching import pack_rows, pad_sequences
 from attnlab.data.bible import bible_corpus
 from attnlab.data.corpus import holdout, normalize, subsample
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair, build_tokenizers
-from attnlab.families.base import EvalOptions, LoadedRun
+from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun
+from attnlab.families.explorer import (AttentionMap, Recording, capture, scheme_of, stacked_qk, token_choices,
+                                       with_rollout)
 from attnlab.kernels.dropout import Dropout
 from attnlab.nn.attention import Segments, segment_mask
 from attnlab.nn.transformer import (DecoderLayer, PositionalEncoding, TransformerConfig, TransformerSeq2Seq,
@@ -495,6 +498,47 @@ def generate(model: TransformerLM, tok, prompt: str = "", num: int = 1, max_len:
         new = ids[:-1] if finished else ids
         samples.append(Sample(tok.decode(prompt_ids + new), new, float(score[row]), finished))
     return samples
+
+
+# ---------------------------------------------------------------------------------------------- explorer
+@torch.no_grad()
+def explore_generation(run: LoadedRun, prompt: str, sentence_b: str | None = None, beam: int | None = None,
+                       max_new: int = 40, translator=None) -> Recording:
+    """The causal self-attention of a language model over [BOS] + prompt (it may be empty) + its greedy
+    continuation (at most max_new tokens), its rollout, and every token's probability with the top 5 alternatives.
+    The explore hook (`attnlab.families.base.Explorer`): sentence_b, beam and translator do not apply."""
+    model, tok = run.model, run.tokenizers.tgt
+    sample = generate(model, tok, prompt, num=1, max_len=max_new, temperature=0.0, device=run.device)[0]
+    prompt_ids = tok.encode(normalize(prompt))
+    ids = [BOS_ID, *prompt_ids, *sample.tokens]  # the model's input; EOS is predicted, never fed
+    targets = ids[1:] + ([EOS_ID] if sample.finished else [])
+    tokens = torch.tensor([ids], device=run.device)  # (1, T)
+    with capture([l.self_attn for l in model.layers]) as cap:
+        weights = model.attention_maps(tokens)[0].float().cpu()  # (N, H, T, T)
+        q, k, scale = stacked_qk(cap, range(len(model.layers)))
+    pieces = [tok.id_to_piece(i) for i in ids]
+    maps = {"lm_self": AttentionMap("lm_self", "causal self-attention", weights, pieces, pieces, True, q.cpu(),
+                                    k.cpu(), scale)}
+    with_rollout(maps, "lm_self")
+    log_probs = model(tokens)[0].log_softmax(-1).cpu()[: len(targets)]  # (T, V)
+    generated = [t > len(prompt_ids) for t in range(1, len(targets) + 1)]
+    return Recording(family="lm", output=sample.text, maps=maps, scheme=scheme_of(tok), score=sample.logprob,
+                     choices=token_choices(log_probs, targets, tok.id_to_piece, generated, tok.control_ids))
+
+
+def lm_explorer_facts(run: LoadedRun) -> ExplorerFacts:
+    """The layers of causal self-attention; a prompt and its continuation hold at most model.lm.max_len tokens."""
+    m = run.cfg.model.lm
+    return ExplorerFacts(run.family.name, "generation", "causal self-attention",
+                         f"causal self-attention ({m.layers} layers x {m.h} heads)", m.layers, m.h, 1, m.max_len)
+
+
+def lm_tokens(run: LoadedRun, sentence: str, sentence_b: str | None, max_new: int) -> int:
+    """The prompt's tokens and max_new; with [BOS] more than model.lm.max_len is an AttnlabError."""
+    tokens, limit = len(run.tokenizers.tgt.encode(sentence)) + max_new, run.cfg.model.lm.max_len
+    if tokens + 1 > limit:
+        raise AttnlabError(f"prompt + max_new ({tokens} tokens) exceed the model's max_len ({limit})")
+    return tokens
 
 
 # ---------------------------------------------------------------------------------------------- transfer

@@ -7,7 +7,8 @@
   (`attnlab.nn.decomposable`, Parikh et al. 2016, with a subword tokenizer trained on the train pairs) or "minilm"
   (`attnlab.families.pretrained.build_minilm_classifier`, the fine-tuned all-MiniLM-L6-v2 and its WordPiece tokenizer), on
   the KJV-vs-WEB verse pairs of `attnlab.data.paraphrase`; and the functions the run pipeline (`attnlab.app.workflow`)
-  calls for it (see `attnlab.families.table`).
+  calls for it (see `attnlab.families.table`), and its explorer hooks (the soft alignments or the self-attention of
+  each sentence).
 
 Shape legend: B batch, La / Lb lengths of the two sentences, C classes.
 """
@@ -30,10 +31,15 @@ from attnlab.data.batching import TokenBudgetBatchSampler, pad_with_mask
 from attnlab.data.corpus import normalize, subsample
 from attnlab.data.paraphrase import HARD_NEGATIVES, KINDS, ParaphraseCorpus, ParaphrasePair, paraphrase_corpus
 from attnlab.data.tokenizers import PAD_ID, TokenizerConfig, TokenizerPair, build_tokenizers
-from attnlab.families.base import EvalOptions, LoadedRun
+from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun
+from attnlab.families.explorer import (AttentionMap, Recording, capture, encoder_self_attention, scheme_of, stacked_qk,
+                                       with_rollout)
 from attnlab.families.pretrained import MiniLMConfig, WordPieceTokenizer, build_minilm_classifier, minilm_dir
 from attnlab.nn.decomposable import DecomposableAttention, DecomposableConfig
 from attnlab.training.trainer import TrainConfig, Training
+
+MAX_SERVED_TOKENS = 256  # tokens per sentence of a pair the explorer takes from a decomposable run (it has no
+# limit of its own)
 
 
 # ---------------------------------------------------------------------------------------------- batches
@@ -283,6 +289,71 @@ def format_pair_eval(result: dict) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------------- explorer
+@torch.no_grad()
+def explore_pair(run: LoadedRun, a: str, b: str | None, beam: int | None = None, max_new: int = 0,
+                 translator=None) -> Recording:
+    """A sentence pair: the decomposable model's soft alignments, or MiniLM's self-attention of each sentence
+    (its encoder reads each sentence alone), with P(same verse). The explore hook (`attnlab.families.base.Explorer`):
+    beam, max_new and translator do not apply."""
+    if not b:
+        raise AttnlabError("a sentence-pair run needs the second sentence of the pair (sentence b)")
+    model, ids = run.model, pair_ids(run.cfg, run.tokenizers)
+    ta, tb = (torch.tensor([x], device=run.device) for x in ids.ids([a, b]))
+    logits = model(ta, ta > -1, tb, tb > -1)  # one pair, no padding
+    p_same = logits.softmax(-1)[0, 1].item()
+    maps: dict[str, AttentionMap] = {}
+    if hasattr(model, "forward_with_weights"):
+        la, lb = ids.pieces(a), ids.pieces(b)
+        _, w = model.forward_with_weights(ta, ta > -1, tb, tb > -1)
+        specs = (("a_to_b", "alignment a -> b (rows: softmax over b)", w.a_to_b, la, lb),
+                 ("b_to_a", "alignment b -> a (rows: softmax over a)", w.b_to_a, lb, la),
+                 ("intra_a", "intra-sentence attention of a", w.intra_a, la, la),
+                 ("intra_b", "intra-sentence attention of b", w.intra_b, lb, lb))
+        for key, title, weights, rows, cols in specs:
+            if weights is not None:  # intra-sentence attention is optional
+                maps[key] = AttentionMap(key, title, weights[0, None, None].float().cpu(), rows, cols)  # (1, 1, R, C)
+        scheme = scheme_of(run.tokenizers.src)
+    else:
+        encoder = model.encoder
+        for key, side, t in (("a_self", "a", ta), ("b_self", "b", tb)):
+            with capture([layer.self_attn for layer in encoder.layers]) as cap:
+                weights = encoder_self_attention(encoder.embeddings(t), encoder.layers)
+                q, k, scale = stacked_qk(cap, range(len(encoder.layers)))
+            pieces = ids.tok.encode(a if side == "a" else b).tokens
+            maps[key] = AttentionMap(key, f"encoder self-attention of {side}", weights, pieces, pieces, False, q, k,
+                                     scale)
+            with_rollout(maps, key)
+        scheme = "wordpiece"
+    return Recording(family=run.cfg.model.family, output=f"P(same verse) = {p_same:.3f}", maps=maps, scheme=scheme,
+                     score=p_same)
+
+
+def pair_explorer_facts(run: LoadedRun) -> ExplorerFacts:
+    """MiniLM's encoder layers of self-attention, or the decomposable model's one soft alignment."""
+    cfg = run.cfg
+    if cfg.model.family == "minilm":
+        layers, heads = len(run.model.encoder.layers), run.model.encoder.layers[0].self_attn.h
+        attention = "self-attention of each sentence (MiniLM)"
+        return ExplorerFacts(cfg.model.family, "pair", attention, f"{attention}, {layers} layers x {heads} heads",
+                             layers, heads, 1, cfg.model.minilm.max_len)
+    return ExplorerFacts(cfg.model.family, "pair", "soft alignment (decomposable)", "soft alignment (decomposable)",
+                         1, 1, 1, MAX_SERVED_TOKENS)
+
+
+def pair_tokens(run: LoadedRun, sentence: str, sentence_b: str | None, max_new: int) -> int:
+    """The tokens of both sentences; a missing sentence b, or a sentence over the limit of
+    `pair_explorer_facts`, is an AttnlabError."""
+    if not sentence_b:
+        raise AttnlabError("a sentence-pair model needs sentence_b, the second sentence of the pair")
+    lengths = [len(x) for x in pair_ids(run.cfg, run.tokenizers).ids([sentence, sentence_b])]
+    limit = pair_explorer_facts(run).max_tokens
+    if max(lengths) > limit:
+        raise AttnlabError(f"a sentence of the pair has {max(lengths)} tokens; the limit is {limit}")
+    return sum(lengths)
+
+
+# ---------------------------------------------------------------------------------------------- plots
 def plot_alignment(run: LoadedRun, a: str, b: str, out: Path | str, formats: tuple[str, ...] = ("png",)
                    ) -> tuple[list[Path], float]:
     """Heatmaps of the soft alignments of one pair (decomposable family): a_to_b (rows a tokens, each a softmax

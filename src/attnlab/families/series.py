@@ -46,6 +46,8 @@ from attnlab.training.trainer import TrainConfig, Training
 log = logging.getLogger("attnlab")
 
 TASKS = ("fibonacci", "sine")
+VARIANTS = {"rnn": False, "attention": True}  # the study's two models by name (`attnlab series --only`, its
+# results.json): model.attention off and on
 
 
 # ---------------------------------------------------------------------------------------------- config

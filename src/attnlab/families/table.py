@@ -2,9 +2,11 @@
 
 A family declares its config class, how a raw config (a file, or RUN_DIR/config.json) is recognised, how its
 data, tokenizers and model are built, what it hands the trainer (`attnlab.training.trainer.Training`), how a run is
-evaluated and summarised, and what it can do beyond that (translate, generate, classify, regress). The run
-pipeline (`attnlab.app.workflow`: train, resume, load, evaluate, summary) calls these functions and nothing else, so
-adding a family is adding a row here, not copying a pipeline.
+evaluated and summarised, and what it can do beyond that: its abilities (translate, generate, classify, regress),
+its explorer hooks (`attnlab.families.base.Explorer`: every attention map of an input, what the server says of a
+run, what an input costs) and its CTranslate2 export. The run pipeline (`attnlab.app.workflow`: train, resume,
+load, evaluate, summary) calls these functions and nothing else, and the apps (server, explorer, report, export)
+ask the row, never the family's name: adding a family is adding a row here, not copying a pipeline or a branch.
 
 | family      | config                  | model                              | task (loss)         | selection   |
 |-------------|-------------------------|------------------------------------|---------------------|-------------|
@@ -23,7 +25,7 @@ from typing import Any, Callable
 from attnlab.core.config import apply_overrides, read_config_file, to_dict
 from attnlab.core.errors import AttnlabError
 from attnlab.families import lm, pairs, series, translation
-from attnlab.families.base import Family
+from attnlab.families.base import Explorer, Family
 
 
 def _model_family(raw: dict) -> Any:
@@ -37,15 +39,18 @@ def _is_rnn(raw: dict) -> bool:
         and not series.is_series_config(raw)
 
 
-def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool]) -> Family:
-    """The translation families share their config and pipeline functions; model.family picks the network."""
+def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool], export: str | None) -> Family:
+    """The translation families share their config, pipeline and explorer functions; model.family picks the
+    network."""
     return Family(
         name=name, title=title, config_class=translation.ExperimentConfig, recognise=recognise,
         load_config=translation.load_experiment, load_data=translation.load_seq2seq_data,
         make_tokenizers=translation.make_seq2seq_tokenizers, build_model=translation.build_seq2seq,
         initialise=translation.init_seq2seq, training=translation.seq2seq_training,
         evaluate=translation.evaluate_seq2seq, format_eval=translation.format_seq2seq_eval,
-        summary_inputs=translation.seq2seq_summary_inputs, abilities=frozenset({"translate"}))
+        summary_inputs=translation.seq2seq_summary_inputs, abilities=frozenset({"translate"}),
+        explorer=Explorer(translation.explore_seq2seq, translation.seq2seq_explorer_facts, translation.seq2seq_tokens),
+        export=export)
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -53,13 +58,16 @@ FAMILIES: tuple[Family, ...] = (
            recognise=lm.is_lm_config, load_config=lm.load_lm_config, load_data=lambda cfg, tokenizers: lm.load_text(cfg.data),
            make_tokenizers=lm.make_lm_tokenizers, build_model=lm.build_lm, training=lm.lm_training,
            evaluate=lm.evaluate_lm, format_eval=lm.format_lm_eval, summary_inputs=lm.lm_summary_inputs,
-           abilities=frozenset({"generate"})),
+           abilities=frozenset({"generate"}),
+           explorer=Explorer(lm.explore_generation, lm.lm_explorer_facts, lm.lm_tokens, empty_input=True),
+           export="generator"),
     Family(name="pair", title="sentence-pair classifier", config_class=pairs.ParaphraseConfig,
            recognise=pairs.is_paraphrase_config, load_config=pairs.load_paraphrase_config,
            load_data=lambda cfg, tokenizers: pairs.load_pairs(cfg), make_tokenizers=pairs.make_pair_tokenizers, build_model=pairs.build_pair_model,
            training=pairs.pair_training, evaluate=pairs.evaluate_pairs, format_eval=pairs.format_pair_eval,
            summary_inputs=pairs.pair_summary_inputs, abilities=frozenset({"classify"}),
-           uses_tokenizers=lambda cfg: cfg.model.family != "minilm"),  # MiniLM's WordPiece comes with its weights
+           uses_tokenizers=lambda cfg: cfg.model.family != "minilm",  # MiniLM's WordPiece comes with its weights
+           explorer=Explorer(pairs.explore_pair, pairs.pair_explorer_facts, pairs.pair_tokens, sentences=2)),
     Family(name="series", title="many-to-one series regressor", config_class=series.SeriesExperimentConfig,
            recognise=series.is_series_config, load_config=series.load_series_config,
            load_data=lambda cfg, tokenizers: series.make_splits(cfg.series), make_tokenizers=lambda cfg, data: None,
@@ -67,8 +75,9 @@ FAMILIES: tuple[Family, ...] = (
            evaluate=series.evaluate_series, format_eval=series.format_series_eval,
            summary_inputs=series.series_summary_inputs, abilities=frozenset({"regress"}),
            uses_tokenizers=lambda cfg: False),
-    _seq2seq("transformer", "Transformer encoder-decoder", lambda raw: _model_family(raw) == "transformer"),
-    _seq2seq("rnn", "RNN encoder-decoder", _is_rnn),
+    _seq2seq("transformer", "Transformer encoder-decoder", lambda raw: _model_family(raw) == "transformer",
+             export="translator"),
+    _seq2seq("rnn", "RNN encoder-decoder", _is_rnn, export=None),  # CTranslate2 has no RNN models
 )
 _DEFAULT = FAMILIES[-1]
 
@@ -92,6 +101,20 @@ def load_family_config(path: Path | str, overrides: list[str] | None = None) -> 
     """(family, typed config) of a config file plus `--set` overrides."""
     family = family_of_config(apply_overrides(read_config_file(path), list(overrides or [])))
     return family, family.load_config(path, overrides)
+
+
+def titles(families: list[Family], conjunction: str = "and") -> str:
+    """The families' titles listed for a message: "a, b and c"."""
+    names = [f.title for f in families]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {conjunction} {names[-1]}"
+
+
+def explorer(family: Family, where: Path | str) -> Explorer:
+    """The family's explorer hooks; an AttnlabError naming the families that have some, unless it has."""
+    if family.explorer is None:
+        can = titles([f for f in FAMILIES if f.explorer is not None], "or")
+        raise AttnlabError(f"{where}: a {family.title} run has no attention to explore; explore a {can} run")
+    return family.explorer
 
 
 def require(family: Family, ability: str, where: Path | str) -> None:

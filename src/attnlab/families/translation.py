@@ -1,7 +1,8 @@
 """A translation experiment (the RNN and Transformer encoder-decoder families): its typed config (data,
 tokenizer, model, train, decode) and the functions the one run pipeline (`attnlab.app.workflow`) calls for it: load
-the corpus, train the tokenizers, build the model, hand the trainer its datasets and dev BLEU, evaluate BLEU/chrF.
-Plain functions, no registries; `attnlab.families.table` lists them.
+the corpus, train the tokenizers, build the model, hand the trainer its datasets and dev BLEU, evaluate BLEU/chrF;
+and its explorer hooks (every attention map of a translation, what the server says of a run, what a sentence
+costs). Plain functions, no registries; `attnlab.families.table` lists them.
 """
 
 from __future__ import annotations
@@ -21,15 +22,18 @@ from attnlab.core.fileio import atomic_write_text, write_json
 from attnlab.core.metrics import bleu_by_length, corpus_scores, format_length_table
 from attnlab.core.plotting import plot_bleu_by_length
 from attnlab.core.summary import dummy_batch
-from attnlab.data.batching import Seq2SeqDataset
+from attnlab.data.batching import Seq2SeqDataset, pad_sequences
 from attnlab.data.bible import bible_split, renderings
 from attnlab.data.corpus import MAX_EXPANSION, MAX_LINE_BYTES, Pair
 from attnlab.data.prepare import prepare
 from attnlab.data.spec import StoreSpec
 from attnlab.data.store import Store
-from attnlab.data.tokenizers import TokenizerConfig, TokenizerPair, load_tokenizers, one_line
-from attnlab.decode.translate import DecodeConfig, Translator
-from attnlab.families.base import EvalOptions, LoadedRun, RunLoader
+from attnlab.data.tokenizers import BOS_ID, EOS_ID, SPECIALS, TokenizerConfig, TokenizerPair, load_tokenizers, one_line
+from attnlab.decode.search import trace_tokens
+from attnlab.decode.translate import DecodeConfig, Translator, encode_source
+from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun, RunLoader
+from attnlab.families.explorer import (MAX_NBEST, AttentionMap, DecodingSteps, Recording, capture, captured, scheme_of,
+                                       stacked_qk, token_choices, with_rollout)
 from attnlab.families.lm import init_decoder_from_lm
 from attnlab.nn.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
 from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
@@ -306,3 +310,95 @@ def format_seq2seq_eval(result: dict) -> str:
     if "plot" in result:
         lines.append(f"plot: {result['plot']}")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- explorer
+@torch.no_grad()
+def explore_translation(translator, sentence: str, beam: int) -> Recording:
+    """All attention of a translation run (`attnlab.decode.translate.Translator`) for one sentence, beam search with
+    up to MAX_NBEST hypotheses, the best one's token probabilities from a teacher-forced pass."""
+
+    model, tgt = translator.model, translator.tokenizers.tgt
+    nbest = translator.translate([sentence], beam_size=beam, n_best=min(beam, MAX_NBEST), need_weights=True,
+                                 trace=True)[0]
+    best = nbest[0]
+    src_ids = translator.encode_source([sentence])[0]
+    piece_ids = {tgt.id_to_piece(i): i for i in range(tgt.vocab_size)}
+    out_ids = [piece_ids[p] for p in best.tgt_tokens]  # the output pieces, </s> included when finished
+    device = translator.device
+    src = torch.tensor([src_ids], device=device)  # (1, S)
+    lengths = torch.tensor([len(src_ids)], device=device)
+    tgt_in = pad_sequences([[BOS_ID] + out_ids[:-1]]).to(device)  # (1, T)
+    tgt_in_pieces = [SPECIALS[BOS_ID]] + best.tgt_tokens[:-1]
+    maps: dict[str, AttentionMap] = {}
+    steps = None
+    if isinstance(model, TransformerSeq2Seq):
+        n_enc, n_dec = len(model.encoder), len(model.decoder)
+        with capture([l.self_attn for l in model.encoder] + [l.self_attn for l in model.decoder],
+                     [l.cross_attn for l in model.decoder]) as cap, \
+                captured([l.cross_attn.W_O for l in model.decoder], inputs=True) as heads, \
+                captured([model.enc_norm], inputs=False) as memory:
+            att = model.attention_maps(src, lengths, tgt_in)  # (1, N, H, ., .) each
+            for i in range(n_enc + n_dec, n_enc + 2 * n_dec):
+                cap.set_keys(i, memory[0][-1])
+            specs = (("enc_self", "encoder self-attention", best.src_tokens, best.src_tokens, False, range(n_enc)),
+                     ("dec_self", "decoder masked self-attention", tgt_in_pieces, tgt_in_pieces, True,
+                      range(n_enc, n_enc + n_dec)),
+                     ("cross", "cross-attention", best.tgt_tokens, best.src_tokens, False,
+                      range(n_enc + n_dec, n_enc + 2 * n_dec)))
+            for key, title, rows, cols, causal, idx in specs:
+                q, k, scale = stacked_qk(cap, idx)
+                maps[key] = AttentionMap(key, title, att[key][0].float().cpu(), rows, cols, causal, q.cpu(), k.cpu(),
+                                         scale)
+        with_rollout(maps, "enc_self")
+        maps = {k: maps[k] for k in ("cross", "enc_self", "enc_self_rollout", "dec_self")}
+        context = torch.stack([seen[-1][0] for seen in heads]).float().cpu()  # (L, T, D): Concat(heads) per layer
+        steps = DecodingSteps("cross", context, "cross-attention output before W^O (heads concatenated; head h: "
+                              "sum_j a_hj v_hj)", heads=model.decoder[0].cross_attn.h)
+    elif best.attention is not None:
+        maps["align"] = AttentionMap("align", f"{model.cfg.attention} attention", best.attention[None, None].float(),
+                                     best.tgt_tokens, best.src_tokens)
+    rnn_attention = [] if steps is not None or "align" not in maps else [model.attention]
+    with captured(rnn_attention, inputs=False) as contexts:
+        log_probs = model(src, lengths, tgt_in)[0].log_softmax(-1).cpu()  # (T, V)
+    if rnn_attention:
+        context = torch.cat(contexts[0], dim=1)[0].float().cpu()  # one (1, T or 1, He) per call -> (T, He)
+        values = "W_V h_j" if model.cfg.attention == "parameterized" else "h_j, the encoder output j"
+        steps = DecodingSteps("align", context[None], f"attention context the decoder uses, c_t = sum_j a_tj v_j "
+                              f"(v_j = {values})")
+    if steps is not None and best.trace is not None:
+        trace = steps.tree = best.trace
+        steps.pieces = {i: tgt.id_to_piece(i) for rec in trace for i in rec.token}
+        steps.texts = {(rec.step, j): tgt.decode([i for i in trace_tokens(trace, rec.step, j) if i != EOS_ID])
+                       for rec in trace for j, status in enumerate(rec.status) if status in ("finished", "unfinished")}
+    return Recording(family="transformer" if isinstance(model, TransformerSeq2Seq) else "rnn", output=best.text,
+                     maps=maps, scheme=scheme_of(tgt), score=best.score, nbest=[(t.text, t.score) for t in nbest],
+                     choices=token_choices(log_probs, out_ids, tgt.id_to_piece, banned=tgt.control_ids), steps=steps)
+
+
+def explore_seq2seq(run: LoadedRun, sentence: str, sentence_b: str | None, beam: int | None, max_new: int,
+                    translator: Translator | None = None) -> Recording:
+    """The explore hook (`attnlab.families.base.Explorer`): the translation of a sentence with beam (None: the run's
+    decode.beam_size), decoded by `translator` (None: a Translator of the run)."""
+    if translator is None:
+        translator = Translator(run.model, run.tokenizers, run.cfg.decode, run.device)
+    return explore_translation(translator, sentence, run.cfg.decode.beam_size if beam is None else beam)
+
+
+def seq2seq_explorer_facts(run: LoadedRun) -> ExplorerFacts:
+    """A Transformer's decoder layers of multi-head cross-attention, or an RNN's one attention (none: 0 layers)."""
+    cfg = run.cfg
+    beam, limit = cfg.decode.beam_size, cfg.decode.max_src_tokens
+    if cfg.model.family == "transformer":
+        t = cfg.model.transformer
+        return ExplorerFacts(cfg.model.family, "translation", "multi-head",
+                             f"multi-head ({t.dec_layers} layers x {t.h} heads)", t.dec_layers, t.h, beam, limit)
+    r = cfg.model.rnn
+    layers = 0 if r.attention == "none" else 1
+    return ExplorerFacts(cfg.model.family, "translation", r.attention, f"{r.attention} ({r.cell})", layers, layers,
+                         beam, limit)
+
+
+def seq2seq_tokens(run: LoadedRun, sentence: str, sentence_b: str | None, max_new: int) -> int:
+    """Source tokens of a sentence with its EOS; more than decode.max_src_tokens is an AttnlabError."""
+    return len(encode_source(run.tokenizers, run.cfg.decode, [sentence])[0])

@@ -14,7 +14,9 @@ attnlab, plus the run's tokenizer files under tokenizer/ (SentencePiece models `
 - the output layer (tied or not: the weights are copied), the final LayerNorms of pre-norm stacks.
 
 The source gets attnlab's EOS appended by the caller (as `Translator.encode_source` does), decoding starts from
-<s>. RNN runs are refused: CTranslate2 has no RNN models.
+<s>. Which spec a run gets is its family row's `export` (`attnlab.families.base.Family`): "translator" (the
+encoder-decoder) or "generator" (the decoder-only LM); a family without one is refused (the RNN: CTranslate2 has no
+RNN models).
 
 An export is written like a checkpoint (`export_ctranslate2`): into a new private folder, then renamed into place,
 with attnlab.json (MANIFEST) recording the checkpoint's and the tokenizer's SHA-256 and every file's; nothing is
@@ -44,6 +46,7 @@ from attnlab.core.fileio import (atomic_write_bytes, file_sha256, make_dirs, new
                                  replace_folder, write_json)
 from attnlab.data.tokenizers import SPECIALS, TokenizerPair
 from attnlab.families.base import LoadedRun
+from attnlab.families.table import FAMILIES, titles
 
 log = logging.getLogger("attnlab")
 
@@ -52,6 +55,8 @@ MANIFEST = "attnlab.json"  # what the export was made from, and each file's size
 # kill interrupted (an export replaces the whole folder, so anything else in it would be deleted)
 EXPORT_NAME = re.compile(r"\.?(model\.bin|config\.json|attnlab\.json|tokenizer|"
                          r"(shared_|source_|target_)?vocabulary\.(json|txt))(\.[0-9a-f]+\.(tmp|old))?")
+EXPORTS = ("translator", "generator")  # the CTranslate2 models a family row's `export` names: ctranslate2.Translator's
+# encoder-decoder (`transformer_spec`), ctranslate2.Generator's decoder-only language model (`language_model_spec`)
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16",
                  "int8_bfloat16")
 
@@ -247,13 +252,13 @@ def export_ctranslate2(run: LoadedRun, out: Path | str | None = None, quantizati
     run_dir = run.run_dir
     if quantization not in QUANTIZATIONS:
         raise AttnlabError(f"--quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
-    if run.family.name not in ("transformer", "lm"):
-        raise AttnlabError(f"{run_dir}: a {run.family.title} run cannot be exported to CTranslate2, which has no "
-                           "RNN models; Transformer translation and language-model runs can")
+    if run.family.export not in EXPORTS:
+        can = titles([f for f in FAMILIES if f.export in EXPORTS])
+        raise AttnlabError(f"{run_dir}: a {run.family.title} run cannot be exported to CTranslate2; {can} runs can")
     out = Path(out) if out is not None else ctranslate2_dir(run_dir, run.checkpoint, quantization)
     check_export_folder(out)
     source = source if source is not None else export_source(run_dir, run.checkpoint)
-    if run.family.name == "lm":
+    if run.family.export == "generator":
         spec = language_model_spec(run.model, vocabulary(run.tokenizers.tgt))
     else:
         spec = transformer_spec(run.model, vocabulary(run.tokenizers.src), vocabulary(run.tokenizers.tgt))
