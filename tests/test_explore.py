@@ -240,9 +240,11 @@ def test_cli_plot_explore_writes_every_view(tiny_runs, tmp_path, capsys):
     printed = capsys.readouterr()
     paths = printed.out.split()
     assert len(paths) == 2 * (4 + 3)  # 4 views of dec_self, 3 of the rollout (no neuron view); png and svg
-    assert all((out / name).stat().st_size > 500 for name in ("dec_self_heatmap.png", "dec_self_model.svg",
-                                                             "dec_self_head.png", "dec_self_neuron.svg",
-                                                             "enc_self_rollout_heatmap.svg"))
+    L = len(list(out.glob("dec_self_neuron_layer*_head1.png")))  # the file names say layer, head and words
+    last = f"layer{max(int(p.name.split('_layer')[1][0]) for p in out.glob('dec_self_head_layer*'))}"
+    assert L == 1 and all((out / name).stat().st_size > 500 for name in (
+        f"dec_self_heatmap_{last}_mean_words.png", "dec_self_model_words.svg", f"dec_self_head_{last}_words.png",
+        f"dec_self_neuron_{last}_head1.svg", f"enc_self_rollout_heatmap_{last}_words.svg"))
     assert "1. " in printed.err and "top: " in printed.err  # the n-best list and the top 5 per token
     assert main(argv + ["--map", "cross,nope", "--view", "heatmap"]) == 2
     assert "is not one of this input's maps" in capsys.readouterr().err

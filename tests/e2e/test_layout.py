@@ -195,14 +195,15 @@ def test_legend_on_every_heatmap_and_model_view_and_the_scale(server, phone):
     alpha = lambda: phone.execute_script(  # noqa: E731 (read twice)
         "return [...arguments[0].querySelectorAll('td.cell')].map(c => [+c.dataset.w, "
         "+(getComputedStyle(c).backgroundColor.split(',')[3] || '1').replace(')', '')]);", panel)
-    per_map = np.array(alpha())
-    assert per_map[:, 1].max() == pytest.approx(1.0, abs=1e-3)  # per map: its largest weight is darkest
-    Select(panel.find_element(By.CSS_SELECTOR, "select.scale")).select_by_value("shared")
-    WebDriverWait(phone, 30).until(lambda d: panel.get_attribute("data-rendered") == "1"
-                                   and panel.find_element(By.CSS_SELECTOR, ".legend").get_attribute("data-scale")
-                                   == "shared")
+    assert panel.find_element(By.CSS_SELECTOR, ".legend").get_attribute("data-scale") == "shared"  # the default
     shared = np.array(alpha())
     np.testing.assert_allclose(shared[:, 1], shared[:, 0], atol=1.5 / 255)  # shared: colour = weight (8-bit alpha)
+    Select(panel.find_element(By.CSS_SELECTOR, "select.scale")).select_by_value("map")
+    WebDriverWait(phone, 30).until(lambda d: panel.get_attribute("data-rendered") == "1"
+                                   and panel.find_element(By.CSS_SELECTOR, ".legend").get_attribute("data-scale")
+                                   == "map")
+    per_map = np.array(alpha())
+    assert per_map[:, 1].max() == pytest.approx(1.0, abs=1e-3)  # per map: its largest weight is darkest
 
 
 def test_neuron_view_defaults(server, phone):

@@ -301,6 +301,9 @@ class Run:
         out: list[list[Translation]] = [[] for _ in clean]
         for i, nbest in zip(keep, results):
             out[i] = nbest
+        warning = views.degenerate_warning([nbest[0].tgt_tokens if nbest else None for nbest in out])
+        if warning:  # an untrained or broken model: one line on stderr (`attnlab translate`), not in the results
+            log.warning("%s", warning)
         return out
 
     def translate(self, sentences: str | Sequence[str], beam: int | None = None) -> str | list[str]:

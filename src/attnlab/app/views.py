@@ -31,7 +31,7 @@ from torch import Tensor
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import atomic_write_text
 from attnlab.core.plotting import clean_piece, plot_attention, plot_attention_grid, plot_head_view, plot_neuron_view
-from attnlab.data.tokenizers import SPECIALS
+from attnlab.data.tokenizers import EOS_ID, SPECIALS
 from attnlab.families.explorer import AttentionMap, DecodingSteps, Recording
 
 SPECIAL_PIECES = frozenset(SPECIALS) | {"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"}
@@ -96,6 +96,53 @@ def merge_words(weights: Tensor, row_groups: Sequence[int], col_groups: Sequence
     return to_rows @ weights.float() @ to_cols  # (..., R', C')
 
 
+def strip_label(piece: str) -> str:
+    """A piece as the page's token strips show it, words joined: a sentencepiece word mark (U+2581) becomes the
+    space it stands for (never a visible "_" or "\u2581"), a character-level space stays visible, specials as
+    they are."""
+    if piece.isspace() or piece in SPECIAL_PIECES:
+        return clean_piece(piece)
+    return piece.replace("\u2581", " ")
+
+
+# ---------------------------------------------------------------------------------------------- degenerate output
+EOS_PIECE = SPECIALS[EOS_ID]
+MAX_UNIT = 3  # pieces in the unit a degenerate output repeats (",", or "sus" + "tent")
+
+
+def degenerate(pieces: Sequence[str]) -> str | None:
+    """Why an output looks like a broken or untrained model's, or None. pieces: the output's pieces, ending with
+    </s> when the search finished it (`Translation.tgt_tokens`, an exploration's generated choices). Degenerate:
+    an empty output (only </s>), or one that ran to the length limit (no </s>) while repeating one unit of at most
+    MAX_UNIT pieces over at least its second half (",,,," or "sustent" 34 times)."""
+    if not pieces:
+        return None
+    if list(pieces) == [EOS_PIECE]:
+        return "the output is empty: the model ended at once (untrained, or broken)"
+    if pieces[-1] == EOS_PIECE or len(pieces) < 4:
+        return None
+    for k in range(1, MAX_UNIT + 1):
+        tail = 0  # how many pieces at the end repeat with period k
+        while tail + k < len(pieces) and pieces[-1 - tail - k] == pieces[-1 - tail]:
+            tail += 1
+        if tail + k >= max(4, len(pieces) / 2):
+            unit = "".join(strip_label(p) for p in pieces[len(pieces) - k:]).strip() or strip_label(pieces[-1])
+            return (f"the output repeats {unit!r} up to the length limit: the model is probably untrained or "
+                    "broken, and its attention maps mean little")
+    return None
+
+
+def degenerate_warning(outputs: Sequence[Sequence[str] | None]) -> str | None:
+    """One line about the degenerate outputs among a batch's best hypotheses (each its pieces, None for an input
+    that had none), or None when there are none: how many, which (1-based), and the first one's reason."""
+    bad = [(i, why) for i, pieces in enumerate(outputs) if pieces is not None
+           for why in [degenerate(pieces)] if why]
+    if not bad:
+        return None
+    which = ", ".join(str(i + 1) for i, _ in bad[:10]) + (", ..." if len(bad) > 10 else "")
+    return (f"warning: {len(bad)} of {len(outputs)} output(s) look degenerate (sentence {which}): {bad[0][1]}")
+
+
 # ---------------------------------------------------------------------------------------------- the page's payloads
 
 
@@ -130,12 +177,15 @@ def summary(ex: Exploration) -> dict:
         rg, cg = word_groups(m.rows, ex.scheme), word_groups(m.cols, ex.scheme)
         maps.append({"key": m.key, "title": m.title, "layers": m.layers, "heads": m.heads, "causal": m.causal,
                      "neuron": m.q is not None, "row_name": m.axis_names[0], "col_name": m.axis_names[1], "rows": [label(p) for p in m.rows], "cols": [label(p) for p in m.cols],
-                     "row_words": word_labels(m.rows, rg), "col_words": word_labels(m.cols, cg)})
-    choices = [{"piece": c.piece, "label": label(c.piece), "prob": round(c.prob, 4), "generated": c.generated,
+                     "row_words": word_labels(m.rows, rg), "col_words": word_labels(m.cols, cg),
+                     "col_strip": [strip_label(p) for p in m.cols]})
+    choices = [{"piece": c.piece, "label": label(c.piece), "strip": strip_label(c.piece), "prob": round(c.prob, 4),
+                "generated": c.generated,
                 "top": [{"piece": p, "label": label(p), "prob": round(x, 4)} for p, x in c.top]} for c in ex.choices]
     return {"family": ex.family, "output": ex.output, "input": ex.input, "score": ex.score, "scheme": ex.scheme,
             "nbest": [{"text": t, "score": s} for t, s in ex.nbest], "choices": choices, "maps": maps,
-            "steps": steps_summary(ex.steps)}
+            "steps": steps_summary(ex.steps),
+            "warning": degenerate([c.piece for c in ex.choices if c.generated])}
 
 
 def steps_summary(steps: DecodingSteps | None) -> dict | None:
@@ -224,27 +274,31 @@ def write_views(ex: Exploration, out: Path, keys: Sequence[str] = (), views: Seq
             rg, cg = word_groups(rows, ex.scheme), word_groups(cols, ex.scheme)
             rows, cols = word_labels(rows, rg), word_labels(cols, cg)
         w = layer_weights(ex, key, li, words).numpy()  # (H, R, C)
-        what = f"layer {li + 1}, " + ("mean of heads" if hi is None else f"head {hi + 1}")
+        what = which_text(m, li, hi, words)
         row_name, col_name = m.axis_names
         about = f"{ex.family}: {ex.input!r}, {m.title}" if ex.input else m.title
         for fmt in formats:
-            def path(view: str) -> Path:
-                return out / f"{key}_{view}.{fmt.strip()}"
+            def path(view: str) -> Path:  # the view's name, then what it shows: OUT/cross_heatmap_layer2_mean.png
+                shows = {"heatmap": which_name(m, li, hi, words), "model": "words" if words else "",
+                         "head": which_name(m, li, None, words).removesuffix("_mean"),
+                         "neuron": which_name(m, li, 0 if hi is None else hi, False)}[view]
+                return out / f"{key}_{view}{'_' + shows if shows else ''}.{fmt.strip()}"
 
             if "heatmap" in views:
                 paths.append(plot_attention(w.mean(0) if hi is None else w[hi], cols, rows, path("heatmap"),
-                                            title=f"{about}, {what}", xlabel=col_name, ylabel=row_name))
+                                            title=", ".join(x for x in (about, what) if x), xlabel=col_name, ylabel=row_name))
             if "model" in views:
                 grid = [layer_weights(ex, key, lay, words).numpy()[h] for lay in range(m.layers)
                         for h in range(m.heads)]
-                names = [f"layer {lay + 1} head {h + 1}" for lay in range(m.layers) for h in range(m.heads)]
+                names = [which_text(m, lay, h, False) or m.title for lay in range(m.layers) for h in range(m.heads)]
                 paths.append(plot_attention_grid(grid, cols, rows, path("model"), names, ncols=m.heads,
                                                  suptitle=f"{about}: every layer and head", xlabel=col_name,
                                                  ylabel=row_name))
             if "head" in views:
                 heads = range(m.heads) if hi is None else [hi]
                 paths.append(plot_head_view(w[list(heads)], rows, cols, path("head"),
-                                            [f"head {h + 1}" for h in heads], title=f"{about}, layer {li + 1}",
+                                            [f"head {h + 1}" if m.heads > 1 else m.title for h in heads],
+                                            title=", ".join(x for x in (about, which_text(m, li, 0, words)) if x),
                                             row_name=row_name, col_name=col_name))
             if "neuron" in views and m.q is None:
                 log.info("no neuron view of %s: it has no queries and keys (maps that have: %s)", key,
@@ -255,15 +309,33 @@ def write_views(ex: Exploration, out: Path, keys: Sequence[str] = (), views: Seq
                 s = m.scores(li, h)[i].double().numpy()
                 s[s == float("-inf")] = float("nan")
                 paths.append(plot_neuron_view(m.q[li, h, i].numpy(), m.k[li, h].numpy(), s, m.cols, path("neuron"),
-                                              m.rows[i], m.scale, f"{about}, layer {li + 1}, head {h + 1}, "
+                                              m.rows[i], m.scale, f"{about}, {which_text(m, li, h, False)}, "
                                               f"query {i + 1}"))
     return paths
+
+
+def which_text(m: AttentionMap, layer: int, head: int | None, words: bool = False) -> str:
+    """What one view of a map shows, for titles: "layer 2, mean of heads", "layer 1, head 3"; a map of one layer
+    (an RNN's alignment) names no layer, one of one head (an RNN's alignment, a rollout) no head; ", words" when
+    merged. "" when nothing is left to say."""
+    parts = [f"layer {layer + 1}"] if m.layers > 1 else []
+    if m.heads > 1:
+        parts.append("mean of heads" if head is None else f"head {head + 1}")
+    return ", ".join(parts + (["words"] if words else []))
+
+
+def which_name(m: AttentionMap, layer: int, head: int | None, words: bool = False) -> str:
+    """`which_text` for a file name: "layer2_mean", "layer1_head3_words", "" (an RNN's alignment, in pieces)."""
+    parts = [f"layer{layer + 1}"] if m.layers > 1 else []
+    if m.heads > 1:
+        parts.append("mean" if head is None else f"head{head + 1}")
+    return "_".join(parts + (["words"] if words else []))
 
 
 def format_decoding(ex: Exploration) -> str:
     """The n-best list and each output token's probability with its top alternatives, as text."""
     lines = [f"{ex.output}"]
-    lines += [f"  {rank}. {score:.4f}  {text}" for rank, (text, score) in enumerate(ex.nbest, 1)]
+    lines += [f"  {rank}. {score:.4f}  {text or '(empty)'}" for rank, (text, score) in enumerate(ex.nbest, 1)]
     for c in ex.choices:
         alts = ", ".join(f"{clean_piece(p)} {x:.3f}" for p, x in c.top)
         lines.append(f"  {clean_piece(c.piece):>12} p={c.prob:.3f}{'' if c.generated else ' (prompt)'}   top: {alts}")

@@ -121,13 +121,27 @@ function scaleTop(panel, mats) {
   return sharedScale(panel) ? 1 : Math.max(1e-9, ...mats.map(w => Math.max(...w.map(rowMax))));
 }
 
-// a colour scale: white (0) to blue (vmax; null: each map's own largest), what it colours, the axes' names
-function legend(panel, vmax, what) {
-  const [rowName, colName] = axisNames(currentMap(panel));
-  const box = el("div", {class: "legend", "data-scale": sharedScale(panel) ? "shared" : "map"});
-  const top = vmax === null ? "its largest" : vmax === 1 ? "1" : vmax.toFixed(3);
-  box.append(el("span", {}, "0"), el("span", {class: "ramp"}), el("span", {}, top),
-             el("span", {class: "note"}, `${what}; rows: ${rowName}, columns: ${colName}`));
+// a colour scale: white (0) to blue (vmax; null: each thumbnail its own largest), what it colours, the axes'
+// names, and the uniform weight 1/n (n keys: a row spread evenly over them) marked on the ramp and printed: a map
+// near 1/n everywhere attends to nothing in particular, however dark a per-map scale draws it
+function legend(panel, vmax, what, n) {
+  const map = currentMap(panel);
+  const [rowName, colName] = axisNames(map);
+  const u = 1 / Math.max(1, n);
+  const box = el("div", {class: "legend", "data-scale": sharedScale(panel) ? "shared" : "map",
+                         "data-uniform": u.toFixed(4)});
+  const top = vmax === null ? "each its largest" : vmax === 1 ? "1" : `${vmax.toFixed(3)} (this map's max)`;
+  const ramp = el("span", {class: "ramp"});
+  if (vmax !== null) {
+    const at = Math.min(1, u / vmax);
+    box.dataset.uniformAt = at.toFixed(4);
+    ramp.append(el("span", {class: "uniform", style: `left: calc(${(100 * at).toFixed(2)}% - 1px)`,
+                            title: `uniform weight 1/${n} = ${u.toFixed(3)}`}));
+  }
+  box.append(el("span", {}, "0"), ramp, el("span", {class: "top"}, top),
+             el("span", {class: "uniform-note"}, `| uniform 1/n = ${u.toFixed(3)} (n = ${n} ${colName} tokens` +
+                (map.causal ? "; a causal row sees fewer" : "") + ")"),
+             el("span", {class: "note"}, `${what}; rows: ${rowName} (queries), columns: ${colName} (keys)`));
   return box;
 }
 
@@ -137,8 +151,8 @@ async function renderHeatmap(panel, box) {
   const w = selectedMatrix(panel, await layerWeights(panel, map.key, Number(q(panel, ".layer").value)));
   const vmax = scaleTop(panel, [w]);
   panel.exporter = () => heatmapSVG(w, rows, cols, exportTitle(panel, layerHeadText(panel)), vmax, axisNames(map));
-  box.append(legend(panel, vmax, sharedScale(panel) ? "attention weight, shared scale" :
-                                                    "attention weight, scaled to this map's largest"));
+  box.append(legend(panel, vmax, sharedScale(panel) ? "attention weight, shared scale (0 to 1)" :
+                                                    "attention weight, scaled to this map's largest", cols.length));
   const strip = q(panel, ".source-strip");
   cols.forEach((s, j) => strip.append(el("span", {"data-j": j}, s)));
   if (rows.length * cols.length > MAX_TABLE_CELLS) {
@@ -277,8 +291,9 @@ function highlight(panel, w, i) {
 async function renderModel(panel, box) {
   const map = currentMap(panel);
   const shared = sharedScale(panel);
-  box.append(legend(panel, shared ? 1 : null, shared ? "each thumbnail: attention weight, shared scale" :
-                                              "each thumbnail scaled to its own largest weight"));
+  box.append(legend(panel, shared ? 1 : null, shared ? "each thumbnail: attention weight, shared scale (0 to 1)" :
+                                              "each thumbnail scaled to its own largest weight",
+                    labels(panel, map)[1].length));
   const grid = el("div", {class: "model-grid"});
   grid.style.gridTemplateColumns = `auto repeat(${map.heads}, minmax(0, 1fr))`;
   grid.append(el("span"));
@@ -308,8 +323,9 @@ async function renderModel(panel, box) {
     thumbs.filter(t => t[0] === l).forEach(([, h, canvas]) => paintWeights(canvas, heads[h],
                                                                            scaleTop(panel, [heads[h]])));
   }
+  const n = labels(panel, map)[1].length;
   panel.exporter = () => modelSVG(map, thumbs, exportTitle(panel, "every layer and head" +
-                                                           (shared ? ", shared scale" : ", each its own scale")));
+                                                           (shared ? ", shared scale" : ", each its own scale")), n);
 }
 
 // ------------------------------------------------------------------------------------------ head view
@@ -569,13 +585,18 @@ function standalone(inner, width, height, title) {
          `height="${height + head}" fill="#fff"/>${texts}<style>line{stroke-linecap:round}</style>${body}</svg>`;
 }
 
-// an exported colour scale: white (0) to blue (top), at (x, y)
-function legendSVG(x, y, top, what) {
+// an exported colour scale: white (0) to blue (top), at (x, y); `uniform` [1/n, its place on the ramp 0..1 or
+// null] marks and prints the uniform weight
+function legendSVG(x, y, top, what, uniform = null) {
   const steps = [...Array(24).keys()].map(k => `<rect x="${x + 12 + 5 * k}" y="${y}" width="5" height="12" ` +
                                                `fill="rgb(13,71,161)" fill-opacity="${(k / 23).toFixed(3)}"/>`);
+  const [u, at] = uniform || [null, null];
+  const mark = at === null ? "" : `<line class="uniform" x1="${x + 12 + 120 * at}" x2="${x + 12 + 120 * at}" ` +
+                                  `y1="${y - 3}" y2="${y + 15}" stroke="#ff6f00" stroke-width="2"/>`;
+  const note = u === null ? "" : `; uniform 1/n = ${u.toFixed(3)}`;
   return `<text x="${x}" y="${y + 10}">0</text>${steps.join("")}<rect x="${x + 12}" y="${y}" width="120" ` +
-         `height="12" fill="none" stroke="#999" stroke-width="0.5"/><text x="${x + 138}" y="${y + 10}">` +
-         `${esc(top)}  ${esc(what)}</text>`;
+         `height="12" fill="none" stroke="#999" stroke-width="0.5"/>${mark}<text x="${x + 138}" y="${y + 10}">` +
+         `${esc(top)}  ${esc(what + note)}</text>`;
 }
 
 function heatmapSVG(w, rows, cols, title, vmax, [rowName, colName]) {
@@ -592,12 +613,13 @@ function heatmapSVG(w, rows, cols, title, vmax, [rowName, colName]) {
                                       `height="${cell}" fill="rgb(13,71,161)" ` +
                                       `fill-opacity="${Math.min(1, x / vmax).toFixed(3)}"/>`));
   });
-  parts.push(legendSVG(left, top + cell * rows.length + 14, vmax === 1 ? "1" : vmax.toFixed(3),
-                       vmax === 1 ? "attention weight (shared scale)" : "attention weight (this map's largest)"));
+  parts.push(legendSVG(left, top + cell * rows.length + 14, vmax === 1 ? "1" : `max ${vmax.toFixed(3)}`,
+                       vmax === 1 ? "attention weight (shared scale)" : "attention weight (this map's largest)",
+                       [1 / cols.length, Math.min(1, 1 / cols.length / vmax)]));
   return standalone(`<svg>${parts.join("")}</svg>`, width, height, title);
 }
 
-function modelSVG(map, thumbs, title) {
+function modelSVG(map, thumbs, title, n) {
   const size = 96, gap = 8, left = 60, top = 20;
   const parts = [];
   for (let h = 0; h < map.heads; h++) {
@@ -610,7 +632,9 @@ function modelSVG(map, thumbs, title) {
                `href="${canvas.toDataURL("image/png")}"/>`);
   });
   const bottom = top + map.layers * (size + gap);
-  parts.push(legendSVG(left, bottom + 4, title[0].includes("shared") ? "1" : "max", "attention weight"));
+  const shared = title[0].includes("shared");
+  parts.push(legendSVG(left, bottom + 4, shared ? "1" : "max", "attention weight",
+                       [1 / n, shared ? 1 / n : null]));
   return standalone(`<svg>${parts.join("")}</svg>`, Math.max(left + map.heads * (size + gap), 360), bottom + 24,
                     title);
 }
@@ -663,10 +687,13 @@ async function exportView(panel, fmt) {
 }
 
 // ------------------------------------------------------------------------------------------ decoding
+// a hypothesis as the lists show it: an empty one named, never a bare score
+function hypothesisText(text) { return text === "" ? "(empty)" : text; }
+
 function renderDecoding(panel, r) {
   const nbest = q(panel, ".nbest");
   nbest.replaceChildren();
-  r.nbest.forEach(h => nbest.append(el("li", {}, `${h.score.toFixed(3)}  ${h.text}`)));
+  r.nbest.forEach(h => nbest.append(el("li", {}, `${h.score.toFixed(3)}  ${hypothesisText(h.text)}`)));
   const tokens = q(panel, ".tokens");
   tokens.replaceChildren();
   const tip = q(panel, ".tip");
@@ -778,6 +805,7 @@ async function explorePanel(panel, sentence, sentenceB) {
   const status = q(panel, ".status");
   const model = MODELS.find(m => m.name === name);
   q(panel, ".translation").textContent = "";
+  q(panel, ".warning").hidden = true;
   q(panel, ".view-box").replaceChildren();
   q(panel, ".source-strip").replaceChildren();
   q(panel, ".nbest").replaceChildren();
@@ -796,7 +824,10 @@ async function explorePanel(panel, sentence, sentenceB) {
     const data = await postExplore(body);
     panel.result = data;
     panel.cache = new Map();
-    q(panel, ".translation").textContent = data.output;
+    q(panel, ".translation").textContent = data.output === "" && data.choices.length ? "(empty)" : data.output;
+    const warn = q(panel, ".warning");
+    warn.hidden = !data.warning;
+    warn.textContent = data.warning ? `\u26a0 ${data.warning}` : "";
     const shape = data.maps.map(m => `${m.key} ${m.layers}\u00d7${m.heads}`).join(", ");
     const family = EMBEDDED ? "" : ` (${data.family}${data.kind === "translation" ? `, beam ${data.beam}` : ""})`;
     status.textContent = `${name}${family}: ` +

@@ -201,7 +201,7 @@ async function renderPlayer(panel, box) {
     treeBox.append(treeSvg);
     const list = el("ol", {class: "ended"});
     ended.forEach((e, k) => list.append(el("li", {class: k < r.nbest.length ? "in-nbest" : "", "data-status": e.c.status},
-                                            `${e.c.score.toFixed(3)}  ${e.c.text}`)));
+                                            `${e.c.score.toFixed(3)}  ${hypothesisText(e.c.text)}`)));
     root.append(el("h4", {}, `beam search: the ${2 * (r.beam || steps.tree[0].candidates.length / 2)} best ` +
                              "candidates of each step as the search ranked them (its own record); the best " +
                              "hypothesis' path in orange, click a node to go to its step"),

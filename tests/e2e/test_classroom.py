@@ -1,0 +1,106 @@
+"""The explorer's classroom controls in headless Chromium (issue 39), on standalone explorer pages
+(`Exploration.save_html`, opened from a file: no server, no network): the uniform weight 1/n marked on every legend
+and the shared 0-1 scale by default (a near-uniform map stays pale; per-map scaling prints the map's max and the
+1/n mark); a degenerate output's warning; the labels (no "layer 1, head 1" on a single map, "(empty)"
+hypotheses, no word marks in the token strips, export names that record layer, head and word mode).
+
+Skipped like test_browser.py when chromium, chromedriver or selenium are missing.
+"""
+
+# ruff: noqa: F811 (the fixtures of test_browser.py are imported, then named as the tests' arguments)
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_browser import browser, downloads  # noqa: F401 (fixtures; skips without chromium)
+
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.ui import WebDriverWait
+
+from attnlab.app.views import Exploration, attention_exploration
+from attnlab.families.explorer import TokenChoice
+
+N = 20  # keys of the near-uniform map
+
+
+def near_uniform() -> Exploration:
+    """One 6 x N map whose rows are within 0.01 of 1/N, and a degenerate output: "," to the length limit."""
+    g = torch.Generator().manual_seed(0)
+    w = 1 / N + 0.01 * (torch.rand(6, N, generator=g) - 0.5)
+    w = w / w.sum(-1, keepdim=True)  # (R, C)
+    src = [f"\u2581w{j}" for j in range(N - 1)] + ["</s>"]
+    ex = attention_exploration(w, src, [","] * 6, title="near-uniform cross-attention", scheme="sentencepiece")
+    ex.output = ",,,,,,"
+    ex.choices = [TokenChoice(",", 0.9, [(",", 0.9), ("\u2581the", 0.05)]) for _ in range(6)]
+    ex.nbest = [("", -1.5), (",,,,,,", -2.0)]
+    return ex
+
+
+def _open(browser, ex: Exploration, tmp_path: Path):
+    page = ex.save_html(tmp_path / "explorer.html")
+    browser.get(page.as_uri())
+    WebDriverWait(browser, 60).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")
+    panel = browser.find_element(By.ID, "panel-0")
+    WebDriverWait(browser, 30).until(lambda d: panel.get_attribute("data-rendered") == "1")
+    return panel
+
+
+def _rerendered(browser, panel) -> None:
+    WebDriverWait(browser, 30).until(lambda d: panel.get_attribute("data-rendered") == "1")
+
+
+def _alphas(browser, panel) -> list:
+    return browser.execute_script(
+        "return [...arguments[0].querySelectorAll('td.cell')].map(c => [+c.dataset.w, "
+        "+(getComputedStyle(c).backgroundColor.split(',')[3] || '1').replace(')', '')]);", panel)
+
+
+def _mark(browser, panel) -> float:
+    """Where the legend's 1/n mark sits on its ramp, 0 (left end) to 1 (right end), as drawn."""
+    return browser.execute_script(
+        "const r = arguments[0].querySelector('.legend .ramp'), m = r.querySelector('.uniform');"
+        "const a = r.getBoundingClientRect(), b = m.getBoundingClientRect();"
+        "return (b.left + b.width / 2 - a.left) / a.width;", panel)
+
+
+def test_uniform_mark_and_shared_scale_by_default(browser, tmp_path):
+    panel = _open(browser, near_uniform(), tmp_path)
+    assert Select(panel.find_element(By.CSS_SELECTOR, "select.scale")).first_selected_option.get_attribute(
+        "value") == "shared"
+    legend = panel.find_element(By.CSS_SELECTOR, ".view-box .legend")
+    assert legend.get_attribute("data-scale") == "shared"
+    assert legend.find_element(By.CSS_SELECTOR, ".ramp .uniform").is_displayed()
+    assert _mark(browser, panel) == pytest.approx(1 / N, abs=0.03)  # 1/n on a 0-1 ramp
+    assert f"1/n = {1 / N:.3f}" in legend.text and f"n = {N}" in legend.text
+    alphas = _alphas(browser, panel)
+    assert len(alphas) == 6 * N and max(a for _, a in alphas) < 0.1  # a near-uniform map stays pale
+
+    Select(panel.find_element(By.CSS_SELECTOR, "select.scale")).select_by_value("map")
+    WebDriverWait(browser, 30).until(lambda d: panel.find_element(By.CSS_SELECTOR, ".view-box .legend")
+                                     .get_attribute("data-scale") == "map")
+    _rerendered(browser, panel)
+    legend = panel.find_element(By.CSS_SELECTOR, ".view-box .legend")
+    top = max(w for w, _ in _alphas(browser, panel))
+    assert f"{top:.3f} (this map's max)" in legend.text and f"1/n = {1 / N:.3f}" in legend.text
+    assert _mark(browser, panel) == pytest.approx((1 / N) / top, abs=0.03)  # 1/n where the map's max is 1
+    # the model view's legend too
+    panel.find_element(By.CSS_SELECTOR, '.views button[data-view="model"]').click()
+    WebDriverWait(browser, 30).until(lambda d: panel.get_attribute("data-view") == "model")
+    _rerendered(browser, panel)
+    assert f"1/n = {1 / N:.3f}" in panel.find_element(By.CSS_SELECTOR, ".view-box .legend").text
+
+
+def test_degenerate_output_warned_and_empty_hypothesis_named(browser, tmp_path):
+    panel = _open(browser, near_uniform(), tmp_path)
+    warning = panel.find_element(By.CSS_SELECTOR, ".warning")
+    assert warning.is_displayed() and "repeats ','" in warning.text and "length limit" in warning.text
+    nbest = [li.get_attribute("textContent") for li in panel.find_elements(By.CSS_SELECTOR, ".nbest li")]
+    assert nbest == ["-1.500  (empty)", "-2.000  ,,,,,,"]
+
+    ex = near_uniform()
+    ex.choices, ex.output = [TokenChoice("the", 0.9, [("the", 0.9)])], "the"
+    panel = _open(browser, ex, tmp_path)
+    assert not panel.find_element(By.CSS_SELECTOR, ".warning").is_displayed()
