@@ -262,18 +262,25 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=cmd_translate)
 
     ex = sub.add_parser("export", parents=[opts["checkpoint"]],
-                        help="export a Transformer run to CTranslate2 (an inference engine, int8 on CPU)",
-                        description="Write a standard CTranslate2 model directory of a Transformer translation run "
-                                    "(ctranslate2.Translator loads it without attnlab; `attnlab translate "
-                                    "--engine ctranslate2 --ct2-model DIR` uses it with the run's tokenizer) or of "
-                                    "a decoder-only language-model run (for ctranslate2.Generator). RNN runs are "
-                                    "refused: CTranslate2 has no RNN models.")
+                        help="export a Transformer run to CTranslate2 (an inference engine, int8 on CPU) or Hugging "
+                             "Face transformers",
+                        description="--to ctranslate2 (default): write a standard CTranslate2 model directory of a "
+                                    "Transformer translation run (ctranslate2.Translator loads it without attnlab; "
+                                    "`attnlab translate --engine ctranslate2 --ct2-model DIR` uses it with the "
+                                    "run's tokenizer) or of a decoder-only language-model run (for "
+                                    "ctranslate2.Generator); RNN runs are refused: CTranslate2 has no RNN models. "
+                                    "--to huggingface: write a folder that transformers' "
+                                    "AutoModelForSeq2SeqLM.from_pretrained and AutoTokenizer.from_pretrained load "
+                                    "with no attnlab (post-norm: MarianMT, pre-norm: Pegasus; MarianTokenizer "
+                                    "files, a model card); a setting neither class expresses is refused, naming it.")
     ex.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    ex.add_argument("--to", choices=("ctranslate2",), default="ctranslate2", help="the target format")
+    ex.add_argument("--to", choices=("ctranslate2", "huggingface"), default="ctranslate2",
+                    help="the target format (default ctranslate2)")
     ex.add_argument("--quantization", default="float32",
                     choices=("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16",
                              "int8_bfloat16"), help="weight type (default float32; int8 for fast CPU decoding)")
-    ex.add_argument("--out", type=Path, metavar="DIR", help="default: RUN_DIR/ctranslate2-<checkpoint>-<quantization>")
+    ex.add_argument("--out", type=Path, metavar="DIR", help="default: RUN_DIR/ctranslate2-<checkpoint>-<quantization>, "
+                    "or RUN_DIR/huggingface-<checkpoint>")
     ex.set_defaults(func=cmd_export)
 
     ev = sub.add_parser("evaluate", parents=[opts["evaluate"], opts["amp"]],

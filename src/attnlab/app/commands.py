@@ -290,7 +290,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    print(export_run(args.run_dir, args.out, args.quantization, args.checkpoint))
+    print(export_run(args.run_dir, args.out, args.quantization, args.checkpoint, args.to))
 
 
 def cmd_generate(args: argparse.Namespace) -> None:

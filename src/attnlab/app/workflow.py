@@ -34,6 +34,7 @@ from attnlab.families.base import EvalOptions, Family, LoadedRun
 from attnlab.families.table import family_of, family_of_config, load_family_config, require
 from attnlab.interop.ctranslate2 import (check_export, check_export_folder, ctranslate2_dir, export_ctranslate2,
                                          export_source, read_manifest)
+from attnlab.interop.huggingface import export_huggingface
 from attnlab.training.trainer import Trainer, TrainerState, Training
 
 log = logging.getLogger("attnlab")
@@ -240,12 +241,20 @@ def ctranslate2_translator(run_dir: Path | str, checkpoint: str, tokenizers: Tok
 
 
 def export_run(run_dir: Path | str, out: Path | str | None = None, quantization: str = "float32",
-               checkpoint: str = "best") -> Path:
-    """Exports a Transformer translation or language-model run to CTranslate2 (`attnlab.interop.ctranslate2`);
-    returns the model directory (default RUN_DIR/ctranslate2-<checkpoint>-<quantization>). The checkpoint and
-    tokenizer are hashed before the weights are loaded: a checkpoint that moves meanwhile makes the export stale,
-    never wrongly current."""
+               checkpoint: str = "best", to: str = "ctranslate2") -> Path:
+    """Exports a Transformer translation or language-model run to CTranslate2 (`attnlab.interop.ctranslate2`;
+    default RUN_DIR/ctranslate2-<checkpoint>-<quantization>) or a Transformer translation run to Hugging Face
+    (`attnlab.interop.huggingface`, float32 only; default RUN_DIR/huggingface-<checkpoint>); returns the folder.
+    The checkpoint and tokenizer are hashed before the weights are loaded: a checkpoint that moves meanwhile makes
+    the export stale, never wrongly current."""
+    if to not in ("ctranslate2", "huggingface"):
+        raise AttnlabError(f"--to {to!r}: choose ctranslate2 or huggingface")
     source = export_source(run_dir, checkpoint)
+    if to == "huggingface":
+        if quantization != "float32":
+            raise AttnlabError(f"--quantization {quantization}: a Hugging Face export is float32 (transformers "
+                               "converts on load: from_pretrained(DIR, dtype=...))")
+        return export_huggingface(load_run(run_dir, checkpoint, "cpu"), out, source)
     return export_ctranslate2(load_run(run_dir, checkpoint, "cpu"), out, quantization, source)
 
 

@@ -14,6 +14,7 @@ another engine).
 
 from __future__ import annotations
 
+import base64
 import functools
 import io
 import json
@@ -66,7 +67,8 @@ class TokenizerConfig:
     """How to tokenize. vocab_size is ignored for "char"; character_coverage and byte_fallback apply to the
     SentencePiece kinds only. joint: one vocabulary for source and target, trained on both sides."""
 
-    CHOICES: ClassVar[dict] = {"kind": ("char", "bpe", "unigram")}
+    # marian: an imported MarianMT model's tokenizer (`MarianVocabTokenizer`, made by `attnlab import`, never trained)
+    CHOICES: ClassVar[dict] = {"kind": ("char", "bpe", "unigram", "marian")}
     LIMITS: ClassVar[dict] = {"vocab_size": (1, MAX_VOCAB), "character_coverage": (0.0, 1.0),
                               "sample_sentences": (1, MAX_COUNT), "sample_seed": (0, MAX_SEED)}
 
@@ -257,7 +259,77 @@ class SentencePieceTokenizer:
         return cls(data, kind)
 
 
-Tokenizer = CharTokenizer | SentencePieceTokenizer
+class MarianVocabTokenizer:
+    """The tokenizer of an imported MarianMT model (`attnlab import`, `attnlab.interop.huggingface`), as Hugging
+    Face's MarianTokenizer computes it: the source SentencePiece model splits text into pieces, the model's
+    vocab.json maps each piece to its id (a piece it lacks is <unk>), and `rows` maps ids to attnlab's: rows[i] is
+    the Hugging Face id of attnlab id i (PAD 0, BOS 1, EOS 2, UNK 3 first; -1: a row Hugging Face has not, the PAD
+    of a model whose pad is its decoder start). One object serves both sides, as the shared vocab.json does; the
+    target model travels along for the export (`to_bytes`).
+
+    decode copies MarianTokenizer.decode(skip_special_tokens=True): PAD, BOS, EOS and UNK dropped (attnlab's own
+    tokenizers show UNK as "⁇"), the pieces joined by the *source* model, "▁" of a piece it lacks made a space,
+    leading and trailing spaces stripped.
+    """
+
+    kind = "marian"
+
+    def __init__(self, source_spm: bytes, target_spm: bytes, vocab: dict[str, int], rows: Sequence[int],
+                 specials: dict[str, int]) -> None:
+        try:
+            self._src = spm.SentencePieceProcessor(model_proto=bytes(source_spm))
+            spm.SentencePieceProcessor(model_proto=bytes(target_spm))
+        except RuntimeError as e:
+            raise AttnlabError(f"not a SentencePiece model ({str(e).strip()[:120]})") from None
+        self.source_spm, self.target_spm = bytes(source_spm), bytes(target_spm)
+        self.vocab, self.rows, self.specials = dict(vocab), [int(r) for r in rows], dict(specials)
+        self._piece = {i: p for p, i in self.vocab.items()}
+        self._ids = {h: a for a, h in enumerate(self.rows) if h >= 0}
+        if "<unk>" not in self.vocab or len(self._ids) != len(self._piece) or set(self._ids) != set(self._piece):
+            raise AttnlabError(f"vocab.json and the row order disagree ({len(self._piece)} ids, {len(self._ids)} rows, "
+                               "<unk> needed)")
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.rows)
+
+    def pieces(self, text: str) -> list[str]:
+        """The pieces of text as the model sees them (a piece missing from vocab.json shown as <unk>)."""
+        return [p if p in self.vocab else "<unk>" for p in self._src.encode(text, out_type=str)]
+
+    def encode(self, text: str) -> list[int]:
+        return [self._ids[self.vocab[p]] for p in self.pieces(text)]
+
+    def encode_batch(self, texts: Sequence[str], threads: int = 1) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        pieces = [self._piece[self.rows[int(i)]] for i in ids if int(i) > UNK_ID]
+        return self._src.decode_pieces(pieces).replace("\u2581", " ").strip()
+
+    def id_to_piece(self, i: int) -> str:
+        return SPECIALS[PAD_ID] if self.rows[int(i)] < 0 else self._piece[self.rows[int(i)]]
+
+    @functools.cached_property
+    def control_ids(self) -> tuple[int, ...]:
+        """The ids whose piece holds a control character (`is_control`), ascending."""
+        return tuple(i for i in range(len(SPECIALS), self.vocab_size) if is_control(self.id_to_piece(i)))
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"kind": self.kind, "source_spm": base64.b64encode(self.source_spm).decode(),
+                           "target_spm": base64.b64encode(self.target_spm).decode(), "vocab": self.vocab,
+                           "rows": self.rows, "specials": self.specials}, ensure_ascii=False).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> MarianVocabTokenizer:
+        obj = json.loads(data.decode("utf-8"))
+        if not isinstance(obj, dict) or obj.get("kind") != cls.kind:
+            raise AttnlabError("not an imported Marian tokenizer (expected {'kind': 'marian', ...})")
+        return cls(base64.b64decode(obj["source_spm"]), base64.b64decode(obj["target_spm"]), obj["vocab"],
+                   obj["rows"], obj["specials"])
+
+
+Tokenizer = CharTokenizer | SentencePieceTokenizer | MarianVocabTokenizer
 
 
 @dataclass
@@ -278,6 +350,9 @@ def train_tokenizer(cfg: TokenizerConfig, texts: Sequence[str]) -> Tokenizer:
     """One tokenizer of cfg.kind trained on texts (cfg.joint is not used)."""
     if cfg.kind == "char":
         return CharTokenizer.train(texts)
+    if cfg.kind == "marian":
+        raise AttnlabError("tokenizer.kind = 'marian' is an imported MarianMT model's tokenizer (attnlab import); it "
+                           "cannot be trained: choose 'unigram', 'bpe' or 'char'")
     return SentencePieceTokenizer.train(texts, cfg)
 
 
@@ -291,7 +366,7 @@ def build_tokenizers(cfg: TokenizerConfig, train_src: Sequence[str], train_tgt: 
 
 
 def _file_name(side: str, kind: str) -> str:
-    return f"{side}.chars.json" if kind == "char" else f"{side}.model"
+    return {"char": f"{side}.chars.json", "marian": f"{side}.marian.json"}.get(kind, f"{side}.model")
 
 
 def save_tokenizers(pair: TokenizerPair, directory: Path | str) -> None:
@@ -328,6 +403,8 @@ def load_tokenizers(directory: Path | str) -> TokenizerPair:
             data = path.read_bytes()
             if kind == "char":
                 return CharTokenizer.from_bytes(data)
+            if kind == "marian":
+                return MarianVocabTokenizer.from_bytes(data)
             return SentencePieceTokenizer.from_bytes(data, kind)
         except (OSError, ValueError, IndexError, RuntimeError) as e:
             # AttnlabError, JSON and UTF-8 errors are ValueErrors; SentencePiece raises the other two

@@ -105,7 +105,10 @@ class Family:
     What a family can do beyond the pipeline, asked of the row and never of its name: abilities (the commands its
     runs serve: "translate", "generate", "classify", "regress"); explorer (its `Explorer` hooks; None: its runs
     have no attention to explore); export (the CTranslate2 model its runs export to, `attnlab.interop.ctranslate2`:
-    "translator" an encoder-decoder, "generator" a decoder-only language model; None: no export).
+    "translator" an encoder-decoder, "generator" a decoder-only language model; None: no export); hf_export (the
+    Hugging Face model its runs export to, `attnlab.interop.huggingface`: "seq2seq" an encoder-decoder, MarianMT
+    when post-norm, Pegasus when pre-norm; None: refused); hf_import(transformer settings, tokenizer settings) ->
+    the raw RUN_DIR/config.json of a run imported from Hugging Face (`attnlab import`; None: not this family).
     """
 
     name: str
@@ -125,6 +128,8 @@ class Family:
     uses_tokenizers: Callable[[Any], bool] = lambda cfg: True
     explorer: Explorer | None = None
     export: str | None = None
+    hf_export: str | None = None
+    hf_import: Callable[[dict, dict], dict] | None = None
 
     def from_dict(self, data: dict) -> Any:
         """The typed config of a raw dict (RUN_DIR/config.json plus overrides), validated key by key."""

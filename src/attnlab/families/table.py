@@ -4,7 +4,7 @@ A family declares its config class, how a raw config (a file, or RUN_DIR/config.
 data, tokenizers and model are built, what it hands the trainer (`attnlab.training.trainer.Training`), how a run is
 evaluated and summarised, and what it can do beyond that: its abilities (translate, generate, classify, regress),
 its explorer hooks (`attnlab.families.base.Explorer`: every attention map of an input, what the server says of a
-run, what an input costs) and its CTranslate2 export. The run pipeline (`attnlab.app.workflow`: train, resume,
+run, what an input costs) and its CTranslate2 and Hugging Face exports (and import). The run pipeline (`attnlab.app.workflow`: train, resume,
 load, evaluate, summary) calls these functions and nothing else, and the apps (server, explorer, report, export)
 ask the row, never the family's name: adding a family is adding a row here, not copying a pipeline or a branch.
 
@@ -39,7 +39,8 @@ def _is_rnn(raw: dict) -> bool:
         and not series.is_series_config(raw)
 
 
-def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool], export: str | None) -> Family:
+def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool], export: str | None,
+             hf_export: str | None = None, hf_import: Callable[[dict, dict], dict] | None = None) -> Family:
     """The translation families share their config, pipeline and explorer functions; model.family picks the
     network."""
     return Family(
@@ -50,7 +51,7 @@ def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool], export: s
         evaluate=translation.evaluate_seq2seq, format_eval=translation.format_seq2seq_eval,
         summary_inputs=translation.seq2seq_summary_inputs, abilities=frozenset({"translate"}),
         explorer=Explorer(translation.explore_seq2seq, translation.seq2seq_explorer_facts, translation.seq2seq_tokens),
-        export=export)
+        export=export, hf_export=hf_export, hf_import=hf_import)
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -76,7 +77,7 @@ FAMILIES: tuple[Family, ...] = (
            summary_inputs=series.series_summary_inputs, abilities=frozenset({"regress"}),
            uses_tokenizers=lambda cfg: False),
     _seq2seq("transformer", "Transformer encoder-decoder", lambda raw: _model_family(raw) == "transformer",
-             export="translator"),
+             export="translator", hf_export="seq2seq", hf_import=translation.imported_config),
     _seq2seq("rnn", "RNN encoder-decoder", _is_rnn, export=None),  # CTranslate2 has no RNN models
 )
 _DEFAULT = FAMILIES[-1]

@@ -16,7 +16,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from attnlab.core.config import MAX_COUNT, MAX_SEED, MAX_THREADS, MAX_VOCAB, from_dict, load_config
+from attnlab.core.config import MAX_COUNT, MAX_SEED, MAX_THREADS, MAX_VOCAB, from_dict, load_config, to_dict
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import atomic_write_text, write_json
 from attnlab.core.metrics import bleu_by_length, corpus_scores, format_length_table
@@ -143,6 +143,14 @@ def load_experiment(path: Path | str | None, overrides: list[str] | None = None)
 
 def experiment_from_dict(data: dict) -> ExperimentConfig:
     return from_dict(ExperimentConfig, data)
+
+
+def imported_config(transformer: dict, tokenizer: dict) -> dict:
+    """RUN_DIR/config.json of a Transformer translation run imported from another toolkit (`attnlab import`,
+    `attnlab.interop.huggingface`): the model's settings and its tokenizer's, everything else the defaults (the
+    Bible corpus for evaluate and a fine-tune)."""
+    model = ModelConfig(family="transformer", transformer=from_dict(TransformerConfig, transformer, "model.transformer."))
+    return to_dict(ExperimentConfig(tokenizer=from_dict(TokenizerConfig, tokenizer, "tokenizer."), model=model))
 
 
 def store_spec(cfg: ExperimentConfig) -> StoreSpec:

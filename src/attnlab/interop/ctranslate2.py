@@ -10,7 +10,7 @@ attnlab, plus the run's tokenizer files under tokenizer/ (SentencePiece models `
 - positions: attnlab's own table (sinusoidal or learned) written into the spec, so both engines add the same
   vectors whatever CTranslate2's default layout;
 - each layer: self-attention with Q, K, V packed into one matrix, cross-attention with K, V packed, the FFN, and
-  their LayerNorms, pre- or post-norm (`pre_norm`), ReLU or exact GELU, LayerNorm epsilon as configured;
+  their LayerNorms, pre- or post-norm (`pre_norm`), ReLU, exact GELU or SiLU (swish), LayerNorm epsilon as configured;
 - the output layer (tied or not: the weights are copied), the final LayerNorms of pre-norm stacks.
 
 The source gets attnlab's EOS appended by the caller (as `Translator.encode_source` does), decoding starts from
@@ -119,6 +119,12 @@ def _output(spec, decoder_spec, generator: torch.nn.Linear, layer_norm_eps: floa
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = SPECIALS[3], SPECIALS[1], SPECIALS[2]
 
 
+def _activation(specs, name: str):
+    """CTranslate2's activation of a TransformerConfig.activation (silu and swish are one function)."""
+    return {"gelu": specs.Activation.GELU, "silu": specs.Activation.SWISH,
+            "swish": specs.Activation.SWISH}.get(name, specs.Activation.RELU)
+
+
 def _positions(pos) -> np.ndarray:
     return _np(pos.learned.weight if pos.learned is not None else pos.pe)  # (max_len, D)
 
@@ -128,7 +134,7 @@ def transformer_spec(model, src_vocab: list[str], tgt_vocab: list[str]):
     ct2 = _ct2()
     specs = ct2.specs
     cfg = model.cfg
-    activation = specs.Activation.GELU if cfg.activation == "gelu" else specs.Activation.RELU
+    activation = _activation(specs, cfg.activation)
     # the attention it returns: the last decoder layer's cross-attention, averaged over all heads
     spec = specs.TransformerSpec.from_config((cfg.enc_layers, cfg.dec_layers), cfg.h, pre_norm=cfg.norm == "pre",
                                              activation=activation, alignment_layer=-1, alignment_heads=0)
@@ -162,7 +168,7 @@ def language_model_spec(model, vocab: list[str]):
     ct2 = _ct2()
     specs = ct2.specs
     cfg = model.cfg
-    activation = specs.Activation.GELU if cfg.activation == "gelu" else specs.Activation.RELU
+    activation = _activation(specs, cfg.activation)
     spec = specs.TransformerDecoderModelSpec.from_config(cfg.layers, cfg.h, pre_norm=cfg.norm == "pre",
                                                          activation=activation)
     dec = spec.decoder

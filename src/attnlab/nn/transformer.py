@@ -58,8 +58,10 @@ class TransformerConfig:
     tie_embeddings: str = "none"  # decoder: target embedding = output layer; all: source too (joint vocab)
     layer_norm_eps: float = 1e-5
     bias: bool = True  # biases of the linear layers and LayerNorms
+    # an output-layer bias next to tied embeddings (an imported MarianMT's final_logits_bias); untied has one anyway
+    generator_bias: bool = False
 
-    CHOICES: ClassVar[dict] = {"activation": ("relu", "gelu"), "norm": ("post", "pre"),
+    CHOICES: ClassVar[dict] = {"activation": ("relu", "gelu", "silu", "swish"), "norm": ("post", "pre"),
                                "positions": ("sinusoidal", "learned"), "tie_embeddings": ("none", "decoder", "all")}
     LIMITS: ClassVar[dict] = {"d_model": (1, MAX_DIM), "h": (1, MAX_DIM), "d_ff": (1, 4 * MAX_DIM),
                               "enc_layers": (1, MAX_LAYERS), "dec_layers": (1, MAX_LAYERS), "dropout": (0.0, 1.0),
@@ -233,7 +235,8 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
         self.linear2 = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
         self.dropout = Dropout(cfg.dropout)
-        self.activation = F.gelu if cfg.activation == "gelu" else F.relu
+        # silu = swish (Ramachandran et al. 2017, x * sigmoid(x)): MarianMT's OPUS models use it
+        self.activation = {"gelu": F.gelu, "silu": F.silu, "swish": F.silu}.get(cfg.activation, F.relu)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, L, D)
@@ -455,7 +458,7 @@ class TransformerSeq2Seq(nn.Module):
         pre = cfg.norm == "pre"  # pre-norm leaves the residual stream unnormalized: normalize the stack output
         self.enc_norm = nn.LayerNorm(D, eps=cfg.layer_norm_eps, bias=cfg.bias) if pre else nn.Identity()
         self.dec_norm = nn.LayerNorm(D, eps=cfg.layer_norm_eps, bias=cfg.bias) if pre else nn.Identity()
-        self.generator = nn.Linear(D, tgt_vocab, bias=cfg.tie_embeddings == "none")
+        self.generator = nn.Linear(D, tgt_vocab, bias=cfg.tie_embeddings == "none" or cfg.generator_bias)
         self._init_weights()
         if cfg.tie_embeddings in ("decoder", "all"):  # 3.4: one matrix for embeddings and pre-softmax layer
             self.generator.weight = self.tgt_embed.weight
