@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 CORE   := $(VENV)/.core
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test e2e notebooks docs venv sysdeps bench clean
+.PHONY: demo test test-plain e2e notebooks docs venv sysdeps bench clean
 
 # torch==2.13.0 first: the CPU wheel on this machine's disk, so pip never pulls a multi-GB CUDA build.
 # pyproject.toml only asks for torch>=2.4, so a user's own CUDA torch is kept. The demo installs the package alone
@@ -41,6 +41,14 @@ test: $(STAMP)
 	-./scripts/system-deps.sh
 	$(PY) -m pytest --ignore=tests/e2e -n $(TEST_WORKERS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The same suite with every kernel off (ATTNLAB_KERNELS=0, src/attnlab/kernels): the models run their plain torch
+# twins. Not part of CI (`make test` already holds each kernel equal to its twin, tests/test_kernels.py); run it
+# after changing a kernel or a model that calls one.
+test-plain: $(STAMP)
+	-./scripts/system-deps.sh
+	ATTNLAB_KERNELS=0 $(PY) -m pytest --ignore=tests/e2e -n $(TEST_WORKERS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-plain: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # The browser test: `attnlab serve` in headless Chromium (Debian's chromium + chromium-driver, installed here as
 # root; a failed install as root fails). Without root it is skipped with the reason (-rs prints it), not failed.

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
-"""The GRU recurrences with their backward by hand (`attnlab.nn.rnn.GRURecurrence` for the encoder,
-`attnlab.nn.rnn_seq2seq.BahdanauGRURecurrence` for the Bahdanau decoder) against torch's autograd through the same
-model step by step (`attnlab.nn.rnn.autograd_recurrences()`), side by side in one process: whole forward-backward-AdamW
-training steps on the config's real batches, the two variants alternating batch by batch from the same initial
-weights. Prints one JSON line: target tokens/s of each, their ratio, and the largest logit difference on one
-batch in float64 (a check that both compute the same function).
+"""The GRU recurrences with their backward by hand (`attnlab.kernels.recurrence`: `GRURecurrence` for the encoder,
+`BahdanauGRURecurrence` for the Bahdanau decoder) against torch's autograd through the same model step by step
+(`autograd_recurrences()` here: those two kernels off, every other kernel on), side by side in one process: whole
+forward-backward-AdamW training steps on the config's real batches, the two variants alternating batch by batch
+from the same initial weights. Prints one JSON line: target tokens/s of each, their ratio, and the largest logit
+difference on one batch in float64 (a check that both compute the same function).
 
     python benchmarks/rnn_recurrence_bench.py [--config configs/demo.toml] [--threads 1] [--amp none|bf16]
         [--batches 40] [--warmup 5] [--json FILE]
@@ -19,7 +19,9 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -27,7 +29,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rnn_step_profile import config_batches, training_step  # noqa: E402
 
 from attnlab.families.translation import build_seq2seq, load_experiment  # noqa: E402
-from attnlab.nn.rnn import autograd_recurrences  # noqa: E402
+from attnlab.kernels import recurrence  # noqa: E402
+
+
+@contextlib.contextmanager
+def autograd_recurrences() -> Iterator[None]:
+    """The GRU recurrences through torch's autograd step by step, the other kernels as they are: so the ratio is
+    the recurrences' own (`attnlab.kernels.disabled()` would turn dropout's and the loss's kernels off too)."""
+    with mock.patch.object(recurrence, "by_hand", lambda x: False):
+        yield
 
 
 def main() -> None:

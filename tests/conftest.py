@@ -133,15 +133,20 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_sessionstart(session):
     """pytest-randomly prints its seed in the report header, which `-q` (our addopts) hides: print it anyway, so
-    that a failing order can be replayed with `pytest -p randomly --randomly-seed=N`. Printed by the process that
-    reports: the only one, or pytest-xdist's controller (`make test` runs workers, which share the seed), not its
-    workers."""
+    that a failing order can be replayed with `pytest -p randomly --randomly-seed=N`; and whether the kernels are
+    off (ATTNLAB_KERNELS=0, `make test-plain`: the workers and every `attnlab` subprocess inherit it). Printed by
+    the process that reports: the only one, or pytest-xdist's controller (`make test` runs workers, which share
+    the seed), not its workers."""
     if hasattr(session.config, "workerinput"):
         return
     seed = session.config.getoption("randomly_seed", None)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if seed is not None and reporter is not None and session.config.pluginmanager.has_plugin("randomly"):
         reporter.write_line(f"Using --randomly-seed={seed}")
+    from attnlab import kernels
+
+    if not kernels.enabled() and reporter is not None:  # `make test-plain`: say so above the results
+        reporter.write_line(f"{kernels.ENV}={os.environ[kernels.ENV]}: every kernel off, the models' plain torch twins")
 
 WORDS = {"the": "la", "house": "casa", "is": "es", "big": "grande", "small": "pequeña", "red": "roja",
          "a": "una", "cat": "gata", "sees": "ve", "and": "y", "old": "vieja", "my": "mi", "door": "puerta",

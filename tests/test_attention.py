@@ -2,6 +2,7 @@
 F.scaled_dot_product_attention, closed forms written out in the test, and float64 gradcheck."""
 
 import math
+from unittest import mock
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import attnlab.nn.attention as attention_module
+from attnlab import kernels
 from attnlab.nn.attention import (EXPLICIT_MAX_KEYS, EXPLICIT_MAX_SCORES, SCORE_KINDS, Attention, LearnedQueryAttention,
                                MultiHeadAttention, causal_mask, explicit_is_faster, masked_softmax, padding_mask,
                                scaled_dot_product_attention)
@@ -147,45 +149,56 @@ def test_attention_gradcheck(kind):
     assert torch.autograd.gradcheck(lambda q, k: att(q, k, mask=keep, need_weights=False)[0], (query, keys))
 
 
-def test_additive_float32_sigmoid_form_matches_tanh_in_float64():
-    """In float32 on the CPU the additive score is 2 v.sigmoid(2x) - sum(v): the same scores and gradients as the
-    written-out v.tanh(x), computed in float64 from the same weights; under bf16 autocast it is tanh again."""
-    att = Attention("additive", 8, 6, attn_dim=32)
-    ref = Attention("additive", 8, 6, attn_dim=32).double()
-    ref.load_state_dict(att.state_dict())
-    query = (3 * torch.randn(B, T, 8)).requires_grad_()  # large enough that tanh saturates for some pairs
-    keys = (3 * torch.randn(B, S, 6)).requires_grad_()
-    q64, k64 = query.detach().double().requires_grad_(), keys.detach().double().requires_grad_()
-    scores = att.score(query, att.precompute(keys)[0])
-    with torch.no_grad():
-        expected = _reference_scores(ref, q64, k64)
-    torch.testing.assert_close(scores.double(), expected, atol=2e-5, rtol=1e-5)
-    g = torch.randn(B, T, S, dtype=torch.float64)
-    (scores * g.float()).sum().backward()
-    (ref.score(q64, ref.precompute(k64)[0]) * g).sum().backward()
-    torch.testing.assert_close(query.grad.double(), q64.grad, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(keys.grad.double(), k64.grad, atol=1e-4, rtol=1e-4)
-    for p32, p64 in zip(att.parameters(), ref.parameters()):
-        torch.testing.assert_close(p32.grad.double(), p64.grad, atol=1e-4, rtol=1e-4)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        low = att.score(query, att.precompute(keys)[0])
-    assert low.dtype == torch.bfloat16  # the tanh form: the sigmoid form's output would be float32
-    torch.testing.assert_close(low.double(), expected, atol=0.15, rtol=0.05)
+@pytest.mark.parametrize("on", [True, False], ids=["kernel", "plain"])
+def test_additive_float32_sigmoid_form_matches_tanh_in_float64(monkeypatch, on):
+    """In float32 on the CPU, with the kernels on, the additive score is 2 v.sigmoid(2x) - sum(v)
+    (`attnlab.kernels.attention.additive_scores`): the same scores and gradients as the written-out v.tanh(x),
+    computed in float64 from the same weights; under bf16 autocast, or with the kernels off, it is tanh."""
+    spy = mock.Mock(wraps=attention_module.additive_scores)
+    monkeypatch.setattr(attention_module, "additive_scores", spy)
+    with kernels.override(on):
+        att = Attention("additive", 8, 6, attn_dim=32)
+        ref = Attention("additive", 8, 6, attn_dim=32).double()
+        ref.load_state_dict(att.state_dict())
+        query = (3 * torch.randn(B, T, 8)).requires_grad_()  # large enough that tanh saturates for some pairs
+        keys = (3 * torch.randn(B, S, 6)).requires_grad_()
+        q64, k64 = query.detach().double().requires_grad_(), keys.detach().double().requires_grad_()
+        scores = att.score(query, att.precompute(keys)[0])
+        with torch.no_grad():
+            expected = _reference_scores(ref, q64, k64)
+        torch.testing.assert_close(scores.double(), expected, atol=2e-5, rtol=1e-5)
+        g = torch.randn(B, T, S, dtype=torch.float64)
+        (scores * g.float()).sum().backward()
+        (ref.score(q64, ref.precompute(k64)[0]) * g).sum().backward()
+        torch.testing.assert_close(query.grad.double(), q64.grad, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(keys.grad.double(), k64.grad, atol=1e-4, rtol=1e-4)
+        for p32, p64 in zip(att.parameters(), ref.parameters()):
+            torch.testing.assert_close(p32.grad.double(), p64.grad, atol=1e-4, rtol=1e-4)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            low = att.score(query, att.precompute(keys)[0])
+        assert low.dtype == torch.bfloat16  # the tanh form: the sigmoid form's output would be float32
+        torch.testing.assert_close(low.double(), expected, atol=0.15, rtol=0.05)
+    assert spy.call_count == int(on)  # the float32 scores only
 
 
+@pytest.mark.parametrize("on", [True, False], ids=["kernel", "plain"])
 @pytest.mark.parametrize("grad", [False, True])
-def test_single_query_context_with_and_without_backward(grad):
-    """One query per row (step-wise decoding): the matmul without a backward, the broadcast product with one;
-    both equal the context written out, and the gradients match autograd through the einsum."""
+def test_single_query_context_with_and_without_backward(monkeypatch, grad, on):
+    """One query per row (step-wise decoding): the matmul without a backward, the broadcast product with one
+    (`attnlab.kernels.attention.one_query_context`, with the kernels on); both equal the context written out, and
+    the gradients match autograd through the einsum."""
+    spy = mock.Mock(wraps=attention_module.one_query_context)
+    monkeypatch.setattr(attention_module, "one_query_context", spy)
     scores = torch.randn(B, 1, S, dtype=torch.float64, requires_grad=grad)
     values = torch.randn(B, S, 5, dtype=torch.float64, requires_grad=grad)
     _, keep = _lengths_mask()
-    with torch.set_grad_enabled(grad):
+    with torch.set_grad_enabled(grad), kernels.override(on):
         context, w = attention_module.attend(scores, values, keep[:, None, :])
+        if grad:
+            assert torch.autograd.gradcheck(lambda a, v: attention_module.attend(a, v, keep[:, None, :])[0],
+                                            (scores, values))
     torch.testing.assert_close(context, torch.einsum("bts,bsd->btd", w, values))
-    if grad:
-        assert torch.autograd.gradcheck(lambda a, v: attention_module.attend(a, v, keep[:, None, :])[0],
-                                        (scores, values))
+    assert spy.called == (grad and on)
 
 
 def test_mha_gradcheck():

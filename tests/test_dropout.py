@@ -1,7 +1,9 @@
 """attnlab.kernels.dropout against closed forms: the kept fraction 1 - k/65536 (k = round(p * 65536)) within 5 standard
 deviations over ~1M elements, overall and in each 16-bit lane of a 64-bit draw; kept elements scaled by exactly
 65536 / (65536 - k); the backward pass with the forward's mask (written out, and float64 gradcheck); torch.nn.Dropout
-compatibility. The statistical checks are themselves checked against deliberately broken masks."""
+compatibility. The statistical checks are themselves checked against deliberately broken masks. With the kernels
+off, the twin `F.dropout` itself. The tests are about the kernel, so they turn the kernels on whatever
+ATTNLAB_KERNELS says (`kernels_on`)."""
 
 import math
 
@@ -11,7 +13,14 @@ import torch.nn.functional as F
 from torch import nn
 
 import attnlab.kernels.dropout as dropout_module
+from attnlab import kernels
 from attnlab.kernels.dropout import Dropout, dropout, keep_mask
+
+
+@pytest.fixture(autouse=True)
+def kernels_on():
+    with kernels.override(True):
+        yield
 
 LEVELS = 65536
 N = 2**20  # elements of the statistical checks: 5 sd of the kept fraction at p = 0.5 is 0.0024
@@ -241,3 +250,21 @@ def test_same_distribution_as_torch_dropout():
 def test_a_probability_outside_0_1_is_refused_as_f_dropout_does(p):
     with pytest.raises(ValueError, match="between 0 and 1"):
         dropout(torch.ones(4), p)
+
+
+@pytest.mark.parametrize("p", (0.1, 0.5))
+def test_with_the_kernels_off_it_is_f_dropout(monkeypatch, p):
+    """kernels.disabled(): `dropout` and `Dropout` are `F.dropout` (its own mask from the same generator: the same
+    output and gradient for the same seed), and the 16-bit mask is never drawn."""
+    x = torch.randn(64, 33, requires_grad=True)
+    torch.manual_seed(5)
+    expected = F.dropout(x, p, training=True)
+    monkeypatch.setattr(dropout_module, "keep_mask", lambda *a: pytest.fail("the 16-bit mask was drawn"))
+    with kernels.disabled():
+        torch.manual_seed(5)
+        y = dropout(x, p, training=True)
+        torch.manual_seed(5)
+        by_module = Dropout(p)(x)
+    assert torch.equal(y, expected) and torch.equal(by_module, expected)
+    y.sum().backward()
+    assert torch.equal(x.grad, (expected != 0) / (1 - p))

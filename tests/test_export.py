@@ -13,6 +13,7 @@ import torch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
+from attnlab import kernels  # noqa: E402
 from attnlab.app.cli import main  # noqa: E402
 from attnlab.core.errors import AttnlabError  # noqa: E402
 from attnlab.interop.ctranslate2 import transformer_spec  # noqa: E402
@@ -212,6 +213,9 @@ def test_no_write_through_a_symlink_in_a_run_folder(tiny_runs, tmp_path, capsys,
     --resume` (config, metrics, checkpoints, tokenizer) and `evaluate` (eval/) never write into it: a linked
     folder we write into is refused with one line naming it, a linked file is replaced (metrics.jsonl, appended
     to, is refused)."""
+    if position in ("checkpoints/best.json", "checkpoints/step_00000020.json") and not kernels.enabled():
+        pytest.skip("ATTNLAB_KERNELS=0: the two resumed steps do not improve this run's dev BLEU, so best.json is "
+                    "not rewritten and step 20 not pruned (the check needs that training outcome)")
     run = shutil.copytree(tiny_runs["transformer"], tmp_path / "run")
     decoys = tmp_path / "decoys"
     target = run / position

@@ -1,12 +1,21 @@
 """attnlab.kernels.loss against torch's own label-smoothed cross-entropy in float64 (value and gradient), with ignored targets,
-several blocks of rows with a ragged last one, a non-unit upstream gradient, and float64 gradcheck."""
+several blocks of rows with a ragged last one, a non-unit upstream gradient, and float64 gradcheck; with the kernels
+off, the twin itself. The tests are about the kernel, so they turn the kernels on whatever ATTNLAB_KERNELS says
+(`kernels_on`)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import attnlab.kernels.loss as loss_module
+from attnlab import kernels
 from attnlab.kernels.loss import smoothed_cross_entropy
+
+
+@pytest.fixture(autouse=True)
+def kernels_on():
+    with kernels.override(True):
+        yield
 
 N, V = 37, 11
 
@@ -132,3 +141,17 @@ def test_without_a_gradient_falls_back_to_torch(monkeypatch, eps):
     fused = smoothed_cross_entropy(logits, targets, eps, -100)
     assert len(calls) == 2
     torch.testing.assert_close(fused, expected, **LOSS_TOL)
+
+
+def test_with_the_kernels_off_it_is_torchs_cross_entropy(monkeypatch):
+    """kernels.disabled(): F.cross_entropy in float32 with a gradient too (the fused Function never runs), the same
+    value and gradient to the last bit."""
+    logits, targets = _case(torch.bfloat16, -100)
+    expected = F.cross_entropy(logits.float(), targets, ignore_index=-100, label_smoothing=0.1, reduction="sum")
+    expected.backward()
+    expected_grad, logits.grad = logits.grad.clone(), None
+    monkeypatch.setattr(loss_module.FusedSmoothedCE, "apply", lambda *a: pytest.fail("the fused loss ran"))
+    with kernels.disabled():
+        loss = smoothed_cross_entropy(logits, targets, 0.1, -100)
+    loss.backward()
+    assert torch.equal(loss, expected) and torch.equal(logits.grad, expected_grad)

@@ -1,4 +1,5 @@
-"""attnlab.kernels.memory: freed memory reused by the next allocation instead of faulted back in from the kernel."""
+"""attnlab.kernels.memory: freed memory reused by the next allocation instead of faulted back in from the kernel; with
+the kernels off (ATTNLAB_KERNELS=0, which each probe process is given explicitly), glibc's own thresholds."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 
 import attnlab.training.trainer
 import attnlab.decode.translate
+from attnlab import kernels
 from attnlab.kernels.memory import ENV
 from attnlab.training.trainer import TrainConfig, Trainer
 from attnlab.decode.translate import DecodeConfig, Translator
@@ -34,9 +36,9 @@ print(json.dumps({"kept": kept, "faults": resource.getrusage(resource.RUSAGE_SEL
 """
 
 
-def _probe(setting: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", PROBE], env={**os.environ, ENV: setting}, check=True,
-                         capture_output=True, text=True)
+def _probe(setting: str, kernels_setting: str = "1") -> dict:
+    out = subprocess.run([sys.executable, "-c", PROBE], env={**os.environ, ENV: setting, kernels.ENV: kernels_setting},
+                         check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
 
 
@@ -44,6 +46,7 @@ def _probe(setting: str) -> dict:
 def test_freed_memory_is_reused_without_page_faults():
     default, kept = _probe("0"), _probe("1")
     assert default["kept"] is False and kept["kept"] is True
+    assert _probe("1", kernels_setting="0")["kept"] is False  # the kernels off: glibc's own thresholds
     # where the kernel backs fresh memory with huge pages the control faults little too; the kept process must
     # fault at most a tenth as often as the control, and under 1,000 times (48 MiB: 12,288 pages of 4 KiB)
     assert kept["faults"] < 1000, (default, kept)
@@ -65,3 +68,14 @@ def test_the_translator_keeps_freed_memory_on_the_cpu(monkeypatch):
     monkeypatch.setattr(attnlab.decode.translate, "keep_freed_memory", lambda: calls.append(1) or True)
     Translator(torch.nn.Linear(1, 1), None, DecodeConfig(), "cpu")
     assert calls == [1]
+
+
+def test_with_the_kernels_off_nothing_is_decided_for_the_process(monkeypatch):
+    """A call while the kernels are off changes nothing and says so, and leaves the decision to a later call."""
+    from attnlab.kernels import memory
+
+    monkeypatch.setattr(memory, "_done", None)
+    monkeypatch.setattr(memory.ctypes, "CDLL", lambda *a: pytest.fail("mallopt was called"))
+    with kernels.disabled():
+        assert memory.keep_freed_memory() is False
+    assert memory._done is None

@@ -6,7 +6,8 @@ attention. Here one 64-bit draw of the same generator (`random_`, seeded by
 `torch.manual_seed`) gives four independent 16-bit numbers u, uniform on [0, 65536): an element is dropped when
 u < k, k = round(p * 65536), and the kept ones are scaled by 65536 / (65536 - k). So the dropout probability is p
 rounded to a multiple of 1/65536 (0.1 becomes 0.1000061), and E[output] = input exactly, as with `F.dropout`.
-The mask is kept as one byte per element for the backward pass. On other devices `F.dropout` runs (fused there).
+The mask is kept as one byte per element for the backward pass. On other devices, and with the kernels off
+(`attnlab.kernels.switch`), `F.dropout` runs: the twin, which draws another mask from the same generator.
 
 Measured by `benchmarks/train_bench.py` (docs/results.md, issue 23).
 """
@@ -17,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
+
+from attnlab.kernels.switch import enabled
 
 LEVELS = 65536  # 16 random bits per element
 
@@ -49,12 +52,12 @@ class _MaskedScale(torch.autograd.Function):
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """Zeroes each element of x with probability p (rounded to 1/65536 on the CPU) and scales the rest by
-    1 / (1 - p): `F.dropout`, with the faster mask on the CPU. x (...) -> (...)."""
+    1 / (1 - p): `F.dropout`, with the faster mask on the CPU when the kernels are on. x (...) -> (...)."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p >= 1.0 or not x.is_floating_point():
+    if x.device.type != "cpu" or p >= 1.0 or not x.is_floating_point() or not enabled():
         return F.dropout(x, p, training)
     keep, scale = keep_mask(x.shape, p, x.device)
     return _MaskedScale.apply(x, keep, scale)

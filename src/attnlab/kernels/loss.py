@@ -11,7 +11,8 @@ backward then makes several more passes over them (fill, scatter, add, log_softm
 the logits' dtype). On the CPU these passes over a (3,000 x 4,000) float32 matrix took a fifth of a training step of
 the small Transformer in bf16. `FusedSmoothedCE` instead computes the loss and its gradient together, a cache-sized
 block of rows at a time in float32, and keeps only the gradient, in the logits' dtype, for the backward pass, which
-is then one multiplication. It is used where it pays: on the CPU, when a gradient is needed.
+is then one multiplication. It is used where it pays: on the CPU, when a gradient is needed, with the kernels on
+(`attnlab.kernels.switch`); otherwise its twin, `F.cross_entropy`, runs.
 
 Shape legend: N rows (targets), V classes.
 """
@@ -22,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from attnlab.kernels.switch import enabled
 
 BLOCK_ELEMENTS = 2**19  # float32 elements per block of rows: 2 MiB, so a block's passes stay in the CPU's cache
 
@@ -63,8 +66,9 @@ class FusedSmoothedCE(torch.autograd.Function):
 def smoothed_cross_entropy(logits: Tensor, targets: Tensor, label_smoothing: float, ignore_index: int) -> Tensor:
     """Label-smoothed cross-entropy summed over the targets that are not `ignore_index`, as
     `F.cross_entropy(logits.float(), targets, ignore_index=, label_smoothing=, reduction="sum")`; fused
-    (`FusedSmoothedCE`) on the CPU when a gradient is needed. logits (N, V), targets (N,) -> () float32."""
-    if logits.device.type == "cpu" and logits.requires_grad and torch.is_grad_enabled():
+    (`FusedSmoothedCE`) on the CPU when a gradient is needed and the kernels are on. logits (N, V), targets (N,) ->
+    () float32."""
+    if logits.device.type == "cpu" and logits.requires_grad and torch.is_grad_enabled() and enabled():
         return FusedSmoothedCE.apply(logits, targets, float(label_smoothing), int(ignore_index))
     return F.cross_entropy(logits.float(), targets, ignore_index=ignore_index, label_smoothing=label_smoothing,
                            reduction="sum")

@@ -12,7 +12,9 @@ docs/history/).
 
 `Trainer` calls it when it trains on the CPU, and `Translator` when it decodes on the CPU (beam search copies its
 caches into new buffers of the same size every step). Only glibc (Linux) is changed; elsewhere it does nothing.
-Set ``ATTNLAB_KEEP_FREED_MEMORY=0`` to keep glibc's own behaviour.
+Set ``ATTNLAB_KEEP_FREED_MEMORY=0`` (or turn every kernel off, `attnlab.kernels.switch`) to keep glibc's own
+behaviour, the twin. The setting is per process and cannot be undone: a call with the kernels off changes nothing
+(a later call with them on still may), and turning them off after a call leaves malloc as that call set it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import ctypes
 import logging
 import os
 import platform
+
+from attnlab.kernels.switch import enabled
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +39,14 @@ _done: bool | None = None  # the outcome of the first call: the setting is per p
 
 def keep_freed_memory() -> bool:
     """Make glibc's malloc keep freed memory for reuse (see the module docstring), once per process. Returns
-    whether the setting is in effect: False where the C library is not glibc or `ATTNLAB_KEEP_FREED_MEMORY=0`."""
+    whether the setting is in effect: False where the C library is not glibc or `ATTNLAB_KEEP_FREED_MEMORY=0`, and
+    False, without deciding for the process, while the kernels are off and no earlier call set it."""
     global _done
     if _done is not None:
         return _done
+    if not enabled():
+        log.debug("kernels off: glibc's malloc keeps its own thresholds")
+        return False
     _done = False
     if os.environ.get(ENV, "1").strip() in ("0", "false", "no", "off"):
         log.debug("%s=0: glibc's malloc keeps its own thresholds", ENV)

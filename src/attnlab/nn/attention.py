@@ -20,7 +20,12 @@ When the weights are not requested, the dot-product family runs through
 `torch.nn.functional.scaled_dot_product_attention` (flash / memory-efficient kernels where the hardware has
 them; never cuDNN's, which plans anew for every shape: `FUSED_BACKENDS`), except on the CPU for short sequences,
 where the explicit path is faster (`explicit_is_faster`); when they are, the explicit path computes the same
-numbers and returns the weights.
+numbers and returns the weights. That choice stays here, outside the kernels' switch (`attnlab.kernels`): both
+paths are torch's own expressions of eq. 1 (the fused one is what torch.nn.MultiheadAttention calls, the
+explicit one the paper's equation written out), the caller chooses per call (`kernel="auto" | "fused" |
+"explicit"`), and tests/test_attention.py holds all three equal to torch's in float64. The two CPU rewrites that
+are attnlab's own, the additive score through sigmoid and one trained query's context as a broadcast product, are
+kernels (`attnlab.kernels.attention`), used while the kernels are on.
 
 Shape legend: B batch, H heads, T query length, S key length, D model dim, Dh head dim,
 Dq / Dk / Dv query / key / value feature dims, A attention (hidden) dim.
@@ -38,6 +43,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnlab.core.errors import AttnlabError
+from attnlab.kernels.attention import additive_applies, additive_scores, one_query_applies, one_query_context
 from attnlab.kernels.dropout import dropout
 
 SCORE_KINDS = ("dot", "general", "additive", "scaled_dot", "parameterized")
@@ -152,11 +158,8 @@ def attend(scores: Tensor, values: Tensor, mask: Tensor | None = None,
     """
     weights = masked_softmax(scores, mask)
     dropped = dropout(weights, dropout_p, training) if dropout_p > 0 else weights
-    if weights.size(-2) == 1 and torch.is_grad_enabled() and (dropped.requires_grad or values.requires_grad):
-        # One query trained step by step: a broadcast product. As a matmul, its backward is a batched outer
-        # product with inner dimension 1, which CPU BLAS runs far slower. Without a backward (decoding) the
-        # matmul is the faster one: the product does not fill a (..., S, Dv) temporary.
-        return (dropped.transpose(-2, -1) * values).sum(-2, keepdim=True), weights  # (..., 1, Dv)
+    if one_query_applies(dropped, values):  # one query trained step by step (a kernel)
+        return one_query_context(dropped, values), weights  # (..., 1, Dv)
     return dropped @ values, weights  # (..., T, Dv)
 
 
@@ -250,9 +253,8 @@ class AdditiveScore(nn.Module):
     """Bahdanau et al. (2015), A.1.2: e_ts = v_a^T tanh(W_a q_t + U_a k_s).
 
     U_a k does not depend on the query: `project_keys` computes it once per sentence for step-wise decoding.
-    In float32 on the CPU, tanh(x) = 2 sigmoid(2x) - 1, so e = 2 v_a . sigmoid(2x) - sum(v_a): torch's CPU tanh
-    is about 3.7x slower than its sigmoid on the same tensor. In 16 bits the subtraction would cancel too many
-    digits, so there (bf16 autocast included, and on GPUs) it is tanh.
+    In float32 on the CPU the same scores come from `attnlab.kernels.attention.additive_scores` (through sigmoid,
+    faster there) while the kernels are on.
     """
 
     def __init__(self, query_dim: int, key_dim: int, attn_dim: int) -> None:
@@ -268,11 +270,8 @@ class AdditiveScore(nn.Module):
     def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
         """query (B, T, Dq), proj_keys (B, S, A) from `project_keys` -> scores (B, T, S)."""
         hidden = self.W_a(query)[:, :, None, :] + proj_keys[:, None, :, :]  # (B, T, S, A)
-        if hidden.dtype == torch.float32 and hidden.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
-            # in place on the sum's own buffer: neither the sum's nor the doubling's backward needs it
-            half = hidden.mul_(2).sigmoid_()  # (tanh(x) + 1) / 2
-            v = self.v_a.weight[0]  # (A,)
-            return (half @ (2 * v)).sub_(v.sum())  # (B, T, S)
+        if additive_applies(hidden):
+            return additive_scores(hidden, self.v_a.weight[0])  # (B, T, S)
         return self.v_a(torch.tanh(hidden)).squeeze(-1)  # (B, T, S)
 
 

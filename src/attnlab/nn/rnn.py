@@ -1,24 +1,24 @@
 """Recurrent cells written out from their equations, and a layer that runs them or torch's fused RNNs.
 
 Cells keep torch's parameter names and layouts (weight_ih (G*H, I), weight_hh (G*H, H), bias_ih, bias_hh;
-gates in torch's order), so weights copy between `impl="scratch"` and `impl="fused"`.
+gates in torch's order), so weights copy between `impl="scratch"` and `impl="fused"`. A fused GRU that trains on
+the CPU runs through `attnlab.kernels.recurrence` (torch.nn.GRU's function, its backward derived by hand) while
+the kernels are on.
 
 Shape legend: B batch, L sequence length, I input size, H hidden size, G gates (1 Elman, 4 LSTM, 3 GRU).
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import copy
 import math
-from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnlab.core.errors import AttnlabError
+from attnlab.kernels import recurrence
 
 CELLS = ("elman", "lstm", "gru")
 IMPLS = ("fused", "scratch")
@@ -117,109 +117,6 @@ class GRUCell(_Cell):
         return (1 - z) * n + z * h
 
 
-# ---------------------------------------------------------------------------------- GRU, backward by hand
-def gru_update(gi: Tensor, gh: Tensor, h: Tensor, saved: Tensor, out: Tensor) -> Tensor:
-    """GRUCell's equations on projected inputs, without autograd, keeping what the backward needs.
-
-    Args:
-        gi: W_ih x + b_ih (..., 3H); gh: W_hh h + b_hh (..., 3H), overwritten; h: the state (..., H).
-        saved: (4, ..., H), receives r, z, n and W_hn h + b_hn for `gru_update_backward`.
-        out: (..., H), receives h' = n + z (h - n) (= (1 - z) n + z h).
-    Returns:
-        out.
-    """
-    H = h.size(-1)
-    r, z, n, h_n = saved.unbind(0)
-    torch.sigmoid(gh[..., :H].add_(gi[..., :H]), out=r)
-    torch.sigmoid(gh[..., H:2 * H].add_(gi[..., H:2 * H]), out=z)
-    h_n.copy_(gh[..., 2 * H:])
-    torch.tanh(torch.addcmul(gi[..., 2 * H:], r, h_n), out=n)
-    return torch.addcmul(n, z, h - n, out=out)
-
-
-def gru_update_backward(dh: Tensor, h: Tensor, saved: Tensor, dgi: Tensor, dgh: Tensor) -> Tensor:
-    """The backward of `gru_update`: dh = dL/dh' (..., H) and the step's h and saved -> dgi = dL/dgi and
-    dgh = dL/dgh written into (..., 3H) buffers; returns z * dh, the part of dL/dh that does not pass W_hh."""
-    H = h.size(-1)
-    r, z, n, h_n = saved.unbind(0)
-    dn = torch.mul(dh * (1 - z), 1 - n * n, out=dgi[..., 2 * H:])  # through tanh
-    torch.mul(dh * (h - n), z * (1 - z), out=dgi[..., H:2 * H])
-    torch.mul(dn * h_n, r * (1 - r), out=dgi[..., :H])
-    dgh[..., :2 * H].copy_(dgi[..., :2 * H])
-    torch.mul(dn, r, out=dgh[..., 2 * H:])
-    return dh * z
-
-
-class GRURecurrence(torch.autograd.Function):
-    """One GRU layer over time in D directions at once (D = 2: the second runs backwards), its backward derived
-    by hand: per step one batched (D, B, H) x (D, H, 3H) product and the gates, no autograd graph; the weight
-    gradients are one product over all steps at the end. Same function as torch.nn.GRU over a packed sequence
-    (a padded step keeps the state and outputs zeros), tested against it in float64.
-
-    forward(gi (S, D, B, 3H): W_ih x + b_ih, each direction in its own time order; keep (S, D, B, 1) float,
-    1 for real steps; h0 (D, B, H); w_hh (D, 3H, H); b_hh (D, 3H)) -> outputs (S, D, B, H), h_n (D, B, H).
-    """
-
-    @staticmethod
-    @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)  # elementwise bf16 is slow on CPUs
-    def forward(ctx, gi: Tensor, keep: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Tensor) -> tuple[Tensor, Tensor]:
-        S, D, B, G = gi.shape
-        H = G // 3
-        hs = gi.new_empty(S + 1, D, B, H)  # hs[i]: the state before step i
-        hs[0] = h0
-        saved = gi.new_empty(S, 4, D, B, H)
-        new = gi.new_empty(D, B, H)
-        w_t, bias = w_hh.transpose(1, 2), b_hh[:, None, :]  # (D, H, 3H), (D, 1, 3H)
-        for i in range(S):
-            gh = torch.baddbmm(bias, hs[i], w_t)  # (D, B, 3H)
-            gru_update(gi[i], gh, hs[i], saved[i], new)
-            torch.addcmul(hs[i], keep[i], new - hs[i], out=hs[i + 1])  # a padded step keeps the state
-        ctx.save_for_backward(hs, saved, keep, w_hh)
-        return hs[1:] * keep, hs[S]
-
-    @staticmethod
-    @torch.amp.custom_bwd(device_type="cpu")
-    def backward(ctx, d_out: Tensor, d_hn: Tensor) -> tuple[Tensor, None, Tensor, Tensor, Tensor]:
-        hs, saved, keep, w_hh = ctx.saved_tensors
-        S, D, B, H = d_out.shape
-        d_gi, d_gh = hs.new_empty(S, D, B, 3 * H), hs.new_empty(S, D, B, 3 * H)
-        dh = d_hn.clone()
-        for i in range(S - 1, -1, -1):
-            m = keep[i]
-            dh.addcmul_(m, d_out[i])  # outputs are m * h
-            d_new = dh * m
-            dh_z = gru_update_backward(d_new, hs[i], saved[i], d_gi[i], d_gh[i])
-            # h_{i+1} = h_i + m (new - h_i): (1 - m) dh passes straight through
-            dh = torch.baddbmm(dh_z.addcmul_(1 - m, dh), d_gh[i], w_hh)
-        flat_dgh = d_gh.transpose(0, 1).reshape(D, S * B, 3 * H)
-        d_w = torch.bmm(flat_dgh.transpose(1, 2), hs[:-1].transpose(0, 1).reshape(D, S * B, H))  # (D, 3H, H)
-        return d_gi, None, dh, d_w, flat_dgh.sum(1)
-
-
-_BY_HAND = contextvars.ContextVar("attnlab_recurrences_by_hand", default=True)
-
-
-def recurrence_by_hand(x: Tensor) -> bool:
-    """Whether a GRU over x trains through the hand-derived recurrences (`GRURecurrence` here, the Bahdanau
-    decoder's in `attnlab.nn.rnn_seq2seq`) instead of torch's: on the CPU, when gradients are recorded, outside
-    `autograd_recurrences()`. There, torch's GRU records an autograd graph step by step and its backward costs
-    3.5x its forward (docs/results.md, "the GRU's recurrences with their backward by hand"); for inference, and
-    on GPUs (cuDNN), torch's runs.
-    """
-    return _BY_HAND.get() and x.device.type == "cpu" and torch.is_grad_enabled()
-
-
-@contextlib.contextmanager
-def autograd_recurrences() -> Iterator[None]:
-    """Within this block the GRU recurrences train through torch's autograd step by step, as before
-    `recurrence_by_hand`: the reference that the hand-derived backward is tested and benchmarked against."""
-    token = _BY_HAND.set(False)
-    try:
-        yield
-    finally:
-        _BY_HAND.reset(token)
-
-
 CELL_CLASSES = {"elman": ElmanCell, "lstm": LSTMCell, "gru": GRUCell}
 TORCH_RNNS = {"elman": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
 
@@ -274,8 +171,8 @@ class RNNLayer(nn.Module):
                                    f"values in [1, {x.size(1)}]")
 
     def _forward_fused(self, x: Tensor, lengths: Tensor | None, state: State | None) -> tuple[Tensor, State]:
-        if self.cell == "gru" and recurrence_by_hand(x):
-            return self._forward_gru_recurrence(x, lengths, state)
+        if self.cell == "gru" and recurrence.by_hand(x):  # the same function, its backward by hand (CPU training)
+            return recurrence.gru_layers(self.rnn, x, lengths, state)
         if lengths is None:
             return self.rnn(x, state)
         # enforce_sorted=False: torch sorts by length and permutes the given state and h_n to match
@@ -283,39 +180,6 @@ class RNNLayer(nn.Module):
         out, final = self.rnn(packed, state)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.size(1))  # (B, L, dirs*H)
         return out, final
-
-    @staticmethod
-    def _in_own_order(t: Tensor) -> Tensor:
-        """(L, D, ...) in time order -> each direction in its own order (the reverse direction's time flipped),
-        contiguous; applied twice, time order again."""
-        if t.size(1) == 1:
-            return t.contiguous()
-        return torch.stack([t[:, 0], t[:, 1].flip(0)], dim=1)
-
-    def _forward_gru_recurrence(self, x: Tensor, lengths: Tensor | None, state: Tensor | None
-                                ) -> tuple[Tensor, Tensor]:
-        """torch.nn.GRU's function on its own weights through `GRURecurrence`: the input projections of all
-        steps and both directions in one product per layer; dropout between layers as nn.GRU applies it."""
-        B, L, D, H = x.size(0), x.size(1), self.dirs, self.hidden_size
-        steps = torch.arange(L, device=x.device)
-        keep = (steps[None, :] < lengths.to(x.device)[:, None] if lengths is not None
-                else torch.ones(B, L, dtype=torch.bool, device=x.device)).to(x.dtype)  # (B, L)
-        keep = self._in_own_order(keep.T[:, None].expand(L, D, B))[..., None]  # (L, D, B, 1)
-        h0 = x.new_zeros(self.num_layers * D, B, H) if state is None else state
-        inp, finals = x, []
-        for layer in range(self.num_layers):
-            names = [f"l{layer}{'_reverse' if d else ''}" for d in range(D)]
-            w_ih = torch.cat([getattr(self.rnn, "weight_ih_" + n) for n in names])  # (D * 3H, I)
-            b_ih = torch.cat([getattr(self.rnn, "bias_ih_" + n) for n in names])
-            w_hh = torch.stack([getattr(self.rnn, "weight_hh_" + n) for n in names])  # (D, 3H, H)
-            b_hh = torch.stack([getattr(self.rnn, "bias_hh_" + n) for n in names])  # (D, 3H)
-            gi = nn.functional.linear(inp, w_ih, b_ih).view(B, L, D, 3 * H).permute(1, 2, 0, 3)  # (L, D, B, 3H)
-            out, h_n = GRURecurrence.apply(self._in_own_order(gi), keep, h0[layer * D:(layer + 1) * D], w_hh, b_hh)
-            inp = self._in_own_order(out).permute(2, 0, 1, 3).reshape(B, L, D * H)  # (B, L, D*H)
-            finals.append(h_n)
-            if layer < self.num_layers - 1 and self.dropout > 0:
-                inp = nn.functional.dropout(inp, self.dropout, self.training)
-        return inp, torch.cat(finals)
 
     @staticmethod
     def _run_direction(cell: _Cell, x: Tensor, keep: Tensor | None, state: State, reverse: bool

@@ -15,7 +15,9 @@ encoder 4 (V_src + H + 1) H, decoder 4 (V_tgt + H + 1) H and output (H + 1) V_tg
 
 Every model implements the interface of `attnlab.decode.search` (encode, init_state, step) and
 `forward(src, src_lengths, tgt_in) -> logits` for teacher forcing. Decoder state and encoder output keep the
-batch in dim 0 so beam search can reorder them generically.
+batch in dim 0 so beam search can reorder them generically. The Bahdanau decoder with a one-layer fused GRU,
+trained on the CPU, runs its recurrence through `attnlab.kernels.recurrence` (the same function, its backward
+derived by hand) while the kernels are on.
 
 Shape legend: B batch, S source length, T target length, E embedding dim, H decoder hidden dim,
 He encoder output dim (H * directions), A attention dim, L decoder layers, V vocabulary.
@@ -32,9 +34,10 @@ from torch import Tensor, nn
 
 from attnlab.core.config import MAX_DIM, MAX_LAYERS
 from attnlab.core.errors import AttnlabError
+from attnlab.kernels import recurrence
 from attnlab.kernels.dropout import Dropout
 from attnlab.nn.attention import Attention, padding_mask
-from attnlab.nn.rnn import RNNLayer, gru_update, gru_update_backward, recurrence_by_hand
+from attnlab.nn.rnn import RNNLayer
 
 LUONG_KINDS = ("dot", "general", "parameterized")
 
@@ -137,80 +140,6 @@ class RNNEncoder(nn.Module):
         return outputs, summary, (h_n, c_n)
 
 
-class BahdanauGRURecurrence(torch.autograd.Function):
-    """The teacher-forced recurrence of the Bahdanau GRU decoder (`RNNSeq2Seq._bahdanau_recur` over all steps)
-    with its backward derived by hand, for CPU training: no autograd graph per step, and the weight gradients
-    as one product over all steps at the end. Tested against the step-by-step model in float64.
-
-    Per step: q = W_a s_{t-1}; alpha_t = masked softmax(v_a . tanh(K + q)); the GRU input projection of
-    c_t = alpha_t V is alpha_t (V W_ic^T), so the context never passes the (He x 3H) product step by step;
-    s_t = GRU(gi_e_t + alpha_t V', s_{t-1}). tanh(x) = 2 sigmoid(2x) - 1 (torch's CPU tanh is about 3.7x
-    slower than its sigmoid on the same tensor).
-
-    forward(gi_e (B, T, 3H) = W_ie e_t + b_ih; s0 (B, H); keys (B, S, A) = U_a h_j + b; vproj (B, S, 3H) = V W_ic^T;
-    mask (B, S) bool; w_hq (3H + A, H) = [W_hh; W_a]; b_hh (3H,); v_a (A,)) -> states s_t (B, T, H) and
-    weights alpha (B, T, S).
-    """
-
-    @staticmethod
-    @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)  # elementwise bf16 is slow on CPUs
-    def forward(ctx, gi_e: Tensor, s0: Tensor, keys: Tensor, vproj: Tensor, mask: Tensor, w_hq: Tensor,
-                b_hh: Tensor, v_a: Tensor) -> tuple[Tensor, Tensor]:
-        B, T, G = gi_e.shape
-        H, S = G // 3, keys.size(1)
-        gi_steps = gi_e.transpose(0, 1)  # (T, B, 3H)
-        hs = gi_e.new_empty(T + 1, B, H)  # hs[t]: the state before step t
-        hs[0] = s0
-        alphas = gi_e.new_empty(T, B, S)
-        saved = gi_e.new_empty(T, 4, B, H)
-        sig = []  # sigmoid(2 (K + q)) per step, (B, S, A)
-        keep, drop = mask.to(gi_e.dtype), ~mask
-        w2 = torch.cat([w_hq[:G], 2 * w_hq[G:]]).T.contiguous()  # (H, 3H + A), the query part doubled
-        keys2, v2, v_sum = 2 * keys, 2 * v_a, v_a.sum()
-        fill = torch.finfo(gi_e.dtype).min
-        for t in range(T):
-            hq = hs[t] @ w2  # (B, 3H + A): W_hh s and 2 W_a s in one product
-            s = torch.add(keys2, hq[:, None, G:]).sigmoid_()  # (B, S, A)
-            sig.append(s)
-            scores = (s @ v2).sub_(v_sum).masked_fill_(drop, fill)  # v_a . tanh(K + q): (B, S)
-            alpha = torch.mul(torch.softmax(scores, -1), keep, out=alphas[t])
-            gi = torch.baddbmm(gi_steps[t][:, None], alpha[:, None], vproj)[:, 0]  # (B, 3H)
-            gru_update(gi, hq[:, :G].add_(b_hh), hs[t], saved[t], hs[t + 1])
-        ctx.save_for_backward(hs, alphas, saved, vproj, w_hq, v_a, *sig)
-        return hs[1:].transpose(0, 1), alphas.transpose(0, 1)
-
-    @staticmethod
-    @torch.amp.custom_bwd(device_type="cpu")
-    def backward(ctx, d_states: Tensor, d_alphas: Tensor) -> tuple[Tensor | None, ...]:
-        hs, alphas, saved, vproj, w_hq, v_a, *sig = ctx.saved_tensors
-        T, B, S = alphas.shape
-        H = hs.size(-1)
-        G = 3 * H
-        d_states, d_alphas = d_states.transpose(0, 1), d_alphas.transpose(0, 1)  # (T, B, H), (T, B, S)
-        d_hq = hs.new_empty(T, B, w_hq.size(0))  # (T, B, 3H + A)
-        d_gi = hs.new_empty(T, B, G)
-        d_keys = torch.zeros_like(sig[0])
-        d_v = torch.zeros_like(v_a)
-        dh = torch.zeros_like(hs[0])
-        vproj_t = vproj.transpose(1, 2).contiguous()  # (B, 3H, S)
-        v4 = 4 * v_a
-        for t in range(T - 1, -1, -1):
-            dh = dh + d_states[t]
-            dh_z = gru_update_backward(dh, hs[t], saved[t], d_gi[t], d_hq[t, :, :G])
-            d_alpha = torch.baddbmm(d_alphas[t][:, None], d_gi[t][:, None], vproj_t)[:, 0]  # (B, S)
-            a_d = alphas[t] * d_alpha
-            d_scores = a_d.sub_(alphas[t] * a_d.sum(-1, keepdim=True))  # softmax backward; 0 where masked
-            s = sig[t]
-            d_v.add_((d_scores.reshape(1, -1) @ s.reshape(-1, s.size(-1)))[0], alpha=2.0).sub_(d_scores.sum())
-            d_pre = torch.addcmul(s, s, s, value=-1).mul_(d_scores[:, :, None]).mul_(v4)  # 4 s (1 - s) = tanh'
-            torch.sum(d_pre, 1, out=d_hq[t, :, G:])  # dL/dq
-            d_keys.add_(d_pre)
-            dh = torch.addmm(dh_z, d_hq[t], w_hq)
-        d_w = d_hq.reshape(T * B, -1).T @ hs[:-1].reshape(T * B, H)  # (3H + A, H)
-        d_vproj = torch.bmm(alphas.permute(1, 2, 0), d_gi.transpose(0, 1))  # (B, S, 3H)
-        return d_gi.transpose(0, 1), dh, d_keys, d_vproj, None, d_w, d_hq[..., :G].sum((0, 1)), d_v
-
-
 class RNNSeq2Seq(nn.Module):
     """Encoder-decoder with one of the decoders of the module docstring.
 
@@ -311,18 +240,6 @@ class RNNSeq2Seq(nn.Module):
         h, state = self._rnn_step(torch.cat([e, state.feed], dim=-1), state)  # (B, H)
         return h, state, weights
 
-    def _bahdanau_gru_recurrence(self, emb: Tensor, state: DecoderState, enc: EncoderOutput
-                                 ) -> tuple[Tensor, Tensor]:
-        """`_bahdanau_recur` over all T steps through `BahdanauGRURecurrence`, on the same weights: emb (B, T, E)
-        -> states s_t (B, T, H), attention weights (B, T, S)."""
-        rnn, score, E = self.rnn.rnn, self.attention.score, emb.size(-1)
-        w_ih = rnn.weight_ih_l0  # (3H, E + He): [W_ie W_ic], the input being [e_{t-1}; c_t]
-        gi_e = F.linear(emb, w_ih[:, :E], rnn.bias_ih_l0)  # (B, T, 3H)
-        vproj = F.linear(enc.values, w_ih[:, E:])  # (B, S, 3H)
-        w_hq = torch.cat([rnn.weight_hh_l0, score.W_a.weight])  # (3H + A, H)
-        return BahdanauGRURecurrence.apply(gi_e, state.hidden[:, -1], enc.keys, vproj, enc.mask, w_hq,
-                                           rnn.bias_hh_l0, score.v_a.weight[0])
-
     def _deep_output(self, h: Tensor, context: Tensor, e: Tensor) -> Tensor:
         """The deep output tanh(W_o [s_t; c_t; e_{t-1}]): (..., H), (..., He), (..., E) -> (..., H)."""
         return torch.tanh(self.deep_out(torch.cat([h, context, e], dim=-1)))
@@ -360,8 +277,12 @@ class RNNSeq2Seq(nn.Module):
             # only the recurrence is step by step; the deep output runs once over all steps (one large matmul
             # instead of T small ones, forward and backward)
             if self.cfg.cell == "gru" and self.cfg.dec_layers == 1 and self.cfg.impl == "fused" \
-                    and recurrence_by_hand(emb):
-                hs, alphas = self._bahdanau_gru_recurrence(emb, state, enc)  # (B, T, H), (B, T, S)
+                    and recurrence.by_hand(emb):
+                # the loop below over all steps, its backward by hand (CPU training), on the same weights
+                score = self.attention.score
+                hs, alphas = recurrence.bahdanau_gru_decoder(
+                    self.rnn.rnn, emb, state.hidden[:, -1], enc.keys, enc.values, enc.mask, score.W_a.weight,
+                    score.v_a.weight[0])  # (B, T, H), (B, T, S)
                 contexts = alphas @ enc.values  # (B, T, He)
             else:
                 steps, feeds = [], []

@@ -1,7 +1,8 @@
-"""The GRU recurrences whose backward is derived by hand (CPU training) against torch: `GRURecurrence` against
-torch.nn.GRU over a packed sequence with the same weights, `BahdanauGRURecurrence` against the model's own
-step-by-step decoder through autograd (torch's GRU step and the attention core), and both against numerical
-gradients (gradcheck, float64)."""
+"""attnlab.kernels.recurrence: the GRU recurrences whose backward is derived by hand (CPU training) against their
+twins: `GRURecurrence` against torch.nn.GRU over a packed sequence with the same weights, `BahdanauGRURecurrence`
+against the model's own step-by-step decoder through autograd (torch's GRU step and the attention core), and both
+against numerical gradients (gradcheck, float64). The kernels are switched on and off here explicitly
+(`attnlab.kernels.override`), so these tests hold the kernel against its twin whatever ATTNLAB_KERNELS says."""
 
 from unittest import mock
 
@@ -10,10 +11,10 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-import contextlib
-
-from attnlab.nn.rnn import GRURecurrence, RNNLayer, autograd_recurrences, recurrence_by_hand
-from attnlab.nn.rnn_seq2seq import BahdanauGRURecurrence, RNNModelConfig, RNNSeq2Seq
+from attnlab import kernels
+from attnlab.kernels.recurrence import BahdanauGRURecurrence, GRURecurrence, by_hand
+from attnlab.nn.rnn import RNNLayer
+from attnlab.nn.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
 
 F64 = dict(dtype=torch.float64)
 
@@ -22,14 +23,18 @@ def _grads(tensors):
     return [t.grad.clone() for t in tensors]
 
 
-def test_used_for_cpu_training_only():
+def test_used_for_cpu_training_with_the_kernels_on_only(monkeypatch):
     x = torch.zeros(2, 3)
-    assert recurrence_by_hand(x)
-    with torch.no_grad():
-        assert not recurrence_by_hand(x)
-    with autograd_recurrences():
-        assert not recurrence_by_hand(x)
-    assert recurrence_by_hand(x)
+    with kernels.override(True):
+        assert by_hand(x)
+        with torch.no_grad():
+            assert not by_hand(x)
+        with kernels.disabled():
+            assert not by_hand(x)
+        assert by_hand(x)
+        assert not by_hand(torch.zeros(2, 3, device="meta"))
+    monkeypatch.setenv(kernels.ENV, "0")
+    assert not by_hand(x)
 
 
 @pytest.mark.parametrize("layers,bidirectional", [(1, True), (2, False), (2, True)])
@@ -44,9 +49,9 @@ def test_gru_layer_matches_torch_gru_over_a_packed_sequence(layers, bidirectiona
     h0 = torch.randn(layers * D, B, H, **F64, requires_grad=True)
     probe = torch.randn(B, L, D * H, **F64)
 
-    with mock.patch.object(GRURecurrence, "apply", wraps=GRURecurrence.apply) as by_hand:
+    with mock.patch.object(GRURecurrence, "apply", wraps=GRURecurrence.apply) as called, kernels.override(True):
         out, h_n = layer(x, lengths, h0)
-    assert by_hand.call_count == layers
+    assert called.call_count == layers
     ((out * probe).sum() + h_n.pow(2).sum()).backward()
     ours = [out, h_n] + _grads([x, h0, *layer.parameters()])
 
@@ -93,13 +98,12 @@ def test_bahdanau_decoder_matches_the_step_by_step_model():
     src, lengths, tgt_in = _batch()
     probe = torch.randn(4, 9, 13, **F64)
     results = []
-    for by_hand in (True, False):
+    for on in (True, False):
         model.zero_grad()
         spy = mock.patch.object(BahdanauGRURecurrence, "apply", wraps=BahdanauGRURecurrence.apply)
-        with spy as called:
-            with contextlib.nullcontext() if by_hand else autograd_recurrences():
-                logits = model(src, lengths, tgt_in)
-        assert called.call_count == int(by_hand)
+        with spy as called, kernels.override(on):
+            logits = model(src, lengths, tgt_in)
+        assert called.call_count == int(on)
         (logits.log_softmax(-1) * probe).sum().backward()
         results.append([logits] + _grads(model.parameters()))
     for a, b in zip(*results, strict=True):
@@ -127,10 +131,9 @@ def test_bf16_autocast_trains_the_same_model():
     src, lengths, tgt_in = _batch()
     target = torch.randint(1, 13, (4, 9))
     results = []
-    for by_hand in (True, False):
+    for on in (True, False):
         model.zero_grad()
-        with contextlib.nullcontext() if by_hand else autograd_recurrences(), \
-                torch.autocast("cpu", dtype=torch.bfloat16):
+        with kernels.override(on), torch.autocast("cpu", dtype=torch.bfloat16):
             logits = model(src, lengths, tgt_in)
         loss = nn.functional.cross_entropy(logits.float().flatten(0, 1), target.flatten())
         loss.backward()
