@@ -159,3 +159,135 @@ def test_export_refuses_a_foreign_folder_and_an_rnn_run(runs, tiny_runs, tmp_pat
     assert main(["export", str(tiny_runs["rnn"]), "--to", "huggingface", "--out", str(tmp_path / "rnn")]) == 2
     err = capsys.readouterr().err
     assert "cannot be exported to Hugging Face" in err and len(err.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------------------------ import
+def opus_like_folder(root, en: list[str], es: list[str]):
+    """A local MarianMT folder in OPUS-MT's conventions: separate source/target SentencePiece models, one
+    vocab.json (</s> 0, <unk> 1, pieces, <pad> last), swish, a non-zero final_logits_bias, pad as decoder start."""
+    import sentencepiece as spm
+    folder = root / "opus-like"
+    folder.mkdir()
+    for name, texts in (("source", en), ("target", es)):
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_prefix=str(folder / name), vocab_size=60,
+                                       model_type="unigram", minloglevel=2, hard_vocab_limit=False)
+        (folder / f"{name}.model").rename(folder / f"{name}.spm")
+        (folder / f"{name}.vocab").unlink()
+    vocab = {"</s>": 0, "<unk>": 1}
+    for name in ("source", "target"):
+        sp = spm.SentencePieceProcessor(model_file=str(folder / f"{name}.spm"))
+        for i in range(3, sp.get_piece_size()):  # after <unk>, <s>, </s>
+            vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    V, pad_id = len(vocab), vocab["<pad>"]
+    cfg = transformers.MarianConfig(
+        vocab_size=V, decoder_vocab_size=V, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=40, decoder_ffn_dim=40, activation_function="swish",
+        max_position_embeddings=128, scale_embedding=True, pad_token_id=pad_id, eos_token_id=0,
+        decoder_start_token_id=pad_id, forced_eos_token_id=0, share_encoder_decoder_embeddings=True)
+    torch.manual_seed(7)
+    model = transformers.MarianMTModel(cfg)
+    model.generation_config.bad_words_ids = [[pad_id]]
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "embed_positions" not in name:
+                p.add_(0.2 * torch.randn_like(p))
+        model.final_logits_bias.copy_(0.5 * torch.randn_like(model.final_logits_bias))
+    model.save_pretrained(str(folder))
+    tok = quiet(transformers.MarianTokenizer, str(folder / "source.spm"), str(folder / "target.spm"),
+                str(folder / "vocab.json"))
+    tok.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def opus(tmp_path_factory):
+    pairs = make_pairs(300, seed=4)
+    return opus_like_folder(tmp_path_factory.mktemp("opus"), [a for a, _ in pairs], [b for _, b in pairs])
+
+
+def test_import_of_a_marian_model_computes_what_hf_computes(opus, tmp_path, capsys):
+    assert main(["import", str(opus), "--out", str(tmp_path / "run")]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "run")
+    hf = transformers.MarianMTModel.from_pretrained(str(opus)).eval()
+    hf_tok = quiet(transformers.AutoTokenizer.from_pretrained, str(opus))
+    run = load_run(tmp_path / "run")
+    att, tok = run.model, run.tokenizers.src
+    rows = torch.tensor(tok.rows)
+    hf_to_att = torch.full((hf.config.vocab_size,), -1)
+    hf_to_att[rows[rows >= 0]] = torch.arange(len(rows))[rows >= 0]
+    texts = [(a, b) for a, b in make_pairs(12, seed=9)] + [("Zürich? 東京", "¡Sí, señor!")]
+    for s, t in texts:  # HF ids in attnlab's order = attnlab's ids
+        assert hf_to_att[hf_tok(s).input_ids].tolist() == tok.encode(s) + [EOS_ID]
+    src = [hf_tok(s).input_ids for s, _ in texts]
+    tgt = [hf_tok(text_target=t).input_ids for _, t in texts]  # y + </s>
+    x, pad_hf = pad(src, hf.config.pad_token_id), hf.config.pad_token_id
+    mask = torch.tensor([[1] * len(s) + [0] * (x.size(1) - len(s)) for s in src])
+    y_in = pad([[hf.config.decoder_start_token_id] + t[:-1] for t in tgt], pad_hf)
+    y_out = pad(tgt, -100)
+    real = y_out != -100
+    with torch.no_grad():
+        lp_hf = hf(input_ids=x, attention_mask=mask, decoder_input_ids=y_in).logits.log_softmax(-1)  # (B, T, V)
+        lp_att = att(pad([hf_to_att[s].tolist() for s in src]), mask.sum(1),
+                     pad([[BOS_ID] + hf_to_att[t[:-1]].tolist() for t in tgt])).log_softmax(-1)  # (B, T, V + 1)
+    tok_hf = lp_hf.gather(-1, y_out.clamp(min=0)[..., None])[..., 0][real]
+    tok_att = lp_att.gather(-1, hf_to_att[y_out.clamp(min=0)][..., None])[..., 0][real]
+    assert float((tok_hf - tok_att).abs().max()) < 1e-4
+    assert float((lp_hf - lp_att[..., hf_to_att]).abs()[real].max()) < 1e-4  # every HF column
+    assert float(lp_att[real][:, rows < 0].exp().max()) == 0.0  # the dead PAD row
+    with torch.no_grad():  # greedy: HF bans <pad> (bad_words_ids; attnlab's BOS), no forced EOS at the limit
+        gen = hf.generate(input_ids=x, attention_mask=mask, max_new_tokens=30, num_beams=1, do_sample=False,
+                          forced_eos_token_id=None)
+        hyps = greedy_search(att, pad([hf_to_att[s].tolist() for s in src]), mask.sum(1), 30)
+    for b, (h,) in enumerate(hyps):
+        theirs = gen[b, 1:].tolist()
+        theirs = theirs[:theirs.index(0) + 1] if 0 in theirs else theirs
+        ours = h.tokens + ([EOS_ID] if h.finished else [])
+        assert hf_to_att[theirs].tolist() == ours
+        assert hf_tok.decode(theirs, skip_special_tokens=True) == tok.decode(ours)
+    # the command line translates with it
+    (tmp_path / "in.txt").write_text("".join(s + "\n" for s, _ in texts[:3]))
+    assert main(["translate", str(tmp_path / "run"), str(tmp_path / "in.txt"), "--beam", "1"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    # back to Hugging Face: the original tensors, bit for bit
+    assert main(["export", str(tmp_path / "run"), "--to", "huggingface", "--out", str(tmp_path / "back")]) == 0
+    original, back = load_file(str(opus / "model.safetensors")), load_file(str(tmp_path / "back/model.safetensors"))
+    assert sorted(back) == sorted(original) and all(torch.equal(back[k], original[k]) for k in original)
+
+
+def test_export_import_export_is_bit_equal(runs, tmp_path):
+    assert main(["export", str(runs["post-all-silu"]), "--to", "huggingface", "--out", str(tmp_path / "a")]) == 0
+    assert main(["import", str(tmp_path / "a"), "--out", str(tmp_path / "run")]) == 0
+    assert main(["export", str(tmp_path / "run"), "--to", "huggingface", "--out", str(tmp_path / "b")]) == 0
+    a, b = load_file(str(tmp_path / "a/model.safetensors")), load_file(str(tmp_path / "b/model.safetensors"))
+    assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
+    ours, back = load_run(runs["post-all-silu"]).model.state_dict(), load_run(tmp_path / "run").model.state_dict()
+    assert sorted(ours) == sorted(back) and all(torch.equal(ours[k], back[k]) for k in ours)
+
+
+def test_import_refusals_are_one_line(opus, tmp_path, capsys):
+    import shutil
+    cases = {}
+    bert = tmp_path / "bert"
+    transformers.BertModel(transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                                   num_attention_heads=2, intermediate_size=32)).save_pretrained(bert)
+    cases["bert"] = (bert, "BertModel is not supported")
+    for name, edit, expected in (
+            ("truncated", lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:500]),
+             "corrupt"),
+            ("pickled", lambda d: ((d / "model.safetensors").unlink(), (d / "pytorch_model.bin").write_bytes(b"x")),
+             "pytorch_model.bin"),
+            ("vocab", lambda d: (d / "vocab.json").write_text(json.dumps({"</s>": 0, "<unk>": 1, "<pad>": 2})),
+             "disagree"),
+            ("config", lambda d: (d / "config.json").write_text(json.dumps(
+                {**json.loads((d / "config.json").read_text()), "encoder_layers": 3})), "no tensor")):
+        shutil.copytree(opus, tmp_path / name)
+        edit(tmp_path / name)
+        cases[name] = (tmp_path / name, expected)
+    for name, (folder, expected) in cases.items():
+        capsys.readouterr()
+        assert main(["import", str(folder), "--out", str(tmp_path / f"run-{name}")]) == 2, name
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and expected in err and "Traceback" not in err, (name, err)
+        assert not (tmp_path / f"run-{name}").exists()

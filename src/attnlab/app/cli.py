@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from attnlab.app.commands import (cmd_configs, cmd_data, cmd_data_paraphrase, cmd_data_prepare, cmd_demo, cmd_evaluate,
-                                  cmd_export, cmd_generate, cmd_paraphrase_plot,
+                                  cmd_export, cmd_generate, cmd_import, cmd_paraphrase_plot,
                                   cmd_plot_attention, cmd_plot_explore, cmd_plot_runs,
                                   cmd_report, cmd_series, cmd_serve, cmd_summary,
                                   cmd_train, cmd_translate)
@@ -282,6 +282,18 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", type=Path, metavar="DIR", help="default: RUN_DIR/ctranslate2-<checkpoint>-<quantization>, "
                     "or RUN_DIR/huggingface-<checkpoint>")
     ex.set_defaults(func=cmd_export)
+
+    im = sub.add_parser("import", help="make a run directory of a Hugging Face MarianMT model (e.g. OPUS-MT)",
+                        description="Read a MarianMT model (a transformers save_pretrained folder with "
+                                    "model.safetensors, vocab.json, source.spm and target.spm; or a hub name such as "
+                                    "Helsinki-NLP/opus-mt-en-es, fetched with huggingface_hub when you have "
+                                    "internet) into an ordinary run directory: translate, evaluate, plot, serve and "
+                                    "export work on it. Safetensors and JSON only: pickled weights "
+                                    "(pytorch_model.bin) are refused, never loaded. Other architectures are refused, "
+                                    "naming the supported one.")
+    im.add_argument("src", metavar="SRC", help="a save_pretrained folder, or a hub name (needs internet)")
+    im.add_argument("--out", type=Path, metavar="RUN_DIR", required=True, help="the new run directory")
+    im.set_defaults(func=cmd_import)
 
     ev = sub.add_parser("evaluate", parents=[opts["evaluate"], opts["amp"]],
                         help="evaluate a trained run of any family on a split",

@@ -19,7 +19,7 @@ from attnlab.app.report import build_report
 from attnlab.app.server import serve
 from attnlab.app.study import compare, format_comparison
 from attnlab.app.views import format_decoding, write_views
-from attnlab.app.workflow import export_run, run_config, summary
+from attnlab.app.workflow import export_run, import_run, run_config, summary
 from attnlab.core.devices import resolve_device
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import atomic_write_text, read_json, read_lines
@@ -291,6 +291,10 @@ def cmd_translate(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     print(export_run(args.run_dir, args.out, args.quantization, args.checkpoint, args.to))
+
+
+def cmd_import(args: argparse.Namespace) -> None:
+    print(import_run(args.src, args.out))
 
 
 def cmd_generate(args: argparse.Namespace) -> None:

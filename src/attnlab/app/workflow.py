@@ -34,7 +34,7 @@ from attnlab.families.base import EvalOptions, Family, LoadedRun
 from attnlab.families.table import family_of, family_of_config, load_family_config, require
 from attnlab.interop.ctranslate2 import (check_export, check_export_folder, ctranslate2_dir, export_ctranslate2,
                                          export_source, read_manifest)
-from attnlab.interop.huggingface import export_huggingface
+from attnlab.interop.huggingface import export_huggingface, import_huggingface
 from attnlab.training.trainer import Trainer, TrainerState, Training
 
 log = logging.getLogger("attnlab")
@@ -256,6 +256,14 @@ def export_run(run_dir: Path | str, out: Path | str | None = None, quantization:
                                "converts on load: from_pretrained(DIR, dtype=...))")
         return export_huggingface(load_run(run_dir, checkpoint, "cpu"), out, source)
     return export_ctranslate2(load_run(run_dir, checkpoint, "cpu"), out, quantization, source)
+
+
+def import_run(src: Path | str, out: Path | str) -> Path:
+    """A run directory made from a Hugging Face MarianMT model (`attnlab.interop.huggingface.import_huggingface`:
+    a save_pretrained folder, or a hub name with internet), which every command then loads like a trained run."""
+    out = import_huggingface(src, out)
+    load_run(out)  # what every command will do with it: refuse here, not later
+    return out
 
 
 def ctranslate2_model(run_dir: Path | str, checkpoint: str = "best", tokenizers: TokenizerPair | None = None

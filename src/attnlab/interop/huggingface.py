@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -325,9 +326,200 @@ def export_huggingface(run: LoadedRun, out: Path | str | None = None, source: di
         write_json(tmp / MANIFEST, {"made_by": "attnlab export --to huggingface", **(source or {})}, tmp)
         replace_folder(tmp, out)
     except BaseException:
-        if tmp.exists():
-            for f in tmp.iterdir():
-                f.unlink()
-            tmp.rmdir()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+# ============================================================================================ import (MarianMT)
+def source_folder(src: Path | str) -> Path:
+    """The local folder of SRC: a `save_pretrained` folder as it is, or a hub name ("Helsinki-NLP/opus-mt-en-es")
+    fetched with huggingface_hub's snapshot_download (needs internet; never in the tests)."""
+    path = Path(src)
+    if path.is_dir():
+        return path
+    name = str(src)
+    if os.path.lexists(path) or name.count("/") != 1 or name.startswith((".", "/", "~")):
+        raise AttnlabError(f"{src}: no such folder (give a save_pretrained folder, or a hub name such as "
+                           "Helsinki-NLP/opus-mt-en-es)")
+    try:
+        from huggingface_hub import snapshot_download  # optional: only a hub name needs it
+    except ImportError:
+        raise AttnlabError(f"{src}: not a local folder, and fetching it from the hub needs huggingface_hub (pip "
+                           "install huggingface_hub)") from None
+    try:
+        return Path(snapshot_download(name, allow_patterns=["*.json", "*.spm", "model.safetensors", "README.md"]))
+    except Exception as e:  # offline, a name that does not exist, a gated model: one line, no traceback
+        raise AttnlabError(f"{src}: cannot fetch it from the hub ({type(e).__name__}: {str(e).splitlines()[0]})"
+                           ) from None
+
+
+def read_marian(folder: Path) -> tuple[dict, dict[str, Tensor], dict[str, int]]:
+    """(config.json, tensors, vocab.json) of a MarianMT folder, checked: the architecture, no pickled weights
+    (pytorch_model.bin is never loaded), a readable model.safetensors, a vocabulary of the config's size."""
+    hf = read_json(folder / "config.json")
+    if not isinstance(hf, dict):
+        raise AttnlabError(f"{folder / 'config.json'}: expected a JSON object")
+    arch = hf.get("architectures") or [hf.get("model_type", "unknown")]
+    if arch != ["MarianMTModel"]:
+        raise AttnlabError(f"{folder}: architecture {', '.join(map(str, arch))} is not supported; attnlab imports "
+                           f"{'; '.join(IMPORTS.values())}")
+    weights = folder / "model.safetensors"
+    if not weights.is_file() and (folder / "pytorch_model.bin").is_file():
+        raise AttnlabError(f"{folder}: only pickled weights (pytorch_model.bin), which attnlab never loads; save the "
+                           "model with save_pretrained(DIR, safe_serialization=True)")
+    tensors, _ = read_tensors(weights)
+    vocab = read_json(folder / "vocab.json")
+    V = hf.get("vocab_size")
+    if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()) \
+            or sorted(vocab.values()) != list(range(len(vocab))):
+        raise AttnlabError(f"{folder / 'vocab.json'}: expected {{piece: id}} with the ids 0..n-1")
+    if len(vocab) != V or hf.get("decoder_vocab_size", V) != V:
+        raise AttnlabError(f"{folder / 'vocab.json'}: {len(vocab)} pieces, but config.json says vocab_size {V} "
+                           f"(decoder_vocab_size {hf.get('decoder_vocab_size', V)}); the tokenizer and the model "
+                           "disagree")
+    return hf, tensors, vocab
+
+
+def marian_settings(hf: dict, where: Path) -> dict:
+    """attnlab's model.transformer settings of a MarianConfig; a setting attnlab has not is refused, named."""
+    act = hf.get("activation_function", "gelu")
+    if act not in ACTIVATIONS:
+        raise AttnlabError(f"{where}: activation_function {act!r}; attnlab has {', '.join(ACTIVATIONS)}")
+    for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if hf.get(a) != hf.get(b):
+            raise AttnlabError(f"{where}: {a} {hf.get(a)} != {b} {hf.get(b)}; attnlab has one h and one d_ff")
+    if not hf.get("scale_embedding", False):
+        raise AttnlabError(f"{where}: scale_embedding = false; attnlab always scales embeddings by sqrt(d_model)")
+    if not hf.get("share_encoder_decoder_embeddings", True) or not hf.get("tie_word_embeddings", True):
+        raise AttnlabError(f"{where}: separate encoder/decoder vocabularies or an untied output layer: attnlab "
+                           "imports MarianMT models with one shared vocabulary (share_encoder_decoder_embeddings "
+                           "and tie_word_embeddings true)")
+    return {"d_model": hf["d_model"], "h": hf["encoder_attention_heads"], "d_ff": hf["encoder_ffn_dim"],
+            "enc_layers": hf["encoder_layers"], "dec_layers": hf["decoder_layers"],
+            "dropout": hf.get("dropout", 0.1), "attn_dropout": hf.get("attention_dropout", 0.0),
+            "activation": ACTIVATIONS[act], "norm": "post", "positions": "sinusoidal",
+            "max_len": hf.get("max_position_embeddings", 1024), "tie_embeddings": "all"}
+
+
+def marian_rows(hf: dict, vocab: dict[str, int]) -> tuple[list[int], dict[str, int]]:
+    """(rows, specials): rows[i] is the Hugging Face id of attnlab id i, [PAD, BOS, EOS, UNK, the rest in order].
+    Marian starts the decoder with its pad: that token becomes BOS, and PAD a new dead row (-1)."""
+    pad, eos, start = hf.get("pad_token_id"), hf.get("eos_token_id"), hf.get("decoder_start_token_id")
+    specials = {"pad": pad, "eos": eos, "start": start, "unk": vocab.get("<unk>")}
+    head = [pad if pad != start else -1, start, eos, specials["unk"]]
+    real = [h for h in head if h != -1]
+    if not all(isinstance(h, int) and 0 <= h < len(vocab) for h in real) or len(set(real)) != len(real):
+        raise AttnlabError(f"special ids pad {pad}, decoder start {start}, eos {eos}, <unk> {specials['unk']}: each "
+                           "must be a distinct id of vocab.json")
+    return head + [i for i in range(len(vocab)) if i not in head], specials
+
+
+@torch.no_grad()
+def marian_state(hf: dict, sd: dict[str, Tensor], rows: list[int], where: Path) -> dict[str, Tensor]:
+    """attnlab's state dict of a MarianMT's tensors: the inverse permutation of `export_tensors`, the vocabulary
+    in `rows`' order (a dead row: zero embedding, output bias DEAD_LOGIT)."""
+    D = hf["d_model"]
+    inv = torch.argsort(hidden_permutation(D))  # attnlab dim j is Hugging Face dim inv[j]
+    idx, dead = torch.tensor(rows).clamp(min=0), torch.tensor(rows) < 0
+
+    def get(name: str) -> Tensor:
+        if name not in sd:
+            raise AttnlabError(f"{where}: model.safetensors has no tensor {name}; the weights disagree with "
+                               "config.json")
+        return sd[name].float()
+
+    for side in ("encoder", "decoder"):  # older conversions store the table; HF then uses the stored one
+        table = sd.get(f"model.{side}.embed_positions.weight")
+        pe = PositionalEncoding(D, table.size(0) if table is not None else 1).pe[:, hidden_permutation(D)]
+        if table is not None and (table.shape != pe.shape or not torch.allclose(table.float(), pe, atol=1e-5)):
+            raise AttnlabError(f"{where}: model.{side}.embed_positions.weight is not the sinusoid table (learned "
+                               "positions); attnlab imports sinusoidal MarianMT models")
+    out: dict[str, Tensor] = {}
+    emb = get("model.shared.weight" if "model.shared.weight" in sd else "model.encoder.embed_tokens.weight")
+    if emb.shape != (len(rows) - int(dead.sum()), D):
+        raise AttnlabError(f"{where}: the embedding is {tuple(emb.shape)}, config.json and vocab.json say "
+                           f"({len(rows) - int(dead.sum())}, {D}); the weights disagree with config.json")
+    V_hf = emb.size(0)
+    emb = emb[idx][:, inv].clone()
+    emb[dead] = 0
+    out["src_embed.weight"] = out["tgt_embed.weight"] = out["generator.weight"] = emb
+    bias = get("final_logits_bias")[0] if "final_logits_bias" in sd else torch.zeros(V_hf)
+    if bool(dead.any()) or bool(bias.any()):  # an attnlab export (zero bias, no dead row) comes back without one
+        out["generator.bias"] = bias[idx].clone()
+        out["generator.bias"][dead] = DEAD_LOGIT
+
+    def lin(att: str, name: str, in_d: bool, out_d: bool) -> None:
+        w, b = get(f"{name}.weight"), get(f"{name}.bias")
+        w = w[:, inv] if in_d else w
+        w, b = (w[inv], b[inv]) if out_d else (w, b)
+        out[f"{att}.weight"], out[f"{att}.bias"] = w.clone(), b.clone()
+
+    def norm(att: str, name: str) -> None:
+        out[f"{att}.weight"], out[f"{att}.bias"] = get(f"{name}.weight")[inv].clone(), get(f"{name}.bias")[inv].clone()
+
+    def layer(att: str, name: str, cross: bool) -> None:
+        for ours, theirs, n in (("self_attn", "self_attn", "norm1"), ("cross_attn", "encoder_attn", "norm2")):
+            if ours == "cross_attn" and not cross:
+                continue
+            for q, p in (("W_Q", "q_proj"), ("W_K", "k_proj"), ("W_V", "v_proj")):
+                lin(f"{att}.{ours}.{q}", f"{name}.{theirs}.{p}", True, False)
+            lin(f"{att}.{ours}.W_O", f"{name}.{theirs}.out_proj", False, True)
+            norm(f"{att}.{n}", f"{name}.{theirs}_layer_norm")
+        lin(f"{att}.ff.linear1", f"{name}.fc1", True, False)
+        lin(f"{att}.ff.linear2", f"{name}.fc2", False, True)
+        norm(f"{att}.{'norm3' if cross else 'norm2'}", f"{name}.final_layer_norm")
+
+    for i in range(hf["encoder_layers"]):
+        layer(f"encoder.{i}", f"model.encoder.layers.{i}", cross=False)
+    for i in range(hf["decoder_layers"]):
+        layer(f"decoder.{i}", f"model.decoder.layers.{i}", cross=True)
+    return out
+
+
+def import_huggingface(src: Path | str, out: Path | str) -> Path:
+    """Makes the run directory `out` of a MarianMT model (`source_folder`: a save_pretrained folder or a hub
+    name): config.json of the family whose row has `hf_import`, tokenizer/ (kind "marian",
+    `attnlab.data.tokenizers.MarianVocabTokenizer`), checkpoints/ with the weights as step 0, both best and last
+    (`attnlab.core.checkpoint`). Written into a private folder and moved into place; an existing `out` is refused."""
+    out = Path(out)
+    if os.path.lexists(out):
+        raise AttnlabError(f"{out}: already exists; import into a new folder")
+    folder = source_folder(src)
+    hf, tensors, vocab = read_marian(folder)
+    settings = marian_settings(hf, folder)
+    rows, specials = marian_rows(hf, vocab)
+    state = marian_state(hf, tensors, rows, folder)
+    settings["generator_bias"] = "generator.bias" in state
+    spm_files = {}
+    for name in ("source.spm", "target.spm"):
+        if not (folder / name).is_file():
+            raise AttnlabError(f"{folder / name}: missing (MarianTokenizer's SentencePiece model)")
+        spm_files[name] = (folder / name).read_bytes()
+    tok = MarianVocabTokenizer(spm_files["source.spm"], spm_files["target.spm"], vocab, rows, specials)
+    family = next(f for f in FAMILIES if f.hf_import is not None)
+    tok_settings = {"kind": "marian", "vocab_size": len(rows), "joint": True, "byte_fallback": False}
+    raw = family.hf_import(settings, tok_settings)
+    pair = TokenizerPair(tok, tok, joint=True, config=TokenizerConfig(**tok_settings))
+    model = family.build_model(family.from_dict(raw), pair)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:  # shapes: config.json and the tensors disagree
+        raise AttnlabError(f"{folder}: the weights disagree with config.json ({str(e).splitlines()[-1].strip()})"
+                           ) from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = new_folder(out.parent, out.name)
+    try:
+        write_json(tmp / "config.json", raw, tmp)
+        save_tokenizers(pair, tmp / "tokenizer")
+        ckpt = tmp / "checkpoints"
+        save_weights(model, ckpt / f"{step_name(0)}.safetensors", tmp)
+        write_json(ckpt / "latest.json", {"step": 0, "name": step_name(0)}, tmp)
+        write_best(ckpt, 0, None)
+        write_json(tmp / "imported.json", {"from": str(src), "architecture": "MarianMTModel",
+                                           "vocabulary": {"huggingface": len(vocab), "attnlab": len(rows)}}, tmp)
+        replace_folder(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
