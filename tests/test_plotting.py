@@ -41,11 +41,11 @@ def test_axis_names_and_default_query(tmp_path):
     assert ex.maps["dec_self"].default_query() == 3 and ex.maps["enc_self"].default_query() == 0
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text, to read it back
         paths = write_views(ex, tmp_path, formats=("svg",))
-    heatmap = (tmp_path / "enc_self_heatmap_mean.svg").read_text()
+    heatmap = (tmp_path / "enc_self_heatmap_layer1_mean.svg").read_text()
     assert "queries (source)" in heatmap and "keys (source)" in heatmap and "output" not in heatmap
     model = (tmp_path / "enc_self_model.svg").read_text()
     assert "keys (source)" in model and "output" not in model and "shared scale" in model
     assert "'a b c'" in heatmap  # titled with the input
-    neuron = (tmp_path / "dec_self_neuron_head1.svg").read_text()
+    neuron = (tmp_path / "dec_self_neuron_layer1_head1.svg").read_text()
     assert "query 4" in neuron and ">masked<" not in neuron  # the last query: every key seen
     assert len(paths) == 8

@@ -324,12 +324,16 @@ def test_language_model_causal_self_attention(server, browser):
     np.testing.assert_allclose(shown, _layer(server, api, "lm_self", 1).mean(0), atol=2e-4)
 
 
+EXPORT_NAMES = {"heatmap": "heatmap-layer1-mean", "model": "model", "head": "head-layer1-heads1-2",
+                "neuron": "neuron-layer1-head1"}  # the tiny Transformer's one encoder layer, every head shown
+
+
 @pytest.mark.parametrize("view", ["heatmap", "model", "head", "neuron"])
 def test_export_png_and_svg(server, browser, downloads, view):
     panel, api = _explore(browser, server, "transformer")
     _show(browser, panel, view, "enc_self")
     for fmt in ("png", "svg"):
-        name = downloads / f"attnlab-transformer-enc_self-{view}.{fmt}"
+        name = downloads / f"attnlab-transformer-enc_self-{EXPORT_NAMES[view]}.{fmt}"  # layer, head in the name
         name.unlink(missing_ok=True)
         panel.find_element(By.CSS_SELECTOR, f"button.export[data-format='{fmt}']").click()
         WebDriverWait(browser, 30).until(lambda d: name.is_file() and name.stat().st_size > 0)

@@ -104,3 +104,55 @@ def test_degenerate_output_warned_and_empty_hypothesis_named(browser, tmp_path):
     ex.choices, ex.output = [TokenChoice("the", 0.9, [("the", 0.9)])], "the"
     panel = _open(browser, ex, tmp_path)
     assert not panel.find_element(By.CSS_SELECTOR, ".warning").is_displayed()
+
+
+def _export_svg(browser, panel, downloads, pattern: str) -> tuple[str, str]:
+    for old in downloads.glob(pattern):
+        old.unlink()
+    panel.find_element(By.CSS_SELECTOR, "button.export[data-format='svg']").click()
+    WebDriverWait(browser, 30).until(lambda d: any(p.stat().st_size > 0 for p in downloads.glob(pattern)))
+    (path,) = downloads.glob(pattern)
+    svg = path.read_text()
+    return path.name, svg[:svg.index("<style>")]
+
+
+def _view(browser, panel, view: str) -> None:
+    panel.find_element(By.CSS_SELECTOR, f'.views button[data-view="{view}"]').click()
+    WebDriverWait(browser, 30).until(lambda d: panel.get_attribute("data-view") == view)
+    _rerendered(browser, panel)
+
+
+def test_labels_of_single_maps_rollouts_and_strips(browser, downloads, tmp_path):
+    """An RNN-like map (one layer, one head) exports with neither named; a rollout (two layers, one head) names
+    its layer, not a head; file names record layer, head and word mode; the head view's help says rows are the
+    queries; the token strips show no sentencepiece mark."""
+    panel = _open(browser, near_uniform(), tmp_path)
+    name, head = _export_svg(browser, panel, downloads, "attnlab-near-uniform*-heatmap*.svg")
+    assert name == "attnlab-near-uniform cross-attention-attention-heatmap.svg", name
+    assert "layer" not in head and "head 1" not in head
+    panel.find_element(By.CSS_SELECTOR, "input.words").click()
+    _rerendered(browser, panel)
+    assert _export_svg(browser, panel, downloads, "attnlab-near-uniform*-heatmap*.svg")[0].endswith(
+        "-heatmap-words.svg")
+    strips = browser.execute_script(
+        "return [...arguments[0].querySelectorAll('.source-strip span, .tokens .tok')].map(s => s.textContent);", panel)
+    assert strips and not any("\u2581" in s or "_" in s for s in strips)
+    panel.find_element(By.CSS_SELECTOR, "input.words").click()
+    _rerendered(browser, panel)
+    strip = [s.text for s in panel.find_elements(By.CSS_SELECTOR, ".source-strip span")]
+    assert strip[:2] == [" w0", " w1"] and not any("\u2581" in s or "_" in s for s in strip)  # pieces, marks as spaces
+
+    _view(browser, panel, "head")
+    note = panel.find_element(By.CSS_SELECTOR, ".head-note").text
+    assert "each queries" not in note and "query on the left" in note and "head 1" not in note
+
+    g = torch.Generator().manual_seed(1)
+    roll = attention_exploration(torch.rand(2, 1, 4, 4, generator=g).softmax(-1), ["a", "b", "c", "</s>"],
+                                 title="rollout of the encoder self-attention")
+    panel = _open(browser, roll, tmp_path)
+    name, head = _export_svg(browser, panel, downloads, "attnlab-rollout*-heatmap*.svg")
+    assert name.endswith("-attention-heatmap-layer2.svg") and "layer 2" in head and "head" not in head
+    _view(browser, panel, "head")
+    name, head = _export_svg(browser, panel, downloads, "attnlab-rollout*-head*.svg")
+    assert name.endswith("-head-layer2.svg") and "layer 2" in head and "head 1" not in head
+

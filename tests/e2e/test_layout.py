@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from test_browser import SHOTS as shots  # skips this module too without chromium, chromedriver or selenium
-from test_browser import _api
+from test_browser import EXPORT_NAMES, _api
 
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
@@ -157,7 +157,7 @@ def test_head_view_hover_and_tap_on_both_sides(server, phone):
     assert names == ["target", "source"]  # labelled sides
     assert not panel.find_element(By.CSS_SELECTOR, "select.head").is_displayed()  # no "mean of 2" in this view
     note = panel.find_element(By.CSS_SELECTOR, ".head-note").text
-    assert "heads 1, 2 of 2 as coloured lines" in note
+    assert "heads 1, 2 of 2: a line from each query on the left (rows: target)" in note  # rows are queries
     rows = panel.find_elements(By.CSS_SELECTOR, "text.row-token")
     cols = panel.find_elements(By.CSS_SELECTOR, "text.col-token")
     i, j = R // 2, C // 3
@@ -225,7 +225,7 @@ def test_neuron_view_defaults(server, phone):
 def test_exports_are_titled(server, phone, downloads, view):
     (panel,) = shots.explore(phone, server, ["transformer"], MEDIUM)
     assert shots.show(phone, panel, view, "enc_self")
-    name = downloads / f"attnlab-transformer-enc_self-{view}.svg"
+    name = downloads / f"attnlab-transformer-enc_self-{EXPORT_NAMES[view]}.svg"
     name.unlink(missing_ok=True)
     panel.find_element(By.CSS_SELECTOR, "button.export[data-format='svg']").click()
     WebDriverWait(phone, 30).until(lambda d: name.is_file() and name.stat().st_size > 0)

@@ -316,9 +316,9 @@ def write_views(ex: Exploration, out: Path, keys: Sequence[str] = (), views: Seq
 
 def which_text(m: AttentionMap, layer: int, head: int | None, words: bool = False) -> str:
     """What one view of a map shows, for titles: "layer 2, mean of heads", "layer 1, head 3"; a map of one layer
-    (an RNN's alignment) names no layer, one of one head (an RNN's alignment, a rollout) no head; ", words" when
+    of one head (an RNN's alignment, a one-layer rollout) names no layer, one of one head (an RNN's alignment, a rollout) no head; ", words" when
     merged. "" when nothing is left to say."""
-    parts = [f"layer {layer + 1}"] if m.layers > 1 else []
+    parts = [f"layer {layer + 1}"] if m.layers > 1 or m.heads > 1 else []
     if m.heads > 1:
         parts.append("mean of heads" if head is None else f"head {head + 1}")
     return ", ".join(parts + (["words"] if words else []))
@@ -326,7 +326,7 @@ def which_text(m: AttentionMap, layer: int, head: int | None, words: bool = Fals
 
 def which_name(m: AttentionMap, layer: int, head: int | None, words: bool = False) -> str:
     """`which_text` for a file name: "layer2_mean", "layer1_head3_words", "" (an RNN's alignment, in pieces)."""
-    parts = [f"layer{layer + 1}"] if m.layers > 1 else []
+    parts = [f"layer{layer + 1}"] if m.layers > 1 or m.heads > 1 else []
     if m.heads > 1:
         parts.append("mean" if head is None else f"head{head + 1}")
     return "_".join(parts + (["words"] if words else []))

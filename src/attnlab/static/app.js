@@ -151,10 +151,11 @@ async function renderHeatmap(panel, box) {
   const w = selectedMatrix(panel, await layerWeights(panel, map.key, Number(q(panel, ".layer").value)));
   const vmax = scaleTop(panel, [w]);
   panel.exporter = () => heatmapSVG(w, rows, cols, exportTitle(panel, layerHeadText(panel)), vmax, axisNames(map));
+  panel.exportName = layerHeadParts(panel)[1];
   box.append(legend(panel, vmax, sharedScale(panel) ? "attention weight, shared scale (0 to 1)" :
                                                     "attention weight, scaled to this map's largest", cols.length));
-  const strip = q(panel, ".source-strip");
-  cols.forEach((s, j) => strip.append(el("span", {"data-j": j}, s)));
+  const strip = q(panel, ".source-strip");  // words joined as written: no sentencepiece mark
+  (wordsOn(panel) ? cols : map.col_strip || cols).forEach((s, j) => strip.append(el("span", {"data-j": j}, s)));
   if (rows.length * cols.length > MAX_TABLE_CELLS) {
     canvasHeatmap(panel, box, w, rows, cols, vmax);
     return;
@@ -297,12 +298,12 @@ async function renderModel(panel, box) {
   const grid = el("div", {class: "model-grid"});
   grid.style.gridTemplateColumns = `auto repeat(${map.heads}, minmax(0, 1fr))`;
   grid.append(el("span"));
-  for (let h = 0; h < map.heads; h++) grid.append(el("span", {class: "grid-label"}, `head ${h + 1}`));
+  for (let h = 0; h < map.heads; h++) grid.append(el("span", {class: "grid-label"}, map.heads > 1 ? `head ${h + 1}` : ""));
   box.append(grid);
   box.append(el("p", {class: "note"}, "Click or tap a thumbnail to open it as a heatmap."));
   const thumbs = [];
   for (let l = 0; l < map.layers; l++) {
-    grid.append(el("span", {class: "grid-label"}, `layer ${l + 1}`));
+    grid.append(el("span", {class: "grid-label"}, map.layers > 1 || map.heads > 1 ? `layer ${l + 1}` : ""));
     for (let h = 0; h < map.heads; h++) {
       const fig = el("figure", {class: "thumb", "data-layer": l, "data-head": h,
                                 title: `layer ${l + 1}, head ${h + 1}: click to open`});
@@ -324,6 +325,7 @@ async function renderModel(panel, box) {
                                                                            scaleTop(panel, [heads[h]])));
   }
   const n = labels(panel, map)[1].length;
+  panel.exportName = wordsOn(panel) ? "words" : "";
   panel.exporter = () => modelSVG(map, thumbs, exportTitle(panel, "every layer and head" +
                                                            (shared ? ", shared scale" : ", each its own scale")), n);
 }
@@ -368,6 +370,8 @@ async function renderHead(panel, box) {
   const xl = bar + 6 + wl, x0 = xl + 6, x1 = x0 + span, xr = x1 + 6, width = xr + wr + 6 + bar;
   const yOf = k => 2 * dy + k * dy, mid = -Math.round(font / 3);
   const height = yOf(Math.max(rows.length, cols.length)) + 4;
+  panel.exportName = [layerHeadParts(panel, null)[1], all.length > 1 ? `heads${heads.map(h => h + 1).join("-")}` : ""]
+    .filter(Boolean).join("-");
   const svg = svgEl("svg", {class: "head-view", width, height, viewBox: `0 0 ${width} ${height}`,
                             style: `font-size: ${font}px`});
   svg.append(svgEl("text", {x: xl, y: dy, "text-anchor": "end", class: "side-name"}, rowName),
@@ -409,12 +413,15 @@ async function renderHead(panel, box) {
     headFocus(svg, geometry, ...(pinned || [null, -1]));
   });
   svg.addEventListener("mouseleave", () => headFocus(svg, geometry, ...(pinned || [null, -1])));
-  const shown = heads.length ? `head${heads.length > 1 ? "s" : ""} ${heads.map(h => h + 1).join(", ")} of ` +
-                               `${all.length}` : "no head (tick one below)";
-  box.append(el("p", {class: "note head-note"}, `Layer ${layer + 1} of ${map.layers}: ${shown} as coloured lines ` +
-                `from each ${rowName} token (left) to each ${colName} token (right). Hover or tap a token on ` +
-                "either side: its lines only, and bars of its weights beside the other side (mean of the heads " +
-                "shown)."));
+  const shown = all.length === 1 ? "" : heads.length ? `head${heads.length > 1 ? "s" : ""} ` +
+                `${heads.map(h => h + 1).join(", ")} of ${all.length}` : "no head (tick one below)";
+  const where = [map.layers > 1 || all.length > 1 ? `Layer ${layer + 1} of ${map.layers}` : "", shown]
+    .filter(Boolean).join(": ");
+  // rows are the queries: for a cross-attention the target (decoder) side, attending to the source's keys
+  box.append(el("p", {class: "note head-note"}, `${where ? `${where}: ` : ""}a line from each query on the ` +
+                `left (rows: ${rowName}) to each key it attends to on the right (columns: ${colName}); ` +
+                "colour = head, opacity and width = weight. Hover or tap a token on either side: its lines only, " +
+                "and bars of its weights beside the other side (mean of the heads shown)."));
   if (skipped) box.append(el("p", {class: "note"}, `${skipped.toLocaleString()} lines of weight under ${MIN_LINE} ` +
                                                   "not drawn (a long input)"));
   const wrap = el("div", {class: "head-box"});
@@ -426,7 +433,8 @@ async function renderHead(panel, box) {
     copy.classList.remove("focus-row", "focus-col");
     copy.querySelectorAll(".on, .hl").forEach(e => e.classList.remove("on", "hl"));
     copy.querySelector("g.bars").replaceChildren();
-    return standalone(copy.outerHTML, width, height, exportTitle(panel, `layer ${layer + 1}, ${shown} (lines)`));
+    const what = [layerHeadParts(panel, null)[0], shown].filter(Boolean).join(", ");
+    return standalone(copy.outerHTML, width, height, exportTitle(panel, `${what}${what ? " " : ""}(lines)`));
   };
 }
 
@@ -516,10 +524,11 @@ async function renderNeuron(panel, box) {
   strip.addEventListener("mouseover", pick);
   strip.addEventListener("click", pick);
   show(map.causal ? map.rows.length - 1 : 0);  // a causal map's first query sees one key, the rest masked
+  panel.exportName = layerHeadParts(panel, String(head), false)[1];
   panel.exporter = () => {
     const i = Number(strip.querySelector(".hl").dataset.i);
-    return neuronSVG(n, map, i, exportTitle(panel, `layer ${layer + 1}, head ${head + 1}, query ${i + 1} ` +
-                                                   `(${map.rows[i]})`));
+    return neuronSVG(n, map, i, exportTitle(panel, `${layerHeadParts(panel, String(head), false)[0]}, query ` +
+                                                   `${i + 1} (${map.rows[i]})`));
   };
 }
 
@@ -568,7 +577,7 @@ function exportTitle(panel, what) {
   const map = currentMap(panel);
   const input = panel.sentence || panel.result.input || "";
   const short = input.length > 110 ? `${input.slice(0, 110)}\u2026` : input;
-  return [`${q(panel, ".model").value}: ${map.title}, ${what}`, short ? `input: \u201c${short}\u201d` : ""]
+  return [`${q(panel, ".model").value}: ${map.title}${what ? `, ${what}` : ""}`, short ? `input: \u201c${short}\u201d` : ""]
     .filter(Boolean);
 }
 
@@ -623,10 +632,12 @@ function modelSVG(map, thumbs, title, n) {
   const size = 96, gap = 8, left = 60, top = 20;
   const parts = [];
   for (let h = 0; h < map.heads; h++) {
-    parts.push(`<text x="${left + h * (size + gap)}" y="${top - 6}">head ${h + 1}</text>`);
+    if (map.heads > 1) parts.push(`<text x="${left + h * (size + gap)}" y="${top - 6}">head ${h + 1}</text>`);
   }
   thumbs.forEach(([l, h, canvas]) => {
-    if (h === 0) parts.push(`<text x="4" y="${top + l * (size + gap) + size / 2}">layer ${l + 1}</text>`);
+    if (h === 0 && (map.layers > 1 || map.heads > 1)) {
+      parts.push(`<text x="4" y="${top + l * (size + gap) + size / 2}">layer ${l + 1}</text>`);
+    }
     parts.push(`<image x="${left + h * (size + gap)}" y="${top + l * (size + gap)}" width="${size}" ` +
                `height="${size}" preserveAspectRatio="none" style="image-rendering:pixelated" ` +
                `href="${canvas.toDataURL("image/png")}"/>`);
@@ -661,8 +672,10 @@ function neuronSVG(n, map, i, title) {
 }
 
 function download(panel, blob, fmt) {
+  // the file's name records what it shows: attnlab-MODEL-MAP-VIEW[-layerL][-head or mean][-words].FMT
+  const shows = panel.exportName ? `-${panel.exportName}` : "";
   const a = el("a", {href: URL.createObjectURL(blob), download: `attnlab-${q(panel, ".model").value}-` +
-                     `${q(panel, ".map").value}-${panel.view}.${fmt}`});
+                     `${q(panel, ".map").value}-${panel.view}${shows}.${fmt}`});
   document.body.append(a);
   a.click();
   a.remove();
@@ -699,7 +712,7 @@ function renderDecoding(panel, r) {
   const tip = q(panel, ".tip");
   r.choices.forEach((c, t) => {
     const span = el("span", {class: "tok" + (c.generated ? "" : " prompt"), "data-t": t, "data-p": c.prob},
-                    c.label);
+                    c.strip ?? c.label);
     span.style.background = `rgba(255, 152, 0, ${(1 - c.prob).toFixed(3)})`;  // the more hesitant, the darker
     tokens.append(span);
   });
@@ -742,11 +755,21 @@ function syncControls(panel) {
   q(panel, ".head").closest("label").hidden = single || panel.view === "model" || panel.view === "head";
 }
 
-function layerHeadText(panel) {
-  const head = q(panel, ".head").value;
-  const which = head === "mean" ? "mean of heads" : `head ${Number(head) + 1}`;
-  return `layer ${Number(q(panel, ".layer").value) + 1}, ${which}`;
+// what a view shows, for titles and file names: a map of one layer and one head (an RNN's alignment) names
+// neither, one of one head (a rollout) no head; [text, name]: ["layer 2, mean of heads, words", "layer2-mean-words"]
+function layerHeadParts(panel, head = q(panel, ".head").value, words = wordsOn(panel)) {
+  const map = currentMap(panel), layer = Number(q(panel, ".layer").value) + 1;
+  const text = [], name = [];
+  if (map.layers > 1 || map.heads > 1) { text.push(`layer ${layer}`); name.push(`layer${layer}`); }
+  if (map.heads > 1 && head !== null) {
+    text.push(head === "mean" ? "mean of heads" : `head ${Number(head) + 1}`);
+    name.push(head === "mean" ? "mean" : `head${Number(head) + 1}`);
+  }
+  if (words) { text.push("words"); name.push("words"); }
+  return [text.join(", "), name.join("-")];
 }
+
+function layerHeadText(panel) { return layerHeadParts(panel)[0]; }
 
 function fillLayerHead(panel) {
   const map = currentMap(panel);
@@ -785,6 +808,7 @@ async function render(panel) {
   q(panel, ".head-picker").hidden = panel.view !== "head";
   syncControls(panel);
   panel.exporter = null;
+  panel.exportName = "";
   try {
     await RENDERERS[panel.view](panel, fresh);
   } catch (err) {

@@ -177,12 +177,12 @@ async function renderPlayer(panel, box) {
                            "scaled to this layer's largest |value|)"), stripBox,
               el("p", {class: "caption"}, `${steps.context}` + (steps.heads > 1 ? `; layer ${layer + 1}` : "")),
               el("h4", {}, "output distribution: the top 5 and the token chosen"), top5);
-  map.cols.forEach((s, j) => {
+  (map.col_strip || map.cols).forEach((s, j) => {
     const span = el("span", {class: "src-tok", "data-j": j}, s);
     span.append(el("span", {class: "bar"}));
     srcBox.append(span);
   });
-  r.choices.forEach((c, t) => outBox.append(el("span", {class: "out-tok", "data-t": t}, c.label)));
+  r.choices.forEach((c, t) => outBox.append(el("span", {class: "out-tok", "data-t": t}, c.strip ?? c.label)));
 
   let treeSvg = null, ended = [];
   if (steps.tree) {
@@ -288,6 +288,7 @@ async function renderPlayer(panel, box) {
   show(Math.min(panel.playerStep || 0, T - 1));
   box.append(root);
   panel.exporter = () => {
+    panel.exportName = treeSvg ? "beam-tree" : `context-step${panel.playerStep + 1}`;
     const svg = treeSvg || stripBox.querySelector("svg");
     return standalone(svg.outerHTML, Number(svg.getAttribute("width")), Number(svg.getAttribute("height")),
                       treeSvg ? `beam search tree: ${r.output}` : `context vector, step ${panel.playerStep + 1}`);
