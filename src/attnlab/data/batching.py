@@ -7,23 +7,35 @@ belongs to and its position inside that sentence; the model turns them into bloc
 (`attnlab.nn.attention.segment_mask`) and per-sentence positions, so a packed sentence computes exactly what it
 computes alone.
 
+A fixed grid of shapes (`train.length_multiple` m > 0): every example's cost is rounded up to a multiple of m, its
+grid length L; a batch holds examples of one grid length only, max(1, max_tokens // L) of them (the last batch of
+each length the rest), and both sides are padded to L. A run then meets at most two shapes per grid length, the same
+every epoch (`TokenBudgetBatchSampler.grid_batches`): a GPU pays the cost of a new shape (kernel choice, compiled
+graphs) a few dozen times, early, or before the clock in the trainer's warm-up, instead of at every new length.
+
 Shapes: B batch (rows), S source length (incl. EOS), T target length (incl. BOS or EOS), L a row's length.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import logging
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from attnlab.core.errors import AttnlabError
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from attnlab.nn.attention import Segments
+
+log = logging.getLogger("attnlab")
 
 
 def example_costs(lengths) -> np.ndarray:
@@ -103,13 +115,22 @@ def _split_to_multiple(batches: Batches, replicas: int) -> Batches:
     return out
 
 
+def grid_length(cost, multiple: int):
+    """A cost (an int or an integer array) rounded up to the grid: the smallest multiple of `multiple` >= cost, at
+    least `multiple` (an empty example still takes one grid step)."""
+    return np.maximum(-(-np.asarray(cost, dtype=np.int64) // multiple) * multiple, multiple)
+
+
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Batches of example indices whose padded size, len(batch) * longest example, is at most `max_tokens`.
 
     Each epoch the examples are sorted by length (ties broken randomly by (seed, epoch) when shuffling), cut
     greedily into batches under the budget, and the batch order is shuffled by (seed, epoch); the same
     (seed, epoch) always gives the same batches. An example longer than `max_tokens` forms a batch of its own
-    (over budget) instead of being dropped, so every example appears exactly once per epoch. With shuffle=False
+    (over budget) instead of being dropped, so every example appears exactly once per epoch. With
+    `length_multiple` m > 0 the cut follows the grid of the module docstring instead: the examples of each grid
+    length L in batches of exactly max(1, max_tokens // L), the rest of that length in one smaller batch, so the
+    batch shapes are fixed by the lengths alone (`grid_batches`). With shuffle=False
     the batches are length-sorted and the same every epoch (for evaluation); a batch's indices are original
     dataset indices, which `Seq2SeqBatch.indices` carries so outputs can be put back in order.
 
@@ -129,16 +150,20 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         shuffle: random tie order and batch order per epoch; False gives length-sorted batches.
         seed: base seed; the epoch's randomness depends on (seed, epoch) only.
         num_replicas / rank: data-parallel world size and this process's rank.
+        length_multiple: m, the grid (0: no grid, batches cut by the exact lengths).
     """
 
-    def __init__(self, lengths, max_tokens: int, *,
-                 shuffle: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0):
+    def __init__(self, lengths, max_tokens: int, *, shuffle: bool = True, seed: int = 0, num_replicas: int = 1,
+                 rank: int = 0, length_multiple: int = 0):
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens <= 0:
             raise AttnlabError(f"max_tokens ({max_tokens!r}) must be a positive integer")
         if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
             raise AttnlabError(f"num_replicas ({num_replicas!r}) must be an integer >= 1")
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < num_replicas:
             raise AttnlabError(f"rank ({rank!r}) must be in [0, num_replicas ({num_replicas}))")
+        if isinstance(length_multiple, bool) or not isinstance(length_multiple, int) or length_multiple < 0:
+            raise AttnlabError(f"length_multiple ({length_multiple!r}) must be an integer >= 0 (0: no grid)")
+        self.length_multiple = length_multiple
         self.costs = example_costs(lengths)
         self.max_tokens = int(max_tokens)
         self.shuffle, self.seed = shuffle, seed
@@ -168,8 +193,19 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         else:
             order = np.argsort(costs, kind="stable").astype(index)
         sorted_costs = costs[order]
+        if self.length_multiple:
+            starts = self._grid_starts(sorted_costs)
+        else:
+            starts = self._budget_starts(sorted_costs)
+        batches = Batches(order, np.asarray(starts, dtype=np.int64))
+        if rng is not None:
+            batches = batches.reorder(rng.permutation(len(batches)))
+        return batches
+
+    def _budget_starts(self, sorted_costs: np.ndarray) -> list[int]:
+        """Where each batch starts in the ascending costs: as many examples as fit the budget."""
+        n, M = len(sorted_costs), self.max_tokens
         starts = [0]
-        M = self.max_tokens
         s = 0
         while s < n:
             # ascending costs: a batch [s, e) costs (e - s) * cost[e - 1]; take the largest e within the budget
@@ -180,10 +216,34 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             k = max(int(np.argmin(fits)) if not fits.all() else k_max, 1)
             s += k
             starts.append(s)
-        batches = Batches(order, np.asarray(starts, dtype=np.int64))
-        if rng is not None:
-            batches = batches.reorder(rng.permutation(len(batches)))
-        return batches
+        return starts
+
+    def _grid_starts(self, sorted_costs: np.ndarray) -> list[int]:
+        """Where each batch starts in the ascending costs on the grid: each grid length's examples in batches of
+        max(1, max_tokens // L), its last batch the rest; no batch mixes two grid lengths."""
+        grid = grid_length(sorted_costs, self.length_multiple)  # (n,) ascending
+        edges = [0, *(np.flatnonzero(np.diff(grid)) + 1).tolist(), len(grid)]
+        starts = []
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            starts.extend(range(lo, hi, max(1, self.max_tokens // int(grid[lo]))))
+        return starts + [len(grid)]
+
+    def grid_batches(self) -> list[list[int]]:
+        """One batch of example indices of each shape the grid gives (`length_multiple` > 0; else []), shortest
+        first: for each grid length L, max(1, max_tokens // L) examples of that length, and the rest of its
+        examples when they do not divide. Every epoch's batches have these shapes only (with num_replicas > 1,
+        the halving that evens the ranks out may add a few). The examples are the first of each length in the
+        dataset: no randomness is drawn."""
+        if not self.length_multiple or not len(self.costs):
+            return []
+        grid = grid_length(self.costs, self.length_multiple)  # (N,)
+        out = []
+        for L in np.unique(grid).tolist():
+            members = np.flatnonzero(grid == L)  # (g,) in dataset order
+            rows = max(1, self.max_tokens // L)
+            sizes = ([rows] if len(members) >= rows else []) + ([len(members) % rows] if len(members) % rows else [])
+            out += [members[:k].tolist() for k in sizes]
+        return out
 
     def _batches(self) -> Batches:
         """This rank's batches for the current epoch (cached per epoch)."""
@@ -308,9 +368,41 @@ class PackedBatchSampler(TokenBudgetBatchSampler):
         return Batches(np.asarray(flat, dtype=np.int64), np.asarray(starts, dtype=np.int64))
 
 
-def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.LongTensor:
-    """Right-pads token id lists into one (B, L) LongTensor, L the longest length (0 for no or empty seqs)."""
-    out = torch.full((len(seqs), max((len(s) for s in seqs), default=0)), pad_id, dtype=torch.long)  # (B, L)
+def training_batches(task, lengths, max_tokens: int, *, pack: bool = False, pack_length: int = 0,
+                     length_multiple: int = 0, seed: int = 0, num_replicas: int = 1, rank: int = 0
+                     ) -> tuple[TokenBudgetBatchSampler, Callable[[list], Any]]:
+    """The batch sampler and collate function of a training run, from the train keys of the same names:
+    length-bucketed token-budget batches (on the grid with length_multiple), or packed rows (pack) for a task that
+    can pack. `task`: the trainer's task (`attnlab.training.trainer.Task`: `collate`, and `collate_packed` /
+    `collate_grid` where it has them). Rank 0 warns of examples over the budget."""
+    grid = {"length_multiple": length_multiple} if length_multiple else {}
+    if grid and not hasattr(task, "collate_grid"):
+        raise AttnlabError(f"train.length_multiple: the batches of {type(task).__name__} cannot be padded to a grid "
+                           "of shapes; set train.length_multiple = 0")
+    if not pack:
+        sampler = TokenBudgetBatchSampler(lengths, max_tokens, shuffle=True, seed=seed, num_replicas=num_replicas,
+                                          rank=rank, **grid)
+        over = int((sampler.costs > max_tokens).sum())
+        if over and rank == 0:  # kept, not dropped: each is a batch of its own
+            log.warning("%s of %s training examples cost more than train.max_tokens (%d tokens): each is a batch "
+                        "of its own, over the budget (the longest costs %d)", f"{over:,}", f"{len(sampler.costs):,}",
+                        max_tokens, int(sampler.costs.max()))
+        return sampler, functools.partial(task.collate_grid, **grid) if grid else task.collate
+    if not hasattr(task, "collate_packed"):
+        raise AttnlabError(f"train.pack: the examples of {type(task).__name__} cannot be packed; "
+                           "set train.pack = false")
+    sampler = PackedBatchSampler(lengths, max_tokens, pack_length, shuffle=True, seed=seed,
+                                 num_replicas=num_replicas, rank=rank)
+    log.info("packed batches: rows of %d tokens, %d rows per batch", sampler.row_len,
+             max(1, max_tokens // sampler.row_len))
+    return sampler, functools.partial(task.collate_packed, row_len=sampler.row_len, **grid)
+
+
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID, length: int = 0) -> torch.LongTensor:
+    """Right-pads token id lists into one (B, L) LongTensor, L the longest length (0 for no or empty seqs), or
+    `length` when that is longer (a grid's length)."""
+    out = torch.full((len(seqs), max(length, max((len(s) for s in seqs), default=0))), pad_id,
+                     dtype=torch.long)  # (B, L)
     for row, s in enumerate(seqs):
         if len(s):
             out[row, :len(s)] = torch.as_tensor(list(s), dtype=torch.long)
@@ -342,6 +434,7 @@ class Seq2SeqBatch:
     indices: torch.Tensor
     src_segments: Segments | None = None  # packed batches only (`collate_packed_seq2seq`)
     tgt_segments: Segments | None = None
+    tgt_count: int | None = None  # non-pad target tokens, counted on the host by the collate functions
 
     @property
     def num_src_tokens(self) -> int:
@@ -350,14 +443,15 @@ class Seq2SeqBatch:
 
     @property
     def num_tgt_tokens(self) -> int:
-        """Non-pad target tokens (EOS included): the tokens the loss is summed over."""
-        return int((self.tgt_out != PAD_ID).sum())
+        """Non-pad target tokens (EOS included): the tokens the loss is summed over. Counted when the batch was
+        collated, on the host: the trainer asks it every update, and counting a batch on a GPU would wait for it."""
+        return int((self.tgt_out != PAD_ID).sum()) if self.tgt_count is None else self.tgt_count
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Seq2SeqBatch:
         """A copy with every tensor on `device`."""
         return Seq2SeqBatch(*(None if t is None else t.to(device, non_blocking=non_blocking) for t in
                               (self.src, self.src_lengths, self.tgt_in, self.tgt_out, self.indices,
-                               self.src_segments, self.tgt_segments)))
+                               self.src_segments, self.tgt_segments)), tgt_count=self.tgt_count)
 
 
 class Seq2SeqDataset(Dataset):
@@ -379,23 +473,32 @@ class Seq2SeqDataset(Dataset):
         return [(len(s) + 1, len(t) + 1) for s, t in zip(self.src_ids, self.tgt_ids)]
 
 
-def collate_seq2seq(examples: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> Seq2SeqBatch:
-    """Collates (index, src, tgt) items of `Seq2SeqDataset` into a `Seq2SeqBatch` (a DataLoader collate_fn)."""
+def collate_seq2seq(examples: Sequence[tuple[int, Sequence[int], Sequence[int]]], length_multiple: int = 0
+                    ) -> Seq2SeqBatch:
+    """Collates (index, src, tgt) items of `Seq2SeqDataset` into a `Seq2SeqBatch` (a DataLoader collate_fn). With
+    `length_multiple` m > 0 both sides are padded to the batch's grid length (the longest side rounded up to a
+    multiple of m: S = T = L), as the grid of `TokenBudgetBatchSampler` batches them."""
     src = [list(s) + [EOS_ID] for _, s, _ in examples]
+    tgt_lengths = [len(t) + 1 for _, _, t in examples]
+    L = int(grid_length(max(max((len(s) for s in src), default=0), max(tgt_lengths, default=0)),
+                        length_multiple)) if length_multiple else 0
     return Seq2SeqBatch(
-        src=pad_sequences(src),  # (B, S)
+        src=pad_sequences(src, length=L),  # (B, S)
         src_lengths=torch.tensor([len(s) for s in src], dtype=torch.long),  # (B,)
-        tgt_in=pad_sequences([[BOS_ID] + list(t) for _, _, t in examples]),  # (B, T)
-        tgt_out=pad_sequences([list(t) + [EOS_ID] for _, _, t in examples]),  # (B, T)
+        tgt_in=pad_sequences([[BOS_ID] + list(t) for _, _, t in examples], length=L),  # (B, T)
+        tgt_out=pad_sequences([list(t) + [EOS_ID] for _, _, t in examples], length=L),  # (B, T)
         indices=torch.tensor([i for i, _, _ in examples], dtype=torch.long),  # (B,)
+        tgt_count=sum(tgt_lengths),
     )
 
 
-def collate_packed_seq2seq(examples: Sequence[tuple[int, Sequence[int], Sequence[int]]], row_len: int
-                           ) -> Seq2SeqBatch:
+def collate_packed_seq2seq(examples: Sequence[tuple[int, Sequence[int], Sequence[int]]], row_len: int,
+                           length_multiple: int = 0) -> Seq2SeqBatch:
     """Collates (index, src, tgt) items into packed rows of at most `row_len` tokens per side (`RowPacker`, in
     the order given: a `PackedBatchSampler` batch gives back its rows). Each sentence gets its EOS / BOS as in
-    `collate_seq2seq`; src_lengths are the tokens used per row; indices list the examples in row order.
+    `collate_seq2seq`; src_lengths are the tokens used per row; indices list the examples in row order. With
+    `length_multiple` m > 0 both sides are padded to row_len rounded up to a multiple of m: one length for every
+    batch (the number of rows still follows first-fit).
 
     Shape: src (B, S), tgt_in / tgt_out (B, T) with B rows, plus src_segments (B, S) and tgt_segments (B, T).
     """
@@ -403,15 +506,24 @@ def collate_packed_seq2seq(examples: Sequence[tuple[int, Sequence[int], Sequence
     src = [[tok for k in row for tok in [*examples[k][1], EOS_ID]] for row in rows]
     tgt_in = [[tok for k in row for tok in [BOS_ID, *examples[k][2]]] for row in rows]
     tgt_out = [[tok for k in row for tok in [*examples[k][2], EOS_ID]] for row in rows]
+    L = int(grid_length(row_len, length_multiple)) if length_multiple else 0
     return Seq2SeqBatch(
-        src=pad_sequences(src),  # (B, S)
+        src=pad_sequences(src, length=L),  # (B, S)
         src_lengths=torch.tensor([len(s) for s in src], dtype=torch.long),  # (B,)
-        tgt_in=pad_sequences(tgt_in),  # (B, T)
-        tgt_out=pad_sequences(tgt_out),  # (B, T)
+        tgt_in=pad_sequences(tgt_in, length=L),  # (B, T)
+        tgt_out=pad_sequences(tgt_out, length=L),  # (B, T)
         indices=torch.tensor([examples[k][0] for row in rows for k in row], dtype=torch.long),  # (N,)
-        src_segments=Segments.of_rows([[len(examples[k][1]) + 1 for k in row] for row in rows]),
-        tgt_segments=Segments.of_rows([[len(examples[k][2]) + 1 for k in row] for row in rows]),
+        src_segments=_segments([[len(examples[k][1]) + 1 for k in row] for row in rows], L),
+        tgt_segments=_segments([[len(examples[k][2]) + 1 for k in row] for row in rows], L),
+        tgt_count=sum(len(t) + 1 for _, _, t in examples),
     )
+
+
+def _segments(rows: list[list[int]], length: int) -> Segments:
+    """`Segments.of_rows(rows)` padded (id 0: padding) to `length` columns when that is longer."""
+    seg = Segments.of_rows(rows)
+    extra = length - seg.ids.size(1)
+    return seg if extra <= 0 else Segments(F.pad(seg.ids, (0, extra)), F.pad(seg.pos, (0, extra)))
 
 
 def padding_fraction(batches: Sequence[Seq2SeqBatch]) -> float:

@@ -28,6 +28,14 @@ Conventions:
   (the model's state and `enc` too) at the next step, as fairseq does: the model computes only for the
   sentences still searching. Greedy search drops a finished sentence's row the same way.
 - Call the model in eval mode; search runs under torch.no_grad().
+- Host waits: on a GPU, reading a tensor on the host (`.cpu()`, `.tolist()`, `.item()`, `if tensor`) waits for
+  every queued step. A greedy step reads its (B',) "going on" flags once; a beam step copies what the host needs
+  of it (its first K candidates, their parents and EOS flags, the new beams' scores, rows and tokens) once, as one
+  (6, B, K) float64 tensor, and copies the token history once more only on a step where a hypothesis finishes or a
+  sentence reaches its limit (the device has nothing queued between the two copies: one wait). The host's own
+  bookkeeping (`Beams.limits`, `Beams.done`) is numpy, never a tensor. With need_weights each finished
+  hypothesis's attention is copied too, and tracing copies the candidates each step. `tests/test_host_waits.py`
+  counts the reads of every step.
 - Tracing (``beam_search(..., trace=[])``): the search's own record of every step of every sentence
   (`TraceStep`: the 2K candidates, the beam each extends, token, scores, and whether it was kept, finished or
   pruned), written while it prunes. Off by default; with it off, nothing is recorded and the results are the same.
@@ -43,6 +51,7 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -153,11 +162,11 @@ def greedy_search(model: Any, src: Tensor, src_lengths: Tensor, max_len: int | T
             if attention is None:
                 attention = weights.new_zeros((B, tokens.size(1)) + weights.shape[1:])
             attention[rows, t] = weights
-        going = (prev != EOS_ID) & (t + 1 < limits_dev[rows])  # (B',)
-        if not going.all():
-            if not going.any():
+        going = ((prev != EOS_ID) & (t + 1 < limits_dev[rows])).tolist()  # (B',): the step's one read on the host
+        if not all(going):
+            if not any(going):
                 break
-            keep = going.nonzero().flatten()  # (B'',)
+            keep = torch.tensor([k for k, g in enumerate(going) if g], device=src.device)  # (B'',)
             rows, prev = rows[keep], prev[keep]
             state, enc = select_batch(state, keep), select_batch(enc, keep)
     tokens_bt, attn_bt = tokens.cpu(), None if attention is None else attention.cpu()  # (B, T), (B, T, ..., S)
@@ -179,8 +188,8 @@ class Beams:
     scores: Tensor  # (B, K) raw log-prob of each alive beam; -inf: empty slot or stopped sentence
     tokens: Tensor  # (N, t) generated tokens, without BOS
     attention: Tensor | None  # (N, t, ..., S) attention history of each alive beam
-    limits: Tensor  # (B,) long, CPU: steps allowed per sentence
-    done: Tensor  # (B,) bool, CPU
+    limits: np.ndarray  # (B,) int64: steps allowed per sentence (host bookkeeping: numpy, never read from a device)
+    done: np.ndarray  # (B,) bool
     sentence: list[int]  # (B,) each one's index in the input
     # per input sentence
     finished: list[list[Hypothesis]]  # in the order found
@@ -229,9 +238,9 @@ def beam_init(model: Any, src: Tensor, src_lengths: Tensor, beam_size: int, max_
     enc, state = select_batch(enc, expand), select_batch(state, expand)
     scores = torch.full((B, K), NEG_INF, device=src.device)
     scores[:, 0] = 0.0
-    beams = Beams(scores, torch.zeros(B * K, 0, dtype=torch.long, device=src.device), None, _limits(max_len, B),
-                  torch.zeros(B, dtype=torch.bool), list(range(B)), [[] for _ in range(B)], [[] for _ in range(B)],
-                  n_best, alpha)
+    beams = Beams(scores, torch.zeros(B * K, 0, dtype=torch.long, device=src.device), None,
+                  _limits(max_len, B).numpy(), np.zeros(B, dtype=bool), list(range(B)), [[] for _ in range(B)],
+                  [[] for _ in range(B)], n_best, alpha)
     return enc, state, beams
 
 
@@ -260,31 +269,35 @@ def beam_prune(beams: Beams, cand: Candidates, weights: Tensor | None, t: int) -
     parent = torch.arange(B, device=cand.beam.device)[:, None] * K + cand.beam  # (B, 2K) row of the parent
     is_eos = cand.token == EOS_ID  # (B, 2K)
     alive, pick = cand.scores.masked_fill(is_eos, NEG_INF).topk(K, dim=-1)  # (B, K)
-    # what the host needs of this step, in one copy from the device (float64 holds the rows and the float32
-    # scores exactly): the K first candidates' scores, parents and EOS flags, and the new beams' scores
-    host = torch.stack([cand.scores[:, :K].double(), parent[:, :K].double(), is_eos[:, :K].double(),
-                        alive.double()]).cpu()  # (4, B, K)
-    scores_k, parent_k, eos_k, alive_host = host.unbind(0)
-    ends = (eos_k.bool() & torch.isfinite(scores_k)).nonzero().tolist()
-    if ends:
-        history = beams.tokens.cpu()  # (N, t): the finished rows' tokens, in one more copy
-        parent_k, scores_k = parent_k.long().tolist(), scores_k.tolist()
+    rows = parent.gather(1, pick)  # (B, K)
+    prev = cand.token.gather(1, pick)  # (B, K)
+    # what the host needs of this step, in one copy from the device (float64 holds the rows, the token ids and the
+    # float32 scores exactly): the K first candidates' scores, parents and EOS flags, the new beams' scores, rows
+    # and tokens
+    host = torch.stack([cand.scores[:, :K].double(), parent[:, :K].double(), is_eos[:, :K].double(), alive.double(),
+                        rows.double(), prev.double()]).cpu().numpy()  # (6, B, K)
+    scores_k, parent_k, eos_k, alive_host, rows_host, prev_host = host
+    ends = np.argwhere((eos_k == 1) & np.isfinite(scores_k)).tolist()  # [(b, j)]: EOS among the K best
+    reach = bool((~beams.done & (beams.limits <= t + 1)).any())  # a sentence at its limit after this step
+    # the token history (N, t), before this step, in a second copy only when a hypothesis ends here
+    history = beams.tokens.cpu().numpy() if ends or reach else None
     for b, j in ends:
-        row, raw = parent_k[b][j], scores_k[b][j]
+        row, raw = int(parent_k[b, j]), float(scores_k[b, j])
         attention = None if weights is None else _append(beams.attention, weights, row)
         beams.finished[beams.sentence[b]].append(Hypothesis(history[row].tolist(),
                                                              raw / length_penalty(t + 1, beams.alpha), raw,
                                                              attention, finished=True))
     if beams.trace is not None:
         beam_record(beams, cand, pick, t)
-    rows = parent.gather(1, pick).view(-1)  # (N,)
-    prev = cand.token.gather(1, pick).view(-1)  # (N,)
+    rows, prev = rows.view(-1), prev.view(-1)  # (N,), (N,)
     beams.tokens = torch.cat([beams.tokens[rows], prev[:, None]], dim=1)  # (N, t + 1)
     if weights is not None:
         w = weights[rows, None]  # (N, 1, ..., S)
         beams.attention = w if beams.attention is None else torch.cat([beams.attention[rows], w], dim=1)
     beams.scores = alive
-    _stop_sentences(beams, t + 1, alive_host)
+    tokens_host = None if not reach else np.concatenate(  # (N, t + 1): the beams' tokens after this step
+        [history[rows_host.reshape(-1).astype(np.int64)], prev_host.reshape(-1, 1).astype(np.int64)], axis=1)
+    _stop_sentences(beams, t + 1, alive_host, tokens_host)
     return rows, prev
 
 
@@ -304,7 +317,7 @@ def beam_record(beams: Beams, cand: Candidates, pick: Tensor, t: int) -> None:
     slot = torch.full_like(cand.token, -1).scatter_(1, pick, torch.arange(K, device=pick.device).expand(B, K))
     slot = slot.masked_fill(~kept, -1)  # (B, 2K)
     first_k = torch.arange(cand.token.size(1), device=pick.device) < K  # (2K,)
-    at_limit = (beams.limits.to(pick.device) <= t + 1)[:, None]  # (B, 1)
+    at_limit = torch.from_numpy(beams.limits <= t + 1).to(pick.device)[:, None]  # (B, 1)
     code = (kept.long() + 2 * (is_eos & finite & first_k).long() + 2 * (kept & at_limit).long())  # STATUS index
     lp = length_penalty(t + 1, beams.alpha)
     rows = zip(finite.sum(1).tolist(), cand.beam.tolist(), cand.token.tolist(), cand.scores.tolist(), code.tolist(),
@@ -336,25 +349,24 @@ def _append(history: Tensor | None, weights: Tensor, row: int) -> Tensor:
     return (w if history is None else torch.cat([history[row], w], dim=0)).cpu()
 
 
-def _stop_sentences(beams: Beams, steps: int, scores_host: Tensor) -> None:
+def _stop_sentences(beams: Beams, steps: int, scores_host: np.ndarray, tokens_host: np.ndarray | None) -> None:
     """Mark sentences done after `steps` steps: at their limit (alive beams kept as unfinished fallbacks),
     with no alive beam left, or when no alive beam can enter the n_best (the bound in the module docstring).
 
-    scores_host: beams.scores (B, K) on the CPU (the search copies it once per step)."""
+    scores_host: beams.scores (B, K) on the host (the search copies it once per step); tokens_host: beams.tokens
+    (N, steps) on the host, given when a sentence reaches its limit at this step."""
     K = beams.scores.size(1)
-    scores = scores_host.tolist()  # (B, K)
-    was_done = beams.done.clone()
-    history = None  # beams.tokens on the CPU, copied once if a sentence reaches its limit
-    for b in (~beams.done).nonzero().flatten().tolist():
-        limit, best_alive, finished = int(beams.limits[b]), max(scores[b]), beams.finished[beams.sentence[b]]
+    was_done = beams.done.copy()
+    for b in np.flatnonzero(~beams.done).tolist():
+        scores = scores_host[b].tolist()  # (K,)
+        limit, best_alive, finished = int(beams.limits[b]), max(scores), beams.finished[beams.sentence[b]]
         if steps >= limit:
-            history = beams.tokens.cpu() if history is None else history
-            for k, raw in enumerate(scores[b]):
+            for k, raw in enumerate(scores):
                 if raw > NEG_INF:
                     row = b * K + k
                     attention = None if beams.attention is None else beams.attention[row].cpu()
                     beams.unfinished[beams.sentence[b]].append(Hypothesis(
-                        history[row].tolist(), raw / length_penalty(steps, beams.alpha), raw, attention,
+                        tokens_host[row].tolist(), raw / length_penalty(steps, beams.alpha), raw, attention,
                         finished=False))
             beams.done[b] = True
         elif best_alive == NEG_INF:
@@ -363,10 +375,10 @@ def _stop_sentences(beams: Beams, steps: int, scores_host: Tensor) -> None:
             kth = sorted((h.score for h in finished), reverse=True)[beams.n_best - 1]
             best_lp = max(length_penalty(steps + 1, beams.alpha), length_penalty(limit, beams.alpha))
             beams.done[b] = kth >= best_alive / best_lp
-    if not torch.equal(was_done, beams.done):
-        # masked_fill_, not boolean indexing, and an asynchronous copy (from pageable memory CUDA stages it at
-        # once): the host does not wait for the device here
-        beams.scores.masked_fill_(beams.done.to(beams.scores.device, non_blocking=True)[:, None], NEG_INF)
+    if (was_done != beams.done).any():
+        # masked_fill_, not boolean indexing, and a copy to the device: the host does not wait for the device here
+        done = torch.tensor(beams.done).to(beams.scores.device, non_blocking=True)  # (B,)
+        beams.scores.masked_fill_(done[:, None], NEG_INF)
 
 
 def beam_shrink(beams: Beams) -> Tensor | None:
@@ -374,12 +386,13 @@ def beam_shrink(beams: Beams) -> Tensor | None:
     (B' * K,) of theirs, to select from the model's state and `enc`; None when none stopped."""
     if not beams.done.any():
         return None
-    K = beams.scores.size(1)
-    keep = (~beams.done).nonzero().flatten()  # (B',) CPU
-    rows = (keep[:, None] * K + torch.arange(K)).flatten().to(beams.scores.device)  # (B' * K,)
-    beams.scores = beams.scores[keep.to(beams.scores.device)]
-    beams.tokens = beams.tokens[rows]
-    beams.attention = None if beams.attention is None else beams.attention[rows]
+    K, device = beams.scores.size(1), beams.scores.device
+    keep = np.flatnonzero(~beams.done)  # (B',) on the host
+    keep_dev = torch.from_numpy(keep).to(device)  # (B',)
+    rows = (keep_dev[:, None] * K + torch.arange(K, device=device)).flatten()  # (B' * K,)
+    beams.scores = beams.scores.index_select(0, keep_dev)
+    beams.tokens = beams.tokens.index_select(0, rows)
+    beams.attention = None if beams.attention is None else beams.attention.index_select(0, rows)
     beams.limits, beams.done = beams.limits[keep], beams.done[keep]
     beams.sentence = [beams.sentence[b] for b in keep.tolist()]
     return rows

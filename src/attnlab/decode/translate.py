@@ -13,7 +13,7 @@ from torch import nn
 from attnlab.core.config import MAX_BEAM, MAX_LEN
 from attnlab.core.devices import amp_dtype, autocast
 from attnlab.core.errors import AttnlabError
-from attnlab.data.batching import pad_sequences
+from attnlab.data.batching import grid_length, pad_sequences
 from attnlab.data.tokenizers import EOS_ID, TokenizerPair
 from attnlab.decode.search import TraceStep, beam_search, greedy_search, max_output_length
 from attnlab.kernels.memory import keep_freed_memory
@@ -30,11 +30,13 @@ class DecodeConfig:
     batch_size: int = 0  # sentences per decoding batch; 0: by device (`DECODE_BATCH`)
     max_src_tokens: int = 400  # longer inputs are refused with a clear error
     amp: str = "none"  # none | auto (bf16 where the device computes it natively) | bf16: autocast of the search
+    length_multiple: int = 0  # sources padded to a multiple of it (a grid of shapes, as in training); 0: off
 
     CHOICES: ClassVar[dict] = {"amp": ("none", "auto", "bf16")}
 
     LIMITS: ClassVar[dict] = {"beam_size": (1, MAX_BEAM), "length_penalty": (0.0, 100.0), "max_len_ratio": (0.0, 100.0),
-                              "max_len_offset": (0, MAX_LEN), "batch_size": (0, 2**16), "max_src_tokens": (1, MAX_LEN)}
+                              "max_len_offset": (0, MAX_LEN), "batch_size": (0, 2**16), "max_src_tokens": (1, MAX_LEN),
+                              "length_multiple": (0, 4096)}
 
     def __post_init__(self) -> None:
         for name in ("beam_size", "max_src_tokens"):
@@ -109,7 +111,10 @@ class Translator:
         results: list[list[Translation]] = [[] for _ in ids]
         for start in range(0, len(order), self.batch_size):
             chunk = order[start:start + self.batch_size]
-            src = pad_sequences([ids[i] for i in chunk]).to(self.device)  # (B, S)
+            grid = self.decode.length_multiple  # padding is masked: the outputs are those of the unpadded batch
+            longest = max(len(ids[i]) for i in chunk)
+            src = pad_sequences([ids[i] for i in chunk], length=int(grid_length(longest, grid)) if grid else 0
+                                ).to(self.device)  # (B, S)
             lengths = torch.tensor([len(ids[i]) for i in chunk], device=self.device)  # (B,)
             limit = max_output_length(lengths, self.decode.max_len_ratio, self.decode.max_len_offset)
             traces: list[list[TraceStep]] | None = [] if trace and beam > 1 else None

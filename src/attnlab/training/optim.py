@@ -1,11 +1,13 @@
-"""What the optimizer steps with: its parameter groups (`optimizer_groups`: weight decay where nanoGPT puts it) and
-the learning-rate schedules (`lr_factor`: constant with warm-up, inverse square root, the paper's noam).
+"""What the optimizer steps with: its parameter groups (`optimizer_groups`: weight decay where nanoGPT puts it), the
+optimizer itself (`make_optimizer`) and the learning-rate schedules (`lr_factor`: constant with warm-up, inverse
+square root, the paper's noam).
 """
 
 from __future__ import annotations
 
 import math
 
+import torch
 from torch import nn
 
 
@@ -21,6 +23,14 @@ def optimizer_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     decay = [p for p in params if id(p) not in no_decay and p.dim() >= 2]
     rest = [p for p in params if id(p) in no_decay or p.dim() < 2]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+def make_optimizer(model: nn.Module, name: str, lr: float, betas: tuple[float, float], weight_decay: float,
+                   fused: bool = False) -> torch.optim.Optimizer:
+    """Adam or AdamW ("adam" | "adamw", train.optimizer) over `optimizer_groups`; fused: one kernel for all the
+    parameters (CUDA)."""
+    opt_cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+    return opt_cls(optimizer_groups(model, weight_decay), lr=lr, betas=betas, **({"fused": True} if fused else {}))
 
 
 def lr_factor(schedule: str, warmup_steps: int, step: int, d_model: int = 512) -> float:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import gc
 import json
 import logging
@@ -32,12 +31,12 @@ from attnlab.core.devices import amp_dtype, autocast, resolve_device
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import append_line, atomic_write_text, make_dirs, real_dir
 from attnlab.core.logs import Progress
-from attnlab.data.batching import (PackedBatchSampler, Seq2SeqBatch, TokenBudgetBatchSampler, collate_packed_seq2seq,
-                                   collate_seq2seq)
+from attnlab.data.batching import (Seq2SeqBatch, TokenBudgetBatchSampler, collate_packed_seq2seq, collate_seq2seq,
+                                   training_batches)
 from attnlab.data.tokenizers import PAD_ID
 from attnlab.kernels.loss import smoothed_cross_entropy
 from attnlab.kernels.memory import keep_freed_memory
-from attnlab.training.optim import lr_factor, optimizer_groups
+from attnlab.training.optim import lr_factor, make_optimizer
 
 log = logging.getLogger("attnlab")
 
@@ -51,6 +50,8 @@ class TrainConfig:
     max_tokens: int = 4096  # token budget of one batch (padding included)
     pack: bool = False  # several sentences per row with per-sentence attention masks (Transformer, LM)
     pack_length: int = 0  # tokens per packed row; 0: the longest training example
+    length_multiple: int = 0  # a grid of shapes: lengths padded to multiples of it (`attnlab.data.batching`); 0: off
+    warmup_shapes: bool = False  # one forward and backward of each grid shape before the clock starts
     accum_steps: int = 1  # batches per optimizer update
     optimizer: str = "adam"
     lr: float = 1e-3
@@ -87,7 +88,7 @@ class TrainConfig:
         "warmup_steps": (0, MAX_COUNT), "plateau_factor": (0.0, 1.0), "plateau_patience": (1, MAX_COUNT),
         "min_lr": (0.0, 100.0), "clip_norm": (0.0, 1e9), "label_smoothing": (0.0, 1.0), "eval_every": (1, MAX_COUNT),
         "eval_max_sentences": (0, MAX_COUNT), "patience": (0, MAX_COUNT), "keep_last": (1, MAX_COUNT),
-        "log_every": (1, MAX_COUNT), "num_threads": (0, MAX_THREADS)}
+        "log_every": (1, MAX_COUNT), "num_threads": (0, MAX_THREADS), "length_multiple": (0, 4096)}
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "accum_steps", "eval_every", "log_every", "keep_last"):
@@ -108,6 +109,8 @@ class TrainConfig:
                 raise AttnlabError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if not 0.0 < self.plateau_factor <= 1.0:
             raise AttnlabError(f"plateau_factor must be in (0, 1], got {self.plateau_factor}")
+        if self.warmup_shapes and not self.length_multiple:
+            raise AttnlabError("warmup_shapes = true needs the grid: set length_multiple (e.g. 16) or leave it out")
         if self.pack_length and not self.pack:
             raise AttnlabError(f"pack_length = {self.pack_length} sizes packed rows, but pack = false: set "
                                "pack = true to pack, or leave pack_length out")
@@ -135,7 +138,8 @@ class Task(Protocol):
 
     `collate(examples) -> batch` (the batch has `.to(device)`); `loss(model, batch, label_smoothing) ->
     (summed loss over the batch's items, number of items)`; `perplexity`: whether exp(dev loss) means something.
-    A task whose examples can share a row (`train.pack`) also has `collate_packed(examples, row_len) -> batch`.
+    A task whose examples can share a row (`train.pack`) also has `collate_packed(examples, row_len) -> batch`; one
+    whose batches take a grid (`train.length_multiple`) has `collate_grid(examples, length_multiple)`.
     Datasets give `__len__`, `__getitem__` and `lengths()` (each example's cost for the token budget).
     """
 
@@ -157,8 +161,12 @@ class Seq2SeqTask:
         return collate_seq2seq(examples)
 
     @staticmethod
-    def collate_packed(examples: list, row_len: int) -> Seq2SeqBatch:
-        return collate_packed_seq2seq(examples, row_len)
+    def collate_grid(examples: list, length_multiple: int) -> Seq2SeqBatch:
+        return collate_seq2seq(examples, length_multiple)
+
+    @staticmethod
+    def collate_packed(examples: list, row_len: int, length_multiple: int = 0) -> Seq2SeqBatch:
+        return collate_packed_seq2seq(examples, row_len, length_multiple)
 
     @staticmethod
     def loss(model: nn.Module, batch: Seq2SeqBatch, label_smoothing: float) -> tuple[torch.Tensor, int]:
@@ -283,14 +291,14 @@ class Trainer:
         if cfg.compile:  # the compiled module shares its parameters with raw_model, which checkpoints use
             self.model = torch.compile(self.model, dynamic=True)
         self.train_data, self.dev_data = train_data, dev_data
-        self.sampler, self.collate = self._batching(train_data)
+        self.sampler, self.collate = training_batches(
+            self.task, train_data.lengths(), cfg.max_tokens, pack=cfg.pack, pack_length=cfg.pack_length,
+            length_multiple=cfg.length_multiple, seed=cfg.seed, num_replicas=self.world, rank=self.rank)
         if len(self.sampler) < cfg.accum_steps:  # an update would never complete: the loop would not end
             raise AttnlabError(f"train.accum_steps ({cfg.accum_steps}) exceeds the {len(self.sampler)} batches of "
                                f"an epoch (train.max_tokens {cfg.max_tokens}); lower it or the batch size")
-        opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-        fused = {"fused": True} if self.device.type == "cuda" else {}
-        self.optimizer = opt_cls(optimizer_groups(self.raw_model, cfg.weight_decay), lr=cfg.lr,
-                                 betas=(cfg.adam_beta1, cfg.adam_beta2), **fused)
+        self.optimizer = make_optimizer(self.raw_model, cfg.optimizer, cfg.lr, (cfg.adam_beta1, cfg.adam_beta2),
+                                        cfg.weight_decay, fused=self.device.type == "cuda")
         self.amp_dtype = amp_dtype(cfg.amp, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         if self.is_main and cfg.amp != "none":
@@ -299,28 +307,6 @@ class Trainer:
         self.state = TrainerState()
         self.tb = self._tensorboard_writer()
         self._t_start = time.perf_counter()
-
-    def _batching(self, data) -> tuple[TokenBudgetBatchSampler, Callable[[list], Any]]:
-        """The training batch sampler and collate function: length-bucketed token-budget batches, or packed rows
-        (train.pack) for tasks that can pack."""
-        cfg = self.cfg
-        if not cfg.pack:
-            sampler = TokenBudgetBatchSampler(data.lengths(), cfg.max_tokens, shuffle=True, seed=cfg.seed,
-                                              num_replicas=self.world, rank=self.rank)
-            over = int((sampler.costs > cfg.max_tokens).sum())
-            if over and self.is_main:  # kept, not dropped: each is a batch of its own
-                log.warning("%s of %s training examples cost more than train.max_tokens (%d tokens): each is a batch "
-                            "of its own, over the budget (the longest costs %d)", f"{over:,}", f"{len(sampler.costs):,}",
-                            cfg.max_tokens, int(sampler.costs.max()))
-            return sampler, self.task.collate
-        if not hasattr(self.task, "collate_packed"):
-            raise AttnlabError(f"train.pack: the examples of {type(self.task).__name__} cannot be packed; "
-                               "set train.pack = false")
-        sampler = PackedBatchSampler(data.lengths(), cfg.max_tokens, cfg.pack_length, shuffle=True, seed=cfg.seed,
-                                     num_replicas=self.world, rank=self.rank)
-        log.info("packed batches: rows of %d tokens, %d rows per batch", sampler.row_len,
-                 max(1, cfg.max_tokens // sampler.row_len))
-        return sampler, functools.partial(self.task.collate_packed, row_len=sampler.row_len)
 
     def _tensorboard_writer(self):
         if not (self.cfg.tensorboard and self.is_main):
@@ -345,7 +331,8 @@ class Trainer:
         """One optimizer update over `batches` (gradient accumulation). Returns (summed loss, items), items being
         target tokens for seq2seq. The loss is a 0-d float32 tensor on the device, not read back here: on a GPU,
         reading it (`float(loss)`) waits for the step to finish, so `fit` reads it once per log record, and the
-        next step is queued while this one runs."""
+        next step is queued while this one runs. With `Seq2SeqTask` nothing else is read on the host (its items are
+        counted when the batch is collated; `tests/test_host_waits.py`); DDP reads the ranks' items and stop flag."""
         self.model.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.current_lr()
@@ -383,6 +370,18 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
         return total, ntok
+
+    def warm_up(self) -> None:
+        """A forward and backward of each shape of the grid (`train.warmup_shapes`): a GPU meets each shape's cost
+        (kernel choice, compiling) before the clock starts. Weights, optimizer and random state stay as they were."""
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            self.model.train()
+            for idx in self.sampler.grid_batches():
+                with self._autocast():
+                    loss, _ = self.task.loss(self.model, self.collate([self.train_data[i] for i in idx]).to(
+                        self.device), self.cfg.label_smoothing)
+                loss.backward()
+        self.optimizer.zero_grad(set_to_none=True)  # the gradients dropped
 
     def _loader(self, data, batches) -> DataLoader:
         # A DataLoader iterator draws a seed from the global RNG unless given a generator of its own; that
@@ -499,6 +498,8 @@ class Trainer:
         """Trains until a limit in the config is reached; returns the final trainer state."""
         cfg, s = self.cfg, self.state
         make_dirs(self.run_dir)
+        if cfg.warmup_shapes:
+            self.warm_up()
         t_start = self._t_start = time.perf_counter()
         # with a time budget the step limit is usually far away: show elapsed time and rate, not a fake ETA
         progress = Progress(None if cfg.max_minutes else cfg.max_steps, s.step, cfg.progress and self.is_main)
