@@ -156,3 +156,79 @@ def test_labels_of_single_maps_rollouts_and_strips(browser, downloads, tmp_path)
     name, head = _export_svg(browser, panel, downloads, "attnlab-rollout*-head*.svg")
     assert name.endswith("-head-layer2.svg") and "layer 2" in head and "head 1" not in head
 
+
+# ---------------------------------------------------------------------------------------------- the step player
+LONG = "in the beginning god created the heaven and the earth and the earth was without form and void"
+
+
+@pytest.fixture(scope="module")
+def long_translation():
+    """An untrained tiny Transformer's beam search over a 95-character verse: it runs to its length limit, a beam
+    tree far wider than its box, and more than ten ended hypotheses."""
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from test_explore import tiny_translator  # the tests' tiny model (tests/ is not a package)
+
+    from attnlab.families.translation import explore_translation
+
+    translator = tiny_translator("pre")
+    translator.decode.max_len_ratio = 1.0
+    return Exploration.of(explore_translation(translator, LONG, beam=4))
+
+
+def _player(browser, panel):
+    _view(browser, panel, "player")
+    return panel.find_element(By.CSS_SELECTOR, ".player")
+
+
+def _key(browser, key: str) -> None:
+    browser.find_element(By.TAG_NAME, "body").send_keys(key)
+
+
+def test_player_keys(browser, tmp_path, long_translation):
+    from selenium.webdriver.common.keys import Keys
+
+    panel = _open(browser, long_translation, tmp_path)
+    player = _player(browser, panel)
+    T = int(player.get_attribute("data-steps"))
+    step = lambda: int(player.get_attribute("data-step"))  # noqa: E731
+    assert step() == 0 and T > 5
+    _key(browser, Keys.ARROW_RIGHT)
+    _key(browser, Keys.ARROW_RIGHT)
+    assert step() == 2
+    _key(browser, Keys.ARROW_LEFT)
+    assert step() == 1
+    _key(browser, Keys.END)
+    assert step() == T - 1
+    _key(browser, Keys.HOME)
+    assert step() == 0
+    Select(player.find_element(By.CSS_SELECTOR, "select.speed")).select_by_visible_text("slow")
+    _key(browser, Keys.SPACE)
+    assert player.get_attribute("data-playing") == "1"
+    _key(browser, Keys.SPACE)
+    assert player.get_attribute("data-playing") == "0"
+    assert browser.execute_script("return scrollY;") == 0  # space and End did not scroll the page
+
+
+def test_beam_tree_follows_the_step_and_the_list_folds(browser, tmp_path, long_translation):
+    panel = _open(browser, long_translation, tmp_path)
+    player = _player(browser, panel)
+    box = player.find_element(By.CSS_SELECTOR, ".tree-box")
+    scroll = lambda: browser.execute_script(  # noqa: E731
+        "const b = arguments[0]; return [b.scrollLeft, b.clientWidth, b.scrollWidth];", box)
+    left, width, total = scroll()
+    assert left == 0 and total > 1.5 * width  # a tree wider than its box
+    player.find_element(By.CSS_SELECTOR, 'button[data-action="last"]').click()
+    T = int(player.get_attribute("data-steps"))
+    left, width, _ = scroll()
+    column = 44 + (T - 1) * 70  # beamTreeSVG's x of the step's column
+    assert left <= column and column + 66 <= left + width, (left, width, column)  # the last step's column in view
+    player.find_element(By.CSS_SELECTOR, 'button[data-action="first"]').click()
+    assert scroll()[0] == 0
+
+    fold = player.find_element(By.CSS_SELECTOR, "details.ended-box")
+    items = player.find_elements(By.CSS_SELECTOR, "ol.ended li")
+    assert len(items) > 10 and fold.get_attribute("open") is None and not items[0].is_displayed()  # folded
+    fold.find_element(By.TAG_NAME, "summary").click()
+    assert items[0].is_displayed()
+    fold.find_element(By.TAG_NAME, "summary").click()
+    assert not items[0].is_displayed()

@@ -34,6 +34,8 @@ const PLAYER_CSS = `
 .player svg.beam-tree { font: 11px sans-serif; display: block; }
 .player svg.beam-tree g.node { cursor: pointer; }
 .player ol.ended { margin: .2em 0; padding-left: 1.6em; }
+.player details.ended-box summary { cursor: pointer; }
+.player details.ended-box summary h4 { display: inline; }
 .player ol.ended li.in-nbest { font-weight: 600; }
 .player .legend span { margin-right: .8em; white-space: nowrap; }
 .player .legend i { display: inline-block; width: 10px; height: 10px; margin-right: .25em; vertical-align: -1px; }
@@ -123,6 +125,19 @@ function contextStrip(vec, vmax, heads, head) {
   return svg;
 }
 
+// the player's keys: one listener for the page, acting on the player last shown or clicked (two panels may each
+// have one); never while typing in a field
+const PLAYER_KEYS = {active: null};
+document.addEventListener("keydown", ev => {
+  const a = PLAYER_KEYS.active;
+  if (!a || !["ArrowLeft", "ArrowRight", "Home", "End", " "].includes(ev.key)) return;
+  if (ev.altKey || ev.ctrlKey || ev.metaKey || ev.target.closest?.("input, textarea, select, [contenteditable]")) return;
+  if (ev.key === " " && ev.target.closest?.("button, summary")) return;  // a focused button's own space
+  if (a.panel.view !== "player" || a.panel.playerRoot !== a.root || !a.root.isConnected) return;
+  ev.preventDefault();  // space would scroll the page, Home/End jump it
+  a.act(ev.key);
+});
+
 function playerButton(action, text, title) {
   return el("button", {type: "button", "data-action": action, title}, text);
 }
@@ -200,14 +215,19 @@ async function renderPlayer(panel, box) {
     const treeBox = el("div", {class: "tree-box"});
     treeBox.append(treeSvg);
     const list = el("ol", {class: "ended"});
+    // foldable: a long beam's 30-60 ended hypotheses start folded, a short list open
+    const fold = el("details", {class: "ended-box"});
+    fold.open = ended.length <= 10;
     ended.forEach((e, k) => list.append(el("li", {class: k < r.nbest.length ? "in-nbest" : "", "data-status": e.c.status},
                                             `${e.c.score.toFixed(3)}  ${hypothesisText(e.c.text)}`)));
     root.append(el("h4", {}, `beam search: the ${2 * (r.beam || steps.tree[0].candidates.length / 2)} best ` +
                              "candidates of each step as the search ranked them (its own record); the best " +
                              "hypothesis' path in orange, click a node to go to its step"),
-                legend, treeBox,
-                el("h4", {}, `ended hypotheses by score (finished, then cut at the length limit); the first ` +
-                             `${r.nbest.length} are the n-best list`), list);
+                legend, treeBox, fold);
+    const summary = el("summary", {});
+    summary.append(el("h4", {}, `${ended.length} ended hypotheses by score (finished, then cut at the length ` +
+                                `limit); the first ${r.nbest.length} are the n-best list`));
+    fold.append(summary, list);
     treeSvg.addEventListener("click", ev => {
       const node = ev.target.closest("g.node");
       if (node) { stop(); show(Number(node.dataset.step)); }
@@ -254,6 +274,11 @@ async function renderPlayer(panel, box) {
       const col = treeSvg.querySelector("rect.step-col");
       col.setAttribute("x", 44 + t * 70 - 4);
       treeSvg.querySelectorAll("g.node").forEach(g => g.classList.toggle("now", Number(g.dataset.step) === t));
+      // the tree follows the step: its column kept in view, near the middle of the box
+      const box = treeSvg.parentElement, at = 44 + t * 70;
+      if (box && (at < box.scrollLeft + 20 || at + 70 > box.scrollLeft + box.clientWidth - 20)) {
+        box.scrollLeft = Math.max(0, at - box.clientWidth / 2);
+      }
     }
   }
 
@@ -284,6 +309,14 @@ async function renderPlayer(panel, box) {
     show({first: 0, back: panel.playerStep - 1, forward: panel.playerStep + 1, last: T - 1}[a]);
   });
   scrub.addEventListener("input", () => { stop(); show(Number(scrub.value)); });
+  // keys (playerKeys): space play/pause, left/right a step, Home/End the first/last step
+  const keys = {panel, root, act: key => {
+    if (key === " ") { if (panel.playerTimer) stop(); else start(); return; }
+    stop();
+    show({ArrowLeft: panel.playerStep - 1, ArrowRight: panel.playerStep + 1, Home: 0, End: T - 1}[key]);
+  }};
+  PLAYER_KEYS.active = keys;
+  root.addEventListener("pointerdown", () => { PLAYER_KEYS.active = keys; });
   stop();
   show(Math.min(panel.playerStep || 0, T - 1));
   box.append(root);
