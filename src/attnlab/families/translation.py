@@ -149,7 +149,8 @@ def imported_config(transformer: dict, tokenizer: dict) -> dict:
     """RUN_DIR/config.json of a Transformer translation run imported from another toolkit (`attnlab import`,
     `attnlab.interop.huggingface`): the model's settings and its tokenizer's, everything else the defaults (the
     Bible corpus for evaluate and a fine-tune)."""
-    model = ModelConfig(family="transformer", transformer=from_dict(TransformerConfig, transformer, "model.transformer."))
+    model = ModelConfig(family="transformer",
+                        transformer=from_dict(TransformerConfig, transformer, "model.transformer."))
     return to_dict(ExperimentConfig(tokenizer=from_dict(TokenizerConfig, tokenizer, "tokenizer."), model=model))
 
 
