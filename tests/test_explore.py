@@ -244,7 +244,7 @@ def test_cli_plot_explore_writes_every_view(tiny_runs, tmp_path, capsys):
     last = f"layer{max(int(p.name.split('_layer')[1][0]) for p in out.glob('dec_self_head_layer*'))}"
     assert L == 1 and all((out / name).stat().st_size > 500 for name in (
         f"dec_self_heatmap_{last}_mean_words.png", "dec_self_model_words.svg", f"dec_self_head_{last}_words.png",
-        f"dec_self_neuron_{last}_head1.svg", f"enc_self_rollout_heatmap_{last}_words.svg"))
+        f"dec_self_neuron_{last}_head1.svg", "enc_self_rollout_heatmap_words.svg"))  # a 1-layer rollout: no layer
     assert "1. " in printed.err and "top: " in printed.err  # the n-best list and the top 5 per token
     assert main(argv + ["--map", "cross,nope", "--view", "heatmap"]) == 2
     assert "is not one of this input's maps" in capsys.readouterr().err

@@ -280,7 +280,7 @@ def write_views(ex: Exploration, out: Path, keys: Sequence[str] = (), views: Seq
         for fmt in formats:
             def path(view: str) -> Path:  # the view's name, then what it shows: OUT/cross_heatmap_layer2_mean.png
                 shows = {"heatmap": which_name(m, li, hi, words), "model": "words" if words else "",
-                         "head": which_name(m, li, None, words).removesuffix("_mean"),
+                         "head": "_".join(x for x in which_name(m, li, None, words).split("_") if x != "mean"),
                          "neuron": which_name(m, li, 0 if hi is None else hi, False)}[view]
                 return out / f"{key}_{view}{'_' + shows if shows else ''}.{fmt.strip()}"
 
@@ -316,8 +316,8 @@ def write_views(ex: Exploration, out: Path, keys: Sequence[str] = (), views: Seq
 
 def which_text(m: AttentionMap, layer: int, head: int | None, words: bool = False) -> str:
     """What one view of a map shows, for titles: "layer 2, mean of heads", "layer 1, head 3"; a map of one layer
-    of one head (an RNN's alignment, a one-layer rollout) names no layer, one of one head (an RNN's alignment, a rollout) no head; ", words" when
-    merged. "" when nothing is left to say."""
+    and one head (an RNN's alignment, a one-layer rollout) names neither, one of one head (a rollout) no head;
+    ", words" when merged. "" when nothing is left to say."""
     parts = [f"layer {layer + 1}"] if m.layers > 1 or m.heads > 1 else []
     if m.heads > 1:
         parts.append("mean of heads" if head is None else f"head {head + 1}")
