@@ -1,4 +1,5 @@
-"""The Python API: what a script or a notebook uses, and what the command line and `attnlab serve` call.
+"""The Python API: what a script or a notebook uses, and what the command line calls (`attnlab.app.commands`
+imports nothing else of attnlab but the errors and limits of `attnlab.core`).
 
     import attnlab
     run = attnlab.load("runs/demo")                     # the run `make demo` trains
@@ -9,6 +10,10 @@
     run = attnlab.train("demo", out="runs/mine", train__max_minutes=2)   # a packaged config, or a file
     attnlab.show(weights, src_tokens, tgt_tokens)      # any attention a model of yours computed
 
+`load`, `Run`, `train`, `corpus`, `show` and the configs are defined in `attnlab.app.runs` and re-exported here;
+this module adds what each command does beyond them: corpora and their statistics, preparing a store, training
+with several processes, the plots, the report, the server, the series study, export and import, the demo.
+
 Every call takes the same path as the command line (`attnlab.app.workflow`), so a run trained here is a run directory
 like any other, and a user's mistake is the same one-line `attnlab.AttnlabError`: each public function checks its
 arguments' types and ranges where it is entered, with the command line's limits (`attnlab.core.config.MAX_BEAM`, ...).
@@ -16,501 +21,451 @@ arguments' types and ranges where it is entered, with the command line's limits 
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import html
-import importlib
 import logging
 import os
-from dataclasses import dataclass
+import shutil
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from attnlab.app import views
-from attnlab.app.explore import explore_run
-from attnlab.app.workflow import count_parameters, ctranslate2_translator, evaluate_run, load_run, summary
-from attnlab.app.workflow import train as train_run
-from attnlab.core.config import (MAX_BEAM, MAX_COUNT, MAX_LEN, MAX_SAMPLES, MAX_SEED, MAX_VOCAB, PACKAGED_CONFIGS,
-                                 apply_overrides, check_range, from_dict,
-                                 packaged_configs, read_config_file, resolve_config,
-                                 to_dict)
+from attnlab.app import study, workflow
+from attnlab.app.checks import as_bool, as_int, as_optional_int, as_optional_path, as_path, as_text, as_texts
+from attnlab.app.report import build_report
+from attnlab.app.runs import (CHECKPOINTS, SPLITS, ConfigInfo, Run, config_path, configs, corpus, load, override_list,
+                              show, train, typed_config)
+from attnlab.app.server import EXPLORE_MEMORY
+from attnlab.app.server import serve as serve_runs
+from attnlab.app.views import VIEWS, Exploration, format_decoding, write_views
+from attnlab.core.config import MAX_BEAM, MAX_COUNT, MAX_SAMPLES, MAX_SEED, MAX_VOCAB, PACKAGED_CONFIGS
+from attnlab.core.devices import resolve_device
 from attnlab.core.errors import AttnlabError
-from attnlab.core.logs import in_notebook, read_metrics
-from attnlab.data.corpus import normalize
-from attnlab.data.store import Store
-from attnlab.decode.translate import CTranslate2Translator, DecodeConfig, Translation, Translator
-from attnlab.families.base import EvalOptions, LoadedRun
-from attnlab.families.explorer import Recording
-from attnlab.families.lm import generate
-from attnlab.families.table import family_of, family_of_config, require
-from attnlab.families.translation import prepare_corpus
-from attnlab.training.trainer import TrainerState
+from attnlab.core.fileio import atomic_write_text, read_json
+from attnlab.core.logs import read_metrics
+from attnlab.core.plotting import plot_attention as plot_heatmap
+from attnlab.core.plotting import plot_attention_grid, plot_bleu_by_length, plot_curves
+from attnlab.data import bible, paraphrase
+from attnlab.data.corpus import Corpus, cache_dir, corpus_stats, format_stats, normalize
+from attnlab.data.corpus import file_corpus as read_file_corpus
+from attnlab.data.paraphrase import ParaphraseCorpus, format_paraphrase_stats, paraphrase_stats
+from attnlab.data.store import Store, format_store_stats
+from attnlab.data.tokenizers import cached_tokenizers, one_line, save_tokenizers
+from attnlab.decode.translate import DecodeConfig
+from attnlab.families.pairs import plot_alignment as plot_pair_alignment
+from attnlab.families.series import VARIANTS as SERIES_VARIANTS
+from attnlab.families.series import load_series_config
+from attnlab.families.table import FAMILIES, load_family_config
+from attnlab.families.translation import format_seq2seq_eval, prepare_corpus
+
+__all__ = [
+    # runs (attnlab.app.runs)
+    "ConfigInfo", "Run", "config_path", "configs", "corpus", "load", "override_list", "show", "train",
+    "typed_config",
+    # corpora
+    "bible_corpus", "file_corpus", "paraphrase_corpus", "corpus_statistics", "export_tsv", "prepare",
+    "format_corpus_stats", "format_paraphrase_stats", "format_store_stats", "paraphrase_stats",
+    # runs, plots, apps
+    "train_processes", "summary", "copy_config", "export_run", "import_run", "plot_alignment", "plot_attention",
+    "write_views", "format_decoding", "plot_curves_of", "plot_bleu_by_length_of", "report", "serve",
+    "series_study", "format_series_study", "demo",
+    # what the command line shares with the library: names, limits, text
+    "AttnlabError", "CHECKPOINTS", "DecodeConfig", "ENGLISH_MODULES", "Exploration", "PACKAGED_CONFIGS",
+    "SERIES_VARIANTS", "SPLITS", "VIEWS", "cache_dir", "normalize", "one_line",
+    "MAX_SUMMARY_LEN", "MAX_CHARS", "MAX_CONNECTIONS", "MAX_SEEDS", "MAX_PROCS",
+]
 
 log = logging.getLogger("attnlab")
 
-DATA_SUFFIXES = (".tsv", ".jsonl", ".json", ".txt")  # `corpus(path)`: a data file, not a config
-COMPRESSED = (".gz", ".xz", ".bz2")
-SPLITS = ("train", "dev", "test")
-CHECKPOINTS = ("best", "last")
+ENGLISH_MODULES = tuple(bible.ENGLISH_MODULES)  # the Bible's English renderings: kjv, web
+TOKENIZERS = ("unigram", "bpe", "char", "none")
+# Limits of the arguments without a config key of their own (the others share config.py's): each far beyond a
+# useful value and small enough that nothing they size (a batch of samples, a list of seeds) exhausts memory.
+MAX_SUMMARY_LEN = 4096  # summary's src_len/tgt_len: a dummy batch
+MAX_CHARS = 10**6  # serve's max_chars
+MAX_CONNECTIONS = 10**6  # serve's max_connections
+MAX_SEEDS = 1000  # series_study's seeds
+MAX_PROCS = 1024  # train_processes' procs
+DEMO_SAMPLES = 6  # test verses the demo translates
 
 
-# ---------------------------------------------------------------------------------------------- arguments
-# The checks at the entry of the public functions: a wrong type or a value past the command line's limit is one
-# AttnlabError naming the argument, never a TypeError from deep inside or an allocation of the size asked for.
-def _int(name: str, value: Any, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise AttnlabError(f"{name} must be an integer in [{lo}, {hi}], not {type(value).__name__} {value!r:.40}")
-    check_range(name, value, lo, hi)
+def _choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise AttnlabError(f"{name} {value!r:.40} is not one of {', '.join(choices)}")
     return value
 
 
-def _optional_int(name: str, value: Any, lo: int, hi: int) -> int | None:
-    return None if value is None else _int(name, value, lo, hi)
-
-
-def _optional_number(name: str, value: Any, lo: float, hi: float) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise AttnlabError(f"{name} must be a number in [{lo}, {hi}], not {type(value).__name__} {value!r:.40}")
-    check_range(name, value, lo, hi)
-    return float(value)
-
-
-def _bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise AttnlabError(f"{name} must be True or False, not {type(value).__name__} {value!r:.40}")
+def _run(value: Any) -> Run:
+    if not isinstance(value, Run):
+        raise AttnlabError(f"run must be an attnlab.Run (attnlab.load(RUN_DIR)), not {type(value).__name__}")
     return value
 
 
-def _text(name: str, value: Any) -> str:
-    """A str that is text: bytes are refused (decode them first), and so is a lone surrogate (not UTF-8)."""
-    if not isinstance(value, str):
-        hint = ": decode it first, e.g. data.decode('utf-8')" if isinstance(value, (bytes, bytearray)) else ""
-        raise AttnlabError(f"{name} must be a str, not {type(value).__name__}{hint}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise AttnlabError(f"{name} holds a lone surrogate (U+{ord(value[e.start]):04X} at character {e.start}), "
-                           "which is not text (a str decoded with errors='surrogateescape'?)") from None
-    return value
+def _output_stem(path: Path) -> Path:
+    """An output path the formats' suffixes are put on; it must name a file, not end in a folder's name."""
+    if path.name in ("", ".", ".."):
+        raise AttnlabError(f"--out {str(path)!r}: give a file path (the format's suffix is added to it)")
+    return path
 
 
-def _optional_text(name: str, value: Any) -> str | None:
-    return None if value is None else _text(name, value)
+# ---------------------------------------------------------------------------------------------- corpora
+def bible_corpus(english: str = "kjv", refresh: bool = False) -> Corpus:
+    """The English (`english`: kjv or web) -> Spanish (Reina-Valera 1909) Bible, verse-aligned and split by book
+    (`attnlab.data.bible`), cached; refresh=True reads the SWORD modules again."""
+    return bible.bible_corpus(_choice("english", english, ENGLISH_MODULES), refresh=as_bool("refresh", refresh))
 
 
-def _texts(name: str, values: Any) -> list[str]:
-    """A list of str from a list, tuple or other sequence of str (not one str or bytes)."""
-    if isinstance(values, (str, bytes, bytearray)) or not isinstance(values, Sequence):
-        hint = ": decode it first, e.g. data.decode('utf-8')" if isinstance(values, (bytes, bytearray)) else ""
-        raise AttnlabError(f"{name} must be a str or a list of str, not {type(values).__name__}{hint}")
-    return [_text(f"{name}[{i}]", v) for i, v in enumerate(values)]
+def file_corpus(train: str | Path | Sequence[str | Path], dev: str | Path | None = None,
+                test: str | Path | None = None, *, dev_size: int = 500, test_size: int = 500) -> Corpus:
+    """A user's parallel corpus: `train` a TSV file (source, target) or a pair (source file, target file) of
+    line-aligned plain files; dev and test given as TSV files, or held out of train (dev_size, test_size pairs)."""
+    if isinstance(train, (str, os.PathLike)):
+        train = as_path("train", train)
+    elif isinstance(train, (list, tuple)) and len(train) == 2:
+        train = (as_path("train[0]", train[0]), as_path("train[1]", train[1]))
+    else:
+        raise AttnlabError(f"train must be a TSV file or a (source, target) pair of files, not {type(train).__name__}")
+    return read_file_corpus(train, as_optional_path("dev", dev), as_optional_path("test", test),
+                            dev_size=as_int("dev_size", dev_size, 0, MAX_COUNT),
+                            test_size=as_int("test_size", test_size, 0, MAX_COUNT))
 
 
-def _path(name: str, value: Any) -> Path:
-    if not isinstance(value, (str, os.PathLike)):
-        raise AttnlabError(f"{name} must be a path (a str or pathlib.Path), not {type(value).__name__}")
-    return Path(os.fsdecode(value))
+def paraphrase_corpus(seed: int = 0, refresh: bool = False, hard_negatives: str = "random") -> ParaphraseCorpus:
+    """The KJV-vs-WEB verse pairs for paraphrase identification (`attnlab.data.paraphrase`): label 1 the same
+    verse, 0 another verse of the same chapter (hard: a random one, or the one sharing the most words with a) or of
+    another chapter (easy); balanced, split by book."""
+    return paraphrase.paraphrase_corpus(as_int("seed", seed, 0, MAX_SEED), refresh=as_bool("refresh", refresh),
+                                        hard_negatives=_choice("hard_negatives", hard_negatives, ("random", "overlap")))
 
 
-def _optional_path(name: str, value: Any) -> Path | None:
-    return None if value is None else _path(name, value)
+def corpus_statistics(corpus: Corpus, tokenizer: str = "unigram", vocab_size: int = 8000, joint: bool = True,
+                      save_tokenizer: str | Path | None = None) -> dict:
+    """Pairs per split and lengths per side in words and, with a tokenizer ("unigram", "bpe", "char"; "none":
+    words only) trained on the train split, in tokens; save_tokenizer: a folder to save that tokenizer to."""
+    if not isinstance(corpus, Corpus):
+        raise AttnlabError(f"corpus must be a parallel corpus (bible_corpus, file_corpus), not {type(corpus).__name__}")
+    tokenizer, vocab_size = _choice("tokenizer", tokenizer, TOKENIZERS), as_int("vocab_size", vocab_size, 1, MAX_VOCAB)
+    joint, save_tokenizer = as_bool("joint", joint), as_optional_path("save_tokenizer", save_tokenizer)
+    toks = None
+    if tokenizer != "none":
+        toks = cached_tokenizers(corpus, tokenizer, vocab_size, joint)
+        if save_tokenizer:
+            save_tokenizers(toks, save_tokenizer)
+    return corpus_stats(corpus, toks)
 
 
-# ---------------------------------------------------------------------------------------------- configs
-@dataclass(frozen=True)
-class ConfigInfo:
-    """A packaged config: its bare name (what `attnlab train NAME` takes), its file, the model family it trains
-    and the first line of its leading comment."""
-
-    name: str
-    path: Path
-    family: str
-    description: str
+format_corpus_stats = format_stats
 
 
-def configs() -> list[ConfigInfo]:
-    """The configs that ship with the package (`attnlab configs` prints them), sorted by name."""
-    out = []
-    for name in packaged_configs():
-        path = PACKAGED_CONFIGS / f"{name}.toml"
-        out.append(ConfigInfo(name, path, family_of_config(read_config_file(path)).name, _first_sentence(path)))
-    return out
+def export_tsv(corpus: Corpus | ParaphraseCorpus, directory: str | Path) -> str:
+    """Writes DIRECTORY/{train,dev,test}.tsv, one pair a line, and returns the columns written: a parallel corpus's
+    source, target, reference, or a paraphrase corpus's a, b, label, kind, ref_a, ref_b."""
+    directory = as_path("directory", directory)
+    if isinstance(corpus, ParaphraseCorpus):
+        columns = "a, b, label, kind, ref_a, ref_b"
+        row = lambda p: f"{p.a}\t{p.b}\t{p.label}\t{p.kind}\t{p.ref_a}\t{p.ref_b}"  # noqa: E731
+    elif isinstance(corpus, Corpus):
+        columns, row = "source, target, reference", lambda p: f"{p.src}\t{p.tgt}\t{p.ref}"  # noqa: E731
+    else:
+        raise AttnlabError(f"corpus must be a corpus (bible_corpus, file_corpus, paraphrase_corpus), not "
+                           f"{type(corpus).__name__}")
+    for split in SPLITS:
+        atomic_write_text(directory / f"{split}.tsv", "".join(row(p) + "\n" for p in corpus.split(split)))
+    return columns
 
 
-def _first_sentence(path: Path) -> str:
-    """The first sentence of a config file's leading comment."""
-    words = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.startswith("#"):
-            break
-        words += line.lstrip("#").split()
-        text = " ".join(words)
-        end = text.find(". ")
-        if end >= 0 or text.endswith("."):
-            return text[: end + 1] if end >= 0 else text
-    return " ".join(words)
-
-
-def config_path(name: str | Path) -> Path:
-    """The file of a config: an existing path as given, or a packaged config's bare name ("demo")."""
-    return resolve_config(_path("name", name))
-
-
-def override_list(overrides: Mapping[str, Any] | Sequence[str] | None = None, **kw: Any) -> list[str]:
-    """`--set` strings of overrides given as {"train.max_steps": 50}, ["train.max_steps=50"] or keywords with a
-    double underscore for each dot (train__max_steps=50)."""
-    items: list[str] = []
-    if isinstance(overrides, Mapping):
-        bad = [k for k in overrides if not isinstance(k, str)]
-        if bad:
-            raise AttnlabError(f"overrides: the keys are dotted config keys (str), not {type(bad[0]).__name__} "
-                               f"{bad[0]!r:.40}")
-        items += [f"{k}={_value(v)}" for k, v in overrides.items()]
-    elif overrides is not None:
-        if not isinstance(overrides, (list, tuple)) or not all(isinstance(o, str) for o in overrides):
-            what = f"the string {overrides!r:.60}" if isinstance(overrides, str) else type(overrides).__name__
-            if isinstance(overrides, (list, tuple)):
-                what = next(f"{type(o).__name__} {o!r:.40} in the {what}" for o in overrides if not isinstance(o, str))
-            raise AttnlabError(f"overrides: give a dict or a list of KEY=VALUE strings, not {what}")
-        items += list(overrides)
-    items += [f"{k.replace('__', '.')}={_value(v)}" for k, v in kw.items()]
-    return items
-
-
-def _value(v: Any) -> str:
-    """A Python value as the YAML text an override holds (True -> true, [1, 2] -> [1, 2], "lstm" -> lstm)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    if isinstance(v, Path):
-        return str(v)
-    if isinstance(v, str) and (v == "" or v != v.strip() or v[0] in "[{&*!|>'\"%@`#" or ": " in v):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return str(v)
-
-
-def typed_config(config: Any, overrides: list[str]) -> tuple[Any, Any, str]:
-    """(family, typed config, name) of a config given as a path or packaged name, a dict or a typed config,
-    plus `--set` overrides; `name` is what the default run directory is called."""
-    if isinstance(config, (str, Path)):
-        path = resolve_config(config)
-        family = family_of_config(apply_overrides(read_config_file(path), list(overrides)))
-        return family, family.load_config(path, overrides), Path(config).stem
-    if isinstance(config, Mapping):
-        raw = apply_overrides(copy.deepcopy(dict(config)), list(overrides))
-        family = family_of_config(raw)
-        return family, family.from_dict(raw), "run"
-    if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        family = family_of(config)
-        raw = apply_overrides(dataclasses.asdict(config), list(overrides))
-        return family, family.from_dict(raw), "run"
-    raise AttnlabError(f"config: give a config file, a packaged config's name (attnlab.configs()), a dict or a "
-                       f"config object, not a {type(config).__name__}")
+def prepare(config: str | Path, overrides: Mapping[str, Any] | Sequence[str] | None = None,
+            out: str | Path | None = None, force: bool = False) -> Store:
+    """Prepares a translation config's corpus once (`attnlab.data.prepare`), what `train` otherwise does on first
+    use: into `out` (default: the cache, keyed by the inputs), again if force=True (a damaged store)."""
+    sets, config = override_list(overrides), as_path("config", config)
+    out, force = as_optional_path("out", out), as_bool("force", force)
+    family, cfg = load_family_config(config, sets)
+    if "translate" not in family.abilities:
+        names = " or ".join(sorted(f.name for f in FAMILIES if "translate" in f.abilities))
+        raise AttnlabError(f"{config} is a {family.title} config; `attnlab data prepare` prepares the corpus of "
+                           f"a translation config (model.family {names})")
+    return prepare_corpus(cfg, out=out, force=force)
 
 
 # ---------------------------------------------------------------------------------------------- runs
-class Run:
-    """A trained run loaded for use (`attnlab.load`): translate, explore, generate, evaluate, summarise.
-
-    In a notebook a run displays itself as a card (family, size, training, best dev score); `run.explore(...)`
-    displays the attention explorer inline.
-    """
-
-    def __init__(self, loaded: LoadedRun, engine: str = "torch", model_dir: Path | str | None = None) -> None:
-        self.loaded = loaded
-        self.engine = engine
-        self._explorer: Translator | None = None
-        self._translator: Translator | CTranslate2Translator | None = None
-        if "translate" in loaded.family.abilities:
-            self._explorer = Translator(loaded.model, loaded.tokenizers, loaded.cfg.decode, loaded.device)
-            self._translator = self._explorer
-            if engine == "ctranslate2":
-                self._translator = ctranslate2_translator(loaded.run_dir, loaded.checkpoint, loaded.tokenizers,
-                                                          loaded.cfg.decode, model_dir)
-        elif engine != "torch":
-            raise AttnlabError(f"{loaded.run_dir}: engine {engine!r} decodes translation runs only")
-
-    # ------------------------------------------------------------------ what the run is
-    @property
-    def path(self) -> Path:
-        return self.loaded.run_dir
-
-    @property
-    def name(self) -> str:
-        return self.loaded.run_dir.name
-
-    @property
-    def family(self) -> str:
-        """The family's name: rnn, transformer, lm, pair or series."""
-        return self.loaded.family.name
-
-    @property
-    def config(self) -> Any:
-        """The run's typed config (the dataclasses of `attnlab.families.translation`, `attnlab.families.lm`, ...)."""
-        return self.loaded.cfg
-
-    @property
-    def model(self) -> torch.nn.Module:
-        return self.loaded.model
-
-    @property
-    def tokenizers(self):
-        """The run's `attnlab.data.tokenizers.TokenizerPair` (None for families without a trained tokenizer)."""
-        return self.loaded.tokenizers
-
-    @property
-    def device(self) -> torch.device:
-        return self.loaded.device
-
-    @property
-    def checkpoint(self) -> str:
-        return self.loaded.checkpoint
-
-    @property
-    def translator(self) -> Translator | CTranslate2Translator:
-        """The run's translator (PyTorch, or CTranslate2 with engine="ctranslate2"); translation runs only."""
-        self.require("translate")
-        return self._translator
-
-    def require(self, ability: str) -> None:
-        """An AttnlabError naming the commands this run can do instead, unless its family can `ability`
-        ("translate", "generate", "classify")."""
-        require(self.loaded.family, ability, self.path)
-
-    # ------------------------------------------------------------------ use
-    def translations(self, sentences: Sequence[str], beam: int | None = None, n_best: int = 1,
-                     need_weights: bool = False) -> list[list[Translation]]:
-        """The n_best translations (text, score, tokens and, with need_weights, the attention) of each sentence,
-        in input order; beam None: the run's decode.beam_size, 1: greedy. Sentences are normalised as the corpus
-        is; an empty one gets no translation ([])."""
-        self.require("translate")
-        if isinstance(sentences, str):
-            raise AttnlabError("translations() takes a list of sentences; translate() takes one sentence too")
-        sentences = _texts("sentences", sentences)
-        beam, n_best = _optional_int("beam", beam, 1, MAX_BEAM), _int("n_best", n_best, 1, MAX_BEAM)
-        _bool("need_weights", need_weights)
-        clean = [normalize(s) for s in sentences]
-        keep = [i for i, s in enumerate(clean) if s]
-        results = self._translator.translate([clean[i] for i in keep], beam_size=beam, n_best=n_best,
-                                             need_weights=need_weights) if keep else []
-        out: list[list[Translation]] = [[] for _ in clean]
-        for i, nbest in zip(keep, results):
-            out[i] = nbest
-        warning = views.degenerate_warning([nbest[0].tgt_tokens if nbest else None for nbest in out])
-        if warning:  # an untrained or broken model: one line on stderr (`attnlab translate`), not in the results
-            log.warning("%s", warning)
-        return out
-
-    def translate(self, sentences: str | Sequence[str], beam: int | None = None) -> str | list[str]:
-        """The best translation of one sentence (a str) or of each of a list (a list of str)."""
-        one = isinstance(sentences, str)
-        results = self.translations([sentences] if one else _texts("sentences", sentences), beam)
-        texts = [nbest[0].text if nbest else "" for nbest in results]
-        return texts[0] if one else texts
-
-    def explore(self, sentence: str, sentence_b: str | None = None, beam: int | None = None,
-                max_new: int = 40) -> views.Exploration:
-        """Every attention map of one input (`attnlab.app.views.Exploration`, what `attnlab serve` shows): the
-        translation of a sentence (beam: the run's by default), a language model's greedy continuation of a
-        prompt (max_new tokens), or a sentence pair (sentence_b). In a notebook it displays the explorer."""
-        sentence, beam = _text("sentence", sentence), _optional_int("beam", beam, 1, MAX_BEAM)
-        sentence_b, max_new = _optional_text("sentence_b", sentence_b), _int("max_new", max_new, 1, MAX_LEN)
-        text = normalize(sentence)
-        hooks = self.loaded.family.explorer
-        if not text and not (hooks is not None and hooks.empty_input):  # a language model may start from nothing
-            raise AttnlabError("the sentence is empty")
-        second = normalize(sentence_b) if sentence_b is not None else None
-        ex = explore_run(self.loaded, text, second, beam, max_new, self._explorer)
-        ex.input = text if second is None else f"{text} / {second}"
-        return ex
-
-    def generate(self, prompt: str = "", num: int = 1, max_len: int | None = None,
-                 temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-                 seed: int = 0, scores: bool = False) -> list[str] | list[tuple[str, float]]:
-        """`num` samples of a language-model run after `prompt` (settings default to the run's [generate]);
-        scores=True: (text, log-probability) pairs."""
-        self.require("generate")
-        prompt, num, seed = _text("prompt", prompt), _int("num", num, 1, MAX_SAMPLES), _int("seed", seed, 0, MAX_SEED)
-        max_len, top_k = _optional_int("max_len", max_len, 1, MAX_LEN), _optional_int("top_k", top_k, 0, MAX_VOCAB)
-        temperature, top_p = _optional_number("temperature", temperature, 0.0, 100.0), \
-            _optional_number("top_p", top_p, 0.0, 1.0)
-        _bool("scores", scores)
-        g = self.config.generate
-        pick = lambda value, default: default if value is None else value  # noqa: E731
-        samples = generate(self.model, self.tokenizers.tgt, prompt, num, pick(max_len, g.max_len),
-                           pick(temperature, g.temperature), pick(top_k, g.top_k), pick(top_p, g.top_p), seed,
-                           self.device)
-        return [(s.text, s.logprob) for s in samples] if scores else [s.text for s in samples]
-
-    def evaluate(self, split: str = "test", beam: int | None = None, max_sentences: int = 0,
-                 hard_negatives: str | None = None, source: str | None = None) -> dict:
-        """The family's evaluation on a split (what `attnlab evaluate --json` prints): BLEU, chrF and BLEU by
-        source length for translation, perplexity for a language model, accuracy for pairs, MSE for series. It
-        is also written under RUN_DIR/eval/. source: a Bible translation run's English rendering to translate
-        from ("kjv", "web"; None: the run's first `data.english`), trained on or not."""
-        if split not in SPLITS:
-            raise AttnlabError(f"unknown split {split!r:.40}; choose train, dev or test")
-        beam = _optional_int("beam", beam, 1, MAX_BEAM)
-        max_sentences = _int("max_sentences", max_sentences, 0, MAX_COUNT)
-        hard_negatives, source = _optional_text("hard_negatives", hard_negatives), _optional_text("source", source)
-        return evaluate_run(self.loaded, split, EvalOptions(beam, max_sentences, hard_negatives, source))
-
-    @property
-    def renderings(self) -> list[str]:
-        """The English renderings a Bible translation run was trained on, the headline first ([] otherwise)."""
-        data = getattr(self.config, "data", None)
-        return list(data.renderings) if "translate" in self.loaded.family.abilities and data is not None else []
-
-    def format_eval(self, result: dict) -> str:
-        """An evaluation result as the text `attnlab evaluate` prints."""
-        return self.loaded.family.format_eval(result)
-
-    def summary(self) -> str:
-        """Per-layer output shapes and parameter counts (what `attnlab summary RUN_DIR` prints)."""
-        return summary(self.path)
-
-    def metrics(self) -> list[dict]:
-        """The training log: one dict per logged step or validation (RUN_DIR/metrics.jsonl)."""
-        return read_metrics(self.path)
-
-    # ------------------------------------------------------------------ display
-    def facts(self) -> dict:
-        """What the run's card shows: family, parameters, steps, best dev score and the last evaluation."""
-        records = self.metrics()
-        steps = max((r["step"] for r in records), default=0)
-        best = next((r for r in reversed(records) if r.get("improved")), {})  # the validation the best weights are
-        shown = ("step", "dev_loss", "dev_ppl", "bleu", "chrf", "accuracy")
-        return {"run": str(self.path), "family": self.loaded.family.title, "checkpoint": self.checkpoint,
-                "parameters": count_parameters(self.model), "steps": steps, "device": str(self.device),
-                "best_dev": {k: best[k] for k in shown if k in best}, "trained_on": self.renderings}
-
-    def __repr__(self) -> str:
-        return f"attnlab.Run({str(self.path)!r}, family={self.family!r}, checkpoint={self.checkpoint!r})"
-
-    def _repr_html_(self) -> str:
-        f = self.facts()
-        best = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in f["best_dev"].items())
-        rows = [("run", f["run"]), ("model", f["family"]), ("parameters", f"{f['parameters']:,}"),
-                ("trained", f"{f['steps']:,} steps"), ("best dev", best or "not validated"),
-                ("weights", f"{f['checkpoint']} checkpoint on {f['device']}")]
-        if f["trained_on"]:
-            rows.insert(2, ("English source", " + ".join(f["trained_on"])))
-        body = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(k)}</th>"
-                       f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
-        return f"<table class='attnlab-run'>{body}</table>"
-
-
-def load(run_dir: Path | str, checkpoint: str = "best", device: str = "cpu", engine: str = "torch",
-         model_dir: Path | str | None = None, decode_amp: str | None = None,
-         decode_batch_size: int | None = None) -> Run:
-    """A trained run directory of any family with its "best" or "last" weights, in eval mode on `device`
-    ("cpu", "cuda", "mps" or "auto"). engine="ctranslate2": a Transformer translation run decodes with its
-    CTranslate2 export (`model_dir`, or RUN_DIR's own, exported on first use). decode_amp ("none", "auto",
-    "bf16"; None: the run's decode.amp): the precision of a translation run's search (translate, evaluate).
-    decode_batch_size (None: the run's decode.batch_size; 0: by device, 64 on a CPU, 1,024 on a GPU): sentences
-    per search batch, for this load only (a GPU decodes 1,024 at once about as fast as 64)."""
-    run_dir, model_dir = _path("run_dir", run_dir), _optional_path("model_dir", model_dir)
-    if checkpoint not in CHECKPOINTS:
-        raise AttnlabError(f"checkpoint {checkpoint!r:.40} is not one of {', '.join(CHECKPOINTS)}")
-    if not isinstance(device, str):
-        raise AttnlabError(f"device must be a str such as 'cpu', 'cuda' or 'auto', not {type(device).__name__}")
-    if engine not in ("torch", "ctranslate2"):
-        raise AttnlabError(f"unknown engine {engine!r:.40}; choose torch or ctranslate2")
-    loaded = load_run(run_dir, checkpoint, device)  # a folder that is no run: a clear error before any loading
-    decode = {k: v for k, v in (("amp", decode_amp), ("batch_size", decode_batch_size)) if v is not None}
-    if decode:
-        if "translate" not in loaded.family.abilities:
-            raise AttnlabError(f"{loaded.run_dir}: decode {' and '.join(decode).replace('_', ' ')} applies to "
-                               "translation runs only")
-        if decode_amp is not None and decode_amp not in DecodeConfig.CHOICES["amp"]:
-            raise AttnlabError(f"decode amp {decode_amp!r} is not one of {', '.join(DecodeConfig.CHOICES['amp'])}")
-        # the run's [decode] section with these keys over it, checked as a config file's would be (type, range)
-        loaded.cfg.decode = from_dict(DecodeConfig, {**to_dict(loaded.cfg.decode), **decode}, prefix="decode.")
-    return Run(loaded, engine, model_dir)
-
-
-def train(config: Any, out: Path | str | None = None, *, resume: bool = False,
-          overrides: Mapping[str, Any] | Sequence[str] | None = None, **kw: Any) -> Run:
-    """Trains a config into a run directory and returns the run with its best weights.
-
-    config: a config file, a packaged config's bare name ("demo", "bible-transformer-small"; see
-    `attnlab.configs()`), a dict of config sections, or a config object. Overrides as a dict of dotted keys
-    ({"train.max_steps": 50}) or keywords with a double underscore for the dot (train__max_steps=50). out: the
-    run directory (default runs/<config name>). resume=True continues the run in `out` (config None), where only
-    its limits may change. Progress: a bar with loss and tokens/s (a notebook widget in Jupyter).
-    """
-    sets = override_list(overrides, **kw)
-    out = _optional_path("out", out)
-    _bool("resume", resume)
-    if resume:
-        if out is None:
-            raise AttnlabError("resume=True needs out=, the run directory to continue")
-        train_run(None, out, resume=True, overrides=sets)
-        return load(out)
-    if config is None:
-        raise AttnlabError("a new run needs a config (a file, a packaged name such as 'demo', or a dict)")
-    _, cfg, name = typed_config(config, sets)
-    out = Path(out) if out is not None else Path("runs") / name
-    state: TrainerState = train_run(cfg, out)
-    log.debug("trained %s: %d steps", out, state.step)
-    return load(out)
-
-
-def corpus(source: str | Path | Mapping = "demo", *, overrides: Mapping[str, Any] | Sequence[str] | None = None,
-           **kw: Any) -> Store:
-    """The prepared corpus (`attnlab.data.store.Store`: `.pairs("train"|"dev"|"test")`, `.stats()`,
-    `.tokenizers()`) of a translation config (a file, a packaged name or a dict), or of a data file
-    (.tsv, .jsonl, optionally .gz/.xz/.bz2; dev and test held out at random) with the default settings.
-    Prepared once and reused, exactly what `attnlab train` would use."""
-    sets = override_list(overrides, **kw)
-    if isinstance(source, (str, Path)) and _is_data_file(Path(source)):
-        if not Path(source).is_file():
-            raise AttnlabError(f"{source}: no such file")
-        source = {"data": {"corpus": "files", "train": [str(source)]}}
-    family, cfg, _ = typed_config(source, sets)
-    if "translate" not in family.abilities:
-        raise AttnlabError(f"a {family.title} config has no parallel corpus to prepare; give a translation config")
-    return prepare_corpus(cfg)
-
-
-def _is_data_file(path: Path) -> bool:
-    suffixes = [s for s in path.suffixes if s not in COMPRESSED]
-    return bool(suffixes) and suffixes[-1] in DATA_SUFFIXES
-
-
-# ---------------------------------------------------------------------------------------------- show
-def show(attention: Any, src_tokens: Sequence[str] | None = None, tgt_tokens: Sequence[str] | None = None, *,
-         title: str = "attention", scheme: str | None = None, out: Path | str | None = None) -> Path | None:
-    """Shows attention in the explorer (heatmap, model, head and neuron views), inline in a notebook, like
-    bertviz's head_view: an `attnlab.Exploration` (from `run.explore`), or any attention you computed, shaped
-    (R, C), (H, R, C), (L, H, R, C) or a Hugging Face tuple over layers of (1, H, R, C), with its source tokens
-    (the columns) and target tokens (the rows; None: self-attention over src_tokens); scheme: how pieces join
-    into words for the word toggle ("sentencepiece", "wordpiece", "char"; default: from the tokens). out: write
-    the page as a standalone HTML file instead (returns its path); outside a notebook `out` is needed."""
-    out, title = _optional_path("out", out), _text("title", title)
-    if isinstance(attention, Recording):  # a run's exploration, or what a family's explore hook recorded
-        ex = views.Exploration.of(attention)
+def train_processes(procs: int, config: str | Path | None, out: str | Path, *, resume: bool = False,
+                    overrides: Mapping[str, Any] | Sequence[str] | None = None) -> None:
+    """`train` with `procs` data-parallel processes on this machine, under torchrun (gloo on the CPU, one GPU
+    each with CUDA; the same update as one process with all their batches), each given cores / procs torch
+    threads unless the config sets train.num_threads. resume=True continues the run in `out` (config None)."""
+    procs, out, sets = as_int("procs", procs, 1, MAX_PROCS), as_path("out", out), override_list(overrides)
+    if as_bool("resume", resume):
+        threads = workflow.run_config(out)[1].get("train", {}).get("num_threads", 0)
+        train_args = ["--resume", str(out)]
     else:
-        if src_tokens is None:
-            raise AttnlabError("show(attention, src_tokens, tgt_tokens): give the tokens of the attention's columns")
-        for i, t in enumerate(attention if isinstance(attention, (tuple, list)) else [attention]):
-            if isinstance(t, torch.Tensor) and (t.is_meta or t.layout != torch.strided):
-                where = "attention" if not isinstance(attention, (tuple, list)) else f"attention[{i}]"
-                raise AttnlabError(f"{where} is a {'meta' if t.is_meta else str(t.layout)} tensor: give its values "
-                                   "(a dense tensor on a real device, e.g. t.to_dense() or the model run on 'cpu')")
-        # the tokens as given: views.token_list refuses one string (it would be split into characters)
-        ex = views.attention_exploration(attention, src_tokens, tgt_tokens, title=title, scheme=scheme)
-    if out is not None:
-        out = Path(out)
-        ex.save_html(out)
-        return out
-    if not in_notebook():
-        raise AttnlabError("attnlab.show displays in a notebook; outside one give out='attention.html' to write "
-                           "the page to a file")
-    importlib.import_module("IPython.display").display(ex)
-    return None
+        config = as_path("config", config)
+        threads = typed_config(config, sets)[1].train.num_threads
+        train_args = [str(config), "--out", str(out)]
+    if os.environ.get("LOCAL_RANK") is not None:
+        raise AttnlabError("--procs starts its own processes; under torchrun leave it out")
+    if not threads and not any(s.split("=", 1)[0].strip() == "train.num_threads" for s in sets):
+        sets = [*sets, f"train.num_threads={max(1, (os.cpu_count() or 1) // procs)}"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
+           "-m", "attnlab.app.cli", "train", *train_args, *(x for s in sets for x in ("--set", s))]
+    log.info("starting %d training processes: %s", procs, " ".join(cmd[1:]))
+    rc = subprocess.call(cmd)
+    if rc != 0:
+        raise AttnlabError(f"the {procs} training processes exited with status {rc} (their messages are above)")
+
+
+def summary(target: str | Path, overrides: Mapping[str, Any] | Sequence[str] | None = None, src_len: int = 7,
+            tgt_len: int = 6) -> str:
+    """Per-layer output shapes and parameter counts of a config file or a run directory's model, from one forward
+    pass on a dummy batch of src_len source and tgt_len target tokens (`Run.summary` for a loaded run)."""
+    sets, target = override_list(overrides), as_path("target", target)
+    return workflow.summary(target, sets, as_int("src_len", src_len, 1, MAX_SUMMARY_LEN),
+                            as_int("tgt_len", tgt_len, 1, MAX_SUMMARY_LEN))
+
+
+def copy_config(name: str | Path, dest: str | Path = ".") -> Path:
+    """Copies a config (a packaged config's name, or a file) to `dest`, a file or a folder, to edit; returns the
+    new file. An existing file is not replaced."""
+    path, dest = config_path(name), as_path("dest", dest)
+    if dest.is_dir():
+        dest = dest / path.name
+    if dest.exists():
+        raise AttnlabError(f"{dest} exists; choose another destination or remove it first")
+    atomic_write_text(dest, path.read_text(encoding="utf-8"))
+    return dest
+
+
+def export_run(run_dir: str | Path, out: str | Path | None = None, quantization: str = "float32",
+               checkpoint: str = "best", to: str = "ctranslate2") -> Path:
+    """Exports a run to CTranslate2 (a Transformer translation or language-model run; default
+    RUN_DIR/ctranslate2-<checkpoint>-<quantization>) or Hugging Face transformers (to="huggingface"; a Transformer
+    translation run; default RUN_DIR/huggingface-<checkpoint>); returns the folder."""
+    run_dir, out = as_path("run_dir", run_dir), as_optional_path("out", out)
+    return workflow.export_run(run_dir, out, as_text("quantization", quantization),
+                               _choice("checkpoint", checkpoint, CHECKPOINTS),
+                               _choice("to", to, ("ctranslate2", "huggingface")))
+
+
+def import_run(src: str | Path, out: str | Path) -> Path:
+    """A run directory `out` made from a Hugging Face MarianMT model (a save_pretrained folder, or a hub name with
+    internet), which `load` and every command then use like a trained run."""
+    return workflow.import_run(src if isinstance(src, str) else as_path("src", src), as_path("out", out))
+
+
+# ---------------------------------------------------------------------------------------------- plots
+def plot_alignment(run: Run, a: str, b: str, out: str | Path | None = None,
+                   formats: Sequence[str] = ("png", "svg")) -> tuple[list[Path], float]:
+    """Heatmaps of the soft alignment of one pair of a decomposable-attention run: OUT.<format> (rows a's tokens,
+    each a softmax over b) and OUT_b.<format>; returns the paths and P(same verse). Default OUT:
+    RUN_DIR/plots/alignment."""
+    run = _run(run)
+    run.require("classify")
+    a, b, formats = as_text("a", a), as_text("b", b), as_texts("formats", formats)
+    out = _output_stem(as_optional_path("out", out) or run.path / "plots" / "alignment")
+    return plot_pair_alignment(run.loaded, a, b, out, tuple(formats))
+
+
+def _index(value: str, n: int, flag: str) -> int:
+    """A 1-based (or negative, from the end) layer/head number, as a 0-based index."""
+    try:
+        i = int(value)
+    except ValueError:
+        raise AttnlabError(f"{flag} {value!r}: give a number (1..{n}, -1 for the last) or 'all'") from None
+    if not (1 <= i <= n or -n <= i <= -1):
+        raise AttnlabError(f"{flag} {i} is out of range: the model has {n}")
+    return i - 1 if i > 0 else n + i
+
+
+def plot_attention(run: Run, sentence: str, out: str | Path | None = None, beam: int = 1,
+                   formats: Sequence[str] = ("png", "svg"), layer: int | str = -1,
+                   head: int | str = "all") -> tuple[list[Path], str]:
+    """The cross-attention heatmap of one sentence's translation, one file per format (default OUT:
+    RUN_DIR/plots/attention); returns the paths and the translation. A Transformer's layer and head are numbered
+    from 1 as on the command line (-1: the last) or "all" (a grid)."""
+    translator = _run(run).translator
+    sentence = normalize(as_text("sentence", sentence))
+    if not sentence:
+        raise AttnlabError("--sentence is empty")
+    beam, formats = as_int("beam", beam, 1, MAX_BEAM), as_texts("formats", formats)
+    t = translator.translate([sentence], beam_size=beam, need_weights=True)[0][0]
+    if t.attention is None:
+        raise AttnlabError(f"{run.path}: this model has no attention to plot (attention = 'none')")
+    out = _output_stem(as_optional_path("out", out) or run.path / "plots" / "attention.png")
+    title = f"{sentence} -> {t.text}"
+    att = t.attention.numpy()  # RNN: (T, S); Transformer: (T, layers, heads, S)
+    paths = []
+    for suffix in formats:
+        path = out.with_suffix("." + suffix)
+        if att.ndim == 2:
+            plot_heatmap(att, t.src_tokens, t.tgt_tokens, path, title=title)
+        else:
+            n_layers, n_heads = att.shape[1], att.shape[2]
+            layers = range(n_layers) if layer == "all" else [_index(str(layer), n_layers, "--layer")]
+            heads = range(n_heads) if head == "all" else [_index(str(head), n_heads, "--head")]
+            grid = [att[:, i, h] for i in layers for h in heads]  # each (T, S)
+            names = [f"layer {i + 1} head {h + 1}" for i in layers for h in heads]
+            if len(grid) == 1:
+                plot_heatmap(grid[0], t.src_tokens, t.tgt_tokens, path, title=f"{names[0]}: {title}")
+            else:
+                plot_attention_grid(grid, t.src_tokens, t.tgt_tokens, path, names, ncols=min(n_heads, 4),
+                                    suptitle=f"cross-attention: {title}")
+        paths.append(path)
+    return paths, t.text
+
+
+def _run_names(run_dirs: Sequence[str | Path]) -> dict[str, Path]:
+    """Each run directory by its name (its full path where two names clash)."""
+    names: dict[str, Path] = {}
+    for i, run in enumerate(run_dirs):
+        run = as_path(f"run_dirs[{i}]", run)
+        names[run.name if run.name not in names else str(run)] = run
+    return names
+
+
+def plot_curves_of(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> Path:
+    """The training curves (train loss, dev loss, dev BLEU) of runs on one figure (default
+    runs/plots/curves.png)."""
+    runs = {}
+    for name, run in _run_names(run_dirs).items():
+        if not (run / "metrics.jsonl").is_file():
+            raise AttnlabError(f"{run}: no metrics.jsonl (not a run directory?)")
+        runs[name] = read_metrics(run)
+    return plot_curves(runs, as_optional_path("out", out) or Path("runs/plots/curves.png"))
+
+
+def plot_bleu_by_length_of(run_dirs: Sequence[str | Path], split: str = "test",
+                           out: str | Path | None = None) -> Path:
+    """BLEU by source length of evaluated runs (RUN_DIR/eval/SPLIT.json, from `Run.evaluate`) on one figure
+    (default runs/plots/SPLIT_bleu_by_length.png)."""
+    split = _choice("split", split, SPLITS)
+    runs = {name: _bleu_by_length(run / "eval" / f"{split}.json") for name, run in _run_names(run_dirs).items()}
+    return plot_bleu_by_length(runs, as_optional_path("out", out) or Path(f"runs/plots/{split}_bleu_by_length.png"),
+                               title=f"{split} BLEU by source length")
+
+
+def _bleu_by_length(path: Path) -> list[dict]:
+    """The BLEU-by-length rows of an `attnlab evaluate` result file, checked: a damaged file is one line."""
+    rows = read_json(path)
+    rows = rows.get("by_length") if isinstance(rows, dict) else None
+    if not (isinstance(rows, list) and all(
+            isinstance(r, dict) and isinstance(r.get("bucket"), str) and type(r.get("sentences")) is int
+            and isinstance(r.get("bleu"), (int, float)) and not isinstance(r.get("bleu"), bool) for r in rows)):
+        raise AttnlabError(f"{path}: expected the result of attnlab evaluate (by_length: rows of bucket, sentences, "
+                           "bleu)")
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- apps
+def report(run_dirs: Sequence[str | Path], out: str | Path | None = None, split: str = "test", samples: int = 4,
+           sentences: Sequence[str] | None = None, beam: int | None = None, checkpoint: str = "best",
+           device: str = "cpu") -> Path:
+    """One self-contained HTML page comparing runs (default runs/report.html): configs, parameter summaries,
+    training curves, scores, BLEU by length, sample translations (`samples` of the split, or `sentences`) with
+    heatmaps."""
+    run_dirs = [as_path(f"run_dirs[{i}]", r) for i, r in enumerate(run_dirs)]
+    out = as_optional_path("out", out) or Path("runs/report.html")
+    sentences = None if sentences is None else as_texts("sentences", sentences)
+    return build_report(run_dirs, out, split=_choice("split", split, SPLITS),
+                        n_samples=as_int("samples", samples, 0, MAX_SAMPLES), sentences=sentences,
+                        beam=as_optional_int("beam", beam, 1, MAX_BEAM),
+                        checkpoint=_choice("checkpoint", checkpoint, CHECKPOINTS), device=str(resolve_device(device)))
+
+
+def serve(run_dirs: Sequence[str | Path], host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
+          checkpoint: str = "best", max_chars: int = 1000, max_connections: int = 4096,
+          header_timeout: float = 10.0, timeout: float = 60.0, engine: str = "torch", body_timeout: float = 10.0,
+          max_connections_per_client: int = 256, explore_memory: int = EXPLORE_MEMORY) -> None:
+    """Serves runs in the web app (`attnlab.app.server`: translate and explore in the browser, a JSON API) until
+    Ctrl-C or SIGTERM. explore_memory: bytes of explorations kept for the page's follow-up fetches."""
+    run_dirs = [as_path(f"run_dirs[{i}]", r) for i, r in enumerate(run_dirs)]
+    for name, value in (("header_timeout", header_timeout), ("timeout", timeout), ("body_timeout", body_timeout)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise AttnlabError(f"{name} must be a positive number of seconds, not {value!r:.40}")
+    serve_runs(run_dirs, as_text("host", host), as_int("port", port, 0, 65535), str(resolve_device(device)),
+               _choice("checkpoint", checkpoint, CHECKPOINTS), as_int("max_chars", max_chars, 1, MAX_CHARS),
+               as_int("max_connections", max_connections, 1, MAX_CONNECTIONS), header_timeout, timeout,
+               _choice("engine", engine, ("torch", "ctranslate2")), body_timeout,
+               as_int("max_connections_per_client", max_connections_per_client, 1, MAX_CONNECTIONS),
+               explore_memory=as_int("explore_memory", explore_memory, 1, 2**40))
+
+
+def series_study(target: str, overrides: Mapping[str, Any] | Sequence[str] | None = None, seeds: int = 5,
+                 only: str = "both", out: str | Path | None = None,
+                 progress: Callable[[str], None] | None = None) -> tuple[dict, Path]:
+    """The IF3270 seed's study: SimpleRNN + Dense with and without attention (`only`: "rnn", "attention" or
+    "both") trained over seeds 1..seeds on a series task ("fib"/"fibonacci", "sine") or a series config file;
+    returns the results (also in OUT/results.json; default OUT runs/series/<task>) and OUT. progress: called
+    with each run's line."""
+    sets, target = override_list(overrides), as_text("target", target)
+    seeds, only = as_int("seeds", seeds, 1, MAX_SEEDS), _choice("only", only, ("both", *SERIES_VARIANTS))
+    out = as_optional_path("out", out)
+    if target.endswith((".toml", ".yaml", ".yml", ".json")):
+        cfg = load_series_config(target, sets)
+    else:
+        task = {"fib": "fibonacci"}.get(target, target)
+        cfg = load_series_config(None, [f"series.task={task}", *sets])
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    variants = tuple(SERIES_VARIANTS.values()) if only == "both" else (SERIES_VARIANTS[only],)
+    out = out or Path("runs/series") / cfg.series.task
+    results = study.compare(cfg, list(range(1, seeds + 1)), out, variants, log=progress or log.info)
+    return results, out
+
+
+format_series_study = study.format_comparison
+
+
+def demo(config: str | Path = "demo", out: str | Path = "runs/demo", beam: int = 5, procs: int = 1,
+         overrides: Mapping[str, Any] | Sequence[str] | None = None) -> Iterator[str]:
+    """The main job on the default data (`attnlab demo`, `make demo`): prepare the corpus, train a translation
+    config into `out` (replaced) with `procs` processes, translate sample test verses, score the test set (beam)
+    in each English rendering, plot one verse's attention and write the run's HTML report. Checks its arguments
+    at once, then yields the text of each step as the step finishes."""
+    sets, config, out = override_list(overrides), as_path("config", config), as_path("out", out)
+    beam, procs = as_int("beam", beam, 1, MAX_BEAM), as_int("procs", procs, 1, MAX_PROCS)
+    family, cfg, _ = typed_config(config, sets)
+    if "translate" not in family.abilities:
+        raise AttnlabError(f"{config}: the demo trains a translation config, not a {family.title} one")
+    return _demo_steps(config, cfg, out, beam, procs, sets)
+
+
+def _demo_steps(config: Path, cfg: Any, out: Path, beam: int, procs: int, sets: list[str]) -> Iterator[str]:
+    english = " + ".join(r.upper() for r in cfg.data.renderings)
+    yield (f"== attnlab demo: the English ({english}) -> Spanish (Reina-Valera 1909) Bible ==" if english else
+           f"== attnlab demo: {config} ==")
+    store = prepare_corpus(cfg)  # what `train` would do first; shown here with its statistics
+    yield format_store_stats(store)
+    if out.exists():
+        shutil.rmtree(out)  # the demo's own output from an earlier run
+    yield (f"\n== training {config} into {out} ({cfg.model.rnn.attention} attention, "
+           f"{cfg.train.max_minutes:g} minutes, {procs} process{'es' if procs > 1 else ''}) ==")
+    if procs > 1:
+        train_processes(procs, config, out, overrides=sets)
+        run = load(out)
+    else:
+        run = train(cfg, out)
+    yield "\n== sample test translations (beam 5) =="
+    samples = [p for p in store.pairs("test") if len(p.src.split()) <= 16][:: 40][:DEMO_SAMPLES]
+    for p, t in zip(samples, run.translate([p.src for p in samples], beam=5)):
+        yield f"[{p.ref}]\n  en:  {p.src}\n  ref: {p.tgt}\n  out: {t}"
+    yield "\n== test set =="
+    yield format_seq2seq_eval(run.evaluate("test", beam=beam))
+    for source in [e for e in ENGLISH_MODULES if cfg.data.renderings and e != cfg.data.renderings[0]]:
+        trained = "trained on" if source in cfg.data.renderings else "not trained on"
+        yield f"\n== the same test verses in the {source.upper()} wording ({trained}) =="
+        try:
+            yield format_seq2seq_eval(run.evaluate("test", beam=beam, source=source)).splitlines()[0]
+        except AttnlabError as e:  # e.g. its SWORD module is not installed
+            yield f"not scored: {e}"
+    p = samples[0]
+    t = run.translations([p.src], beam=5, need_weights=True)[0][0]
+    if t.attention is not None:
+        heatmap = plot_heatmap(t.attention.numpy(), t.src_tokens, t.tgt_tokens, out / "plots" / "demo_attention.png",
+                               title=f"{p.ref}: {p.src} -> {t.text}")
+        yield f"\nattention heatmap of {p.ref}: {heatmap}"
+    yield f"HTML report of the run: {build_report([out], out / 'report.html', split='test', beam=beam)}"
+    yield (f"run directory: {out}\ntranslate your own: echo 'And God said' | attnlab translate {out}\n"
+           f"plot any sentence: attnlab plot attention {out} --sentence 'In the beginning was the Word'\n"
+           f"explore in the browser: attnlab serve {out}   (then open http://127.0.0.1:8000/)\n"
+           f"from Python (a notebook): run = attnlab.load({str(out)!r}); run.explore('And God said')")

@@ -1,8 +1,9 @@
 """The `attnlab` command line. Every user mistake ends as one line on stderr and exit code 2.
 
-The CLI prints results to stdout; library code logs progress and messages to stderr (`attnlab.core.logs`). Model
-families are looked up once, from the config or the run directory (`attnlab.families.table`), and every family goes
-through the same run pipeline (`attnlab.app.workflow`).
+The CLI prints results to stdout; library code logs progress and messages to stderr (`attnlab.core.logs`). The
+commands (`attnlab.app.commands`) call the Python API (`attnlab.app.api`) and nothing else of attnlab; this module
+imports the commands, the API's names and limits for its grammar, and `attnlab.core` (import-linter's contract "the
+command line goes through the API", pyproject.toml).
 """
 
 from __future__ import annotations
@@ -25,25 +26,18 @@ from attnlab.app.commands import (cmd_configs, cmd_data, cmd_data_paraphrase, cm
                                   cmd_plot_attention, cmd_plot_explore, cmd_plot_runs,
                                   cmd_report, cmd_series, cmd_serve, cmd_summary,
                                   cmd_train, cmd_translate)
+from attnlab.app.api import (ENGLISH_MODULES, MAX_CHARS, MAX_CONNECTIONS, MAX_PROCS, MAX_SEEDS, MAX_SUMMARY_LEN,
+                             SERIES_VARIANTS, DecodeConfig, cache_dir)
 from attnlab.core.config import MAX_BEAM, MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SAMPLES, MAX_SEED, MAX_VOCAB
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import atomic_write_text, make_dirs
 from attnlab.core.logs import setup_logging
 from attnlab.core.plotting import supported_formats
-from attnlab.data.bible import ENGLISH_MODULES
-from attnlab.data.corpus import cache_dir
-from attnlab.decode.translate import DecodeConfig
-from attnlab.families.series import VARIANTS
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 NESTED_COMMANDS = ("data", "paraphrase", "plot")  # commands with sub-commands of their own
-# Limits of the numeric options without a config key of their own (the others share config.py's): each far beyond
-# a useful value and small enough that nothing they size (a batch of samples, a list of seeds) exhausts memory.
-MAX_SUMMARY_LEN = 4096  # summary --src-len/--tgt-len: a dummy batch
-MAX_CHARS = 10**6  # serve --max-chars
-MAX_CONNECTIONS = 10**6  # serve --max-connections
-MAX_SEEDS = 1000  # series --seeds
-MAX_PROCS = 1024  # train --procs
+# The numeric options' limits are config.py's (a config key's) or the API's (MAX_SUMMARY_LEN, MAX_CHARS, ...), which
+# checks the same arguments from Python.
 # Set (to anything but "" or "0") to let an unexpected exception propagate with its traceback instead of the
 # one-line internal error: the test suite sets it so that every internal error fails the test that caused it.
 RAISE_INTERNAL = "ATTNLAB_RAISE_INTERNAL"
@@ -150,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Build or check a parallel corpus and print its statistics.")
     dsub = data.add_subparsers(dest="source", metavar="SOURCE", required=True)
     bible = dsub.add_parser("bible", help="English (KJV) -> Spanish (RV 1909) Bible from Debian's SWORD modules")
-    bible.add_argument("--english", choices=tuple(ENGLISH_MODULES), default="kjv",
+    bible.add_argument("--english", choices=ENGLISH_MODULES, default="kjv",
                        help="English source: King James (kjv) or World English Bible (web)")
     bible.add_argument("--refresh", action="store_true", help="rebuild the cached corpus")
     bible.add_argument("--export", type=Path, metavar="DIR", help="write train/dev/test TSV files to DIR")
@@ -220,15 +214,16 @@ def build_parser() -> argparse.ArgumentParser:
                                       "evaluate are `attnlab train` / `attnlab evaluate` for these runs.")
     psub_para = para.add_subparsers(dest="action", metavar="ACTION", required=True)
     ptrain = psub_para.add_parser("train", parents=[opts["train"]],
-                                  help="train from a config (configs/paraphrase-*.toml), or resume",
-                                  description="Train a paraphrase classifier with the one trainer (model selection "
-                                              "on dev accuracy).")
+                                  help="the same as `attnlab train`, for a pair config (configs/paraphrase-*.toml)",
+                                  description="The same as `attnlab train` (the one trainer; model selection on dev "
+                                              "accuracy), refusing a config that is not a sentence-pair one.")
     ptrain.set_defaults(func=cmd_train, require_ability="classify")
     peval = psub_para.add_parser("evaluate", parents=[opts["evaluate"]],
                                  help="accuracy on a split, overall and by kind of negative",
-                                 description="Accuracy of a trained run on a split: overall, on the positives, the "
-                                             "hard (same chapter) and the easy (other chapter) negatives; writes "
-                                             "RUN_DIR/eval/paraphrase_<split>.json and the misclassified pairs.")
+                                 description="The same as `attnlab evaluate`, for a pair run: accuracy on a split, "
+                                             "overall, on the positives, the hard (same chapter) and the easy (other "
+                                             "chapter) negatives; writes RUN_DIR/eval/paraphrase_<split>.json and "
+                                             "the misclassified pairs.")
     peval.add_argument("--hard-negatives", choices=("random", "overlap"),
                        help="evaluate on these hard negatives instead of the run's: random (a random verse of the "
                             "chapter) or overlap (the verse of the chapter sharing the most words with a)")
@@ -304,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="translation: beam size; 1 = greedy (default: the run's)")
     ev.add_argument("--max-sentences", type=_int(0, MAX_COUNT), default=0,
                     help="translation: only the first N sentences (0: all)")
-    ev.add_argument("--source", choices=tuple(ENGLISH_MODULES), default=None,
+    ev.add_argument("--source", choices=ENGLISH_MODULES, default=None,
                     help="Bible translation: translate the split from this English rendering (kjv: King James, "
                          "web: World English Bible), whether the run was trained on it or not; writes "
                          "eval/SPLIT.SOURCE.json unless it is the run's first data.english (default: each rendering "
@@ -448,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fib (fibonacci: the seed's 1,200 Fibonacci numbers), sine (noisy two-period sine), "
                           "or a series config file such as configs/seed-fib-attention.toml")
     ser.add_argument("--seeds", type=_int(1, MAX_SEEDS), default=5, help="train with seeds 1..N (default 5)")
-    ser.add_argument("--only", choices=("both", *VARIANTS), default="both",
+    ser.add_argument("--only", choices=("both", *SERIES_VARIANTS), default="both",
                      help="which model(s) to train (default both)")
     ser.add_argument("--out", type=Path, help="output directory (default runs/series/<task>)")
     ser.add_argument("--json", action="store_true", help="print all results as JSON")

@@ -63,7 +63,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnlab.app import views
-from attnlab.app.api import Run, load
+from attnlab.app.runs import Run, load
 from attnlab.app.workflow import run_config
 from attnlab.core.errors import AttnlabError
 from attnlab.core.plotting import clean_piece
@@ -160,7 +160,7 @@ class ServedModel:
     translator: Translator | CTranslate2Translator | None  # translation runs (CTranslate2 or PyTorch)
     light: Lane
     heavy: Lane
-    run: Run | None = None  # the run (`attnlab.app.api.Run`): explorations go through it
+    run: Run | None = None  # the run (`attnlab.app.runs.Run`, the API's `attnlab.Run`): explorations go through it
 
     def cost(self, sentence: str, sentence_b: str | None = None, beam: int = 1, max_new: int = 0) -> int:
         """Beam x tokens of a request (which lane it goes to), as the run's family counts an input's tokens
