@@ -2,17 +2,22 @@
 (`Exploration.save_html`, opened from a file: no server, no network): the uniform weight 1/n marked on every legend
 and the shared 0-1 scale by default (a near-uniform map stays pale; per-map scaling prints the map's max and the
 1/n mark); a degenerate output's warning; the labels (no "layer 1, head 1" on a single map, "(empty)"
-hypotheses, no word marks in the token strips, export names that record layer, head and word mode).
+hypotheses, no word marks in the token strips, export names that record layer, head and word mode); the projector
+pieces: the step player's keys, the beam tree following the step, the folding hypotheses list, the dark theme and
+the model view's thumbnails with their token names.
 
 Skipped like test_browser.py when chromium, chromedriver or selenium are missing.
 """
 
 # ruff: noqa: F811 (the fixtures of test_browser.py are imported, then named as the tests' arguments)
+import io
+import re
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image, ImageStat
 
 from test_browser import browser, downloads  # noqa: F401 (fixtures; skips without chromium)
 
@@ -232,3 +237,176 @@ def test_beam_tree_follows_the_step_and_the_list_folds(browser, tmp_path, long_t
     assert items[0].is_displayed()
     fold.find_element(By.TAG_NAME, "summary").click()
     assert not items[0].is_displayed()
+
+
+# ---------------------------------------------------------------------------------------------- the dark theme
+def _system(browser, scheme: str | None) -> None:
+    """The system's prefers-color-scheme as Chromium emulates it (None: the machine's own)."""
+    features = [] if scheme is None else [{"name": "prefers-color-scheme", "value": scheme}]
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": features})
+
+
+def _rgb(browser, element, prop: str = "backgroundColor") -> tuple[int, ...]:
+    value = browser.execute_script(f"return getComputedStyle(arguments[0]).{prop};", element)
+    return tuple(int(float(x)) for x in re.findall(r"[\d.]+", value)[:3])
+
+
+def _luma(rgb) -> float:
+    return (0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]) / 255
+
+
+def _drawn(element) -> tuple[float, ...]:
+    """The mean colour of an element as Chromium paints it (a screenshot of it)."""
+    return tuple(ImageStat.Stat(Image.open(io.BytesIO(element.screenshot_as_png)).convert("RGB")).mean)
+
+
+def _theme(browser) -> str:
+    return browser.execute_script("return document.documentElement.dataset.theme;")
+
+
+def _choose(browser, panel, choice: str) -> None:
+    Select(panel.find_element(By.CSS_SELECTOR, "select.theme")).select_by_value(choice)
+    _rerendered(browser, panel)
+
+
+def test_dark_theme(browser, downloads, tmp_path, long_translation):
+    """The theme select: auto follows the system's prefers-color-scheme (live), dark and light are remembered
+    across pages (localStorage); in the dark theme the page, its text, the panels, the heatmap's labels and base,
+    the model view's thumbnails, the head view and the beam tree are dark or light as they should be, a weight of
+    about 0 is still drawn light (not the page's background), and an export has the dark background."""
+    body = lambda: browser.find_element(By.TAG_NAME, "body")  # noqa: E731 (a new page each time)
+    try:
+        _system(browser, "light")
+        _open(browser, near_uniform(), tmp_path)
+        browser.execute_script("localStorage.clear();")
+        panel = _open(browser, near_uniform(), tmp_path)
+        select = lambda: Select(panel.find_element(By.CSS_SELECTOR, "select.theme"))  # noqa: E731
+        assert select().first_selected_option.get_attribute("value") == "auto" and _theme(browser) == "light"
+        assert _luma(_rgb(browser, body())) > 0.9 and _luma(_rgb(browser, body(), "color")) < 0.3
+        _system(browser, "dark")  # auto: the page follows the system at once
+        WebDriverWait(browser, 10).until(lambda d: _theme(d) == "dark")
+        _rerendered(browser, panel)
+        assert _luma(_rgb(browser, body())) < 0.15
+        _system(browser, "light")
+        WebDriverWait(browser, 10).until(lambda d: _theme(d) == "light")
+        _rerendered(browser, panel)
+
+        _choose(browser, panel, "dark")  # dark on a light system
+        assert _theme(browser) == "dark"
+        assert browser.execute_script("return localStorage.getItem('attnlab-theme');") == "dark"
+        bg = _rgb(browser, body())
+        assert _luma(bg) < 0.15 and _luma(_rgb(browser, body(), "color")) > 0.75
+        assert _luma(_rgb(browser, panel, "borderTopColor")) < 0.4  # the panel's frame is no light line
+        button = panel.find_element(By.CSS_SELECTOR, '.views button[data-view="model"]')
+        assert _luma(_rgb(browser, button)) < 0.3 and _luma(_rgb(browser, button, "color")) > 0.75
+        label = panel.find_element(By.CSS_SELECTOR, "table.heatmap th.tgt")
+        assert _luma(_rgb(browser, label, "color")) > 0.75 and _luma(_rgb(browser, label)) < 0.15
+        cell = panel.find_elements(By.CSS_SELECTOR, "table.heatmap td.cell")[0]
+        assert float(cell.get_attribute("data-w")) < 0.1 and _luma(_drawn(cell)) > 0.6  # the 0 end is not the page
+        ramp = panel.find_element(By.CSS_SELECTOR, ".legend .ramp")
+        assert _luma(_drawn(ramp)) > 0.3  # a light 0 end on the legend too
+        name = "attnlab-near-uniform cross-attention-attention-heatmap.svg"
+        (downloads / name).unlink(missing_ok=True)
+        panel.find_element(By.CSS_SELECTOR, "button.export[data-format='svg']").click()
+        WebDriverWait(browser, 30).until(lambda d: (downloads / name).is_file() and (downloads / name).stat().st_size)
+        svg = (downloads / name).read_text()
+        fills = re.findall(r'<rect x="[^"]*" y="[^"]*" width="[^"]*" height="[^"]*" fill="(#[0-9a-f]+)"/>', svg)
+        assert fills[0] == "#15171b" and "#dfe3e8" in fills[1:]  # a dark export, its cells over the light base
+
+        _view(browser, panel, "model")
+        thumb = panel.find_element(By.CSS_SELECTOR, "figure.thumb canvas")
+        assert _luma(_drawn(thumb)) > 0.6  # a near-uniform map: the ramp's light 0 end, not the background
+        _view(browser, panel, "head")
+        token = panel.find_element(By.CSS_SELECTOR, "svg.head-view text.row-token")
+        assert _luma(_rgb(browser, token, "fill")) > 0.75
+
+        panel = _open(browser, long_translation, tmp_path)  # remembered: another page opens dark
+        assert _theme(browser) == "dark" and select().first_selected_option.get_attribute("value") == "dark"
+        player = _player(browser, panel)
+        node = player.find_element(By.CSS_SELECTOR, "svg.beam-tree g.node.kept")
+        assert _luma(_rgb(browser, node.find_element(By.TAG_NAME, "rect"), "fill")) < 0.25
+        assert _luma(_rgb(browser, node.find_element(By.TAG_NAME, "text"), "fill")) > 0.75
+        assert _luma(_rgb(browser, player.find_element(By.CSS_SELECTOR, "h4"), "color")) > 0.5
+
+        _choose(browser, panel, "light")
+        assert _theme(browser) == "light" and _luma(_rgb(browser, body())) > 0.9
+        assert browser.execute_script("return localStorage.getItem('attnlab-theme');") == "light"
+        _choose(browser, panel, "auto")
+        assert browser.execute_script("return localStorage.getItem('attnlab-theme');") is None
+    finally:
+        browser.execute_script("localStorage.clear();")
+        _system(browser, None)
+
+
+# ---------------------------------------------------------------------------------------------- model view
+def _thumbs(browser, panel) -> dict:
+    """Every thumbnail's geometry as drawn: its box, its map's, the grid's column widths, its token names'."""
+    return browser.execute_script("""
+        const box = e => { const r = e.getBoundingClientRect();
+                           return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+        const grid = arguments[0].querySelector('.model-grid');
+        return {columns: getComputedStyle(grid).gridTemplateColumns.split(' ').map(parseFloat),
+                figures: [...grid.querySelectorAll('figure.thumb')].map(f => ({
+                  box: box(f), map: box(f.querySelector('canvas')),
+                  rows: [...f.querySelectorAll('.thumb-rows .thumb-label')].map(s => ({
+                    i: +s.dataset.i, text: s.textContent, box: box(s), wide: s.scrollWidth > s.clientWidth + 1})),
+                  cols: [...f.querySelectorAll('.thumb-cols .thumb-label')].map(s => ({
+                    i: +s.dataset.j, text: s.textContent, box: box(s), tall: s.scrollHeight > s.clientHeight + 1})),
+                }))};""", panel)
+
+
+def _check_thumbs(geo: dict, rows: list, cols: list, labelled: bool) -> None:
+    width = geo["columns"][1]
+    for fig in geo["figures"]:
+        b, m = fig["box"], fig["map"]
+        assert b["right"] - b["left"] == pytest.approx(width, abs=0.5)  # the thumbnail is its cell's width
+        assert m["right"] == pytest.approx(b["right"], abs=0.5)  # its map reaches its right edge: no empty strip
+        assert m["bottom"] - m["top"] == pytest.approx(m["right"] - m["left"], abs=0.5)  # square
+        if not labelled:
+            assert not fig["rows"] and not fig["cols"] and m["left"] == pytest.approx(b["left"], abs=0.5)
+            continue
+        for names, tokens, along, start in ((fig["rows"], rows, ("top", "bottom"), m["top"]),
+                                            (fig["cols"], cols, ("left", "right"), m["left"])):
+            shown = [n["i"] for n in names]
+            assert len(shown) >= 2 and [n["text"] for n in names] == [tokens[i] for i in shown]  # whole names
+            assert len({k1 - k0 for k0, k1 in zip(shown, shown[1:])}) == 1  # every k-th
+            step = (m[along[1]] - m[along[0]]) / len(tokens)
+            for n in names:
+                nb = n["box"]
+                assert (nb[along[0]] + nb[along[1]]) / 2 == pytest.approx(start + (n["i"] + 0.5) * step, abs=1)
+                assert b["left"] - 0.5 <= nb["left"] and nb["right"] <= b["right"] + 0.5  # inside its thumbnail
+                assert b["top"] - 0.5 <= nb["top"] and nb["bottom"] <= b["bottom"] + 0.5
+                assert not n.get("wide") and not n.get("tall")  # never cut
+            for a, c in zip(names, names[1:]):
+                assert a["box"][along[1]] <= c["box"][along[0]] + 0.5  # never overlapping
+        for n in fig["rows"]:
+            assert n["box"]["right"] <= m["left"] + 0.5 and m["top"] - 0.5 <= n["box"]["top"]  # beside the map
+            assert n["box"]["bottom"] <= m["bottom"] + 0.5
+        for n in fig["cols"]:
+            assert n["box"]["bottom"] <= m["top"] + 0.5 and m["left"] - 0.5 <= n["box"]["left"]  # above it
+            assert n["box"]["right"] <= m["right"] + 0.5
+
+
+def test_model_view_thumbnails_fill_their_cells_with_token_names(browser, tmp_path):
+    g = torch.Generator().manual_seed(2)
+    cols, rows = [f"key{j}" for j in range(30)], [f"query{i}" for i in range(12)]
+    ex = attention_exploration(torch.rand(2, 4, 12, 30, generator=g).softmax(-1), cols, rows, title="thumbnails")
+    panel = _open(browser, ex, tmp_path)
+    _view(browser, panel, "model")
+    geo = _thumbs(browser, panel)
+    shown = [n["i"] for n in geo["figures"][0]["cols"]]
+    assert len(geo["figures"]) == 8 and shown[1] - shown[0] > 1  # 30 names in ~200 px: thinned
+    _check_thumbs(geo, rows, cols, labelled=True)
+    panel.find_element(By.CSS_SELECTOR, "input.large").click()  # large text: bigger names, still apart
+    _rerendered(browser, panel)
+    _check_thumbs(_thumbs(browser, panel), rows, cols, labelled=True)
+    panel.find_element(By.CSS_SELECTOR, "input.large").click()
+    _rerendered(browser, panel)
+
+    # sixteen heads: no room for the names, the maps still fill their cells
+    ex = attention_exploration(torch.rand(1, 16, 12, 30, generator=g).softmax(-1), cols, rows, title="thumbnails")
+    panel = _open(browser, ex, tmp_path)
+    _view(browser, panel, "model")
+    geo = _thumbs(browser, panel)
+    assert len(geo["figures"]) == 16
+    _check_thumbs(geo, rows, cols, labelled=False)

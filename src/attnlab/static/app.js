@@ -15,6 +15,7 @@ const MAX_LINES = 20000;  // head view: above this many lines, weights under MIN
 const MIN_LINE = 0.02;
 const MAX_TABLE_CELLS = 4000;  // larger heatmaps are drawn on a canvas: a 16,000-cell table freezes the page
 const large = () => document.body.classList.contains("large");  // the "large text" switch (projectors)
+const RAMP_HI = [13, 71, 161];  // the weight ramp's top (vmax); its 0 end is the theme's --ramp-lo
 
 function el(tag, attrs = {}, text = "") {
   const e = document.createElement(tag);
@@ -31,6 +32,55 @@ function svgEl(tag, attrs = {}, text = "") {
 }
 
 const q = (panel, sel) => panel.querySelector(sel);
+
+// ------------------------------------------------------------------------------------------ theme
+// light or dark: style.css's colours are custom properties that <html data-theme="dark"> overrides. The choice
+// (each panel's "theme" select): "auto" follows the system's prefers-color-scheme, live; "light" and "dark" are
+// remembered in localStorage (this page's origin; where storage is off, for this page only)
+const THEME_KEY = "attnlab-theme";
+const SYSTEM_DARK = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
+const THEME = {choice: (() => {
+  try {
+    const v = localStorage.getItem(THEME_KEY);
+    return v === "light" || v === "dark" ? v : "auto";
+  } catch (err) { return "auto"; }
+})()};
+
+function applyTheme() {
+  const dark = THEME.choice === "dark" || (THEME.choice === "auto" && !!SYSTEM_DARK && SYSTEM_DARK.matches);
+  document.documentElement.dataset.theme = dark ? "dark" : "light";
+  document.querySelectorAll("select.theme").forEach(s => { s.value = THEME.choice; });
+}
+
+function setTheme(choice) {
+  THEME.choice = choice;
+  try {
+    if (choice === "auto") localStorage.removeItem(THEME_KEY);
+    else localStorage.setItem(THEME_KEY, choice);
+  } catch (err) { /* storage off: the choice holds for this page */ }
+  rethemed();
+}
+
+// canvases are painted with the theme's ramp: the panels are drawn again
+function rethemed() {
+  applyTheme();
+  document.querySelectorAll(".panel").forEach(p => { if (p.result) render(p); });
+}
+
+applyTheme();
+if (SYSTEM_DARK) SYSTEM_DARK.addEventListener("change", () => { if (THEME.choice === "auto") rethemed(); });
+
+// the theme's colours for what is painted or exported: background, text, secondary text, the ramp's 0 end
+function themeColors() {
+  const css = getComputedStyle(document.documentElement);
+  const v = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
+  return {bg: v("--bg", "#fff"), fg: v("--fg", "#222"), muted: v("--muted", "#555"), lo: v("--ramp-lo", "#ffffff")};
+}
+
+function hexRGB(hex) {
+  const m = /^#([0-9a-f]{2})([0-9a-f]{2})([0-9a-f]{2})$/i.exec(hex);
+  return m ? m.slice(1).map(h => parseInt(h, 16)) : [255, 255, 255];
+}
 
 // ------------------------------------------------------------------------------------------ data
 function currentMap(panel) {
@@ -195,9 +245,10 @@ async function renderHeatmap(panel, box) {
   box.append(wrap);
 }
 
-// weights as pixels, white (0) to rgb(13, 71, 161) (vmax and above): a long map's cells, the model view's thumbnails
+// weights as pixels, the theme's --ramp-lo (0) to RAMP_HI (vmax and above): a long map's cells, the model view's
+// thumbnails
 function paintWeights(canvas, w, vmax) {
-  const R = w.length, C = w[0].length;
+  const R = w.length, C = w[0].length, lo = hexRGB(themeColors().lo);
   canvas.width = C;
   canvas.height = R;
   const ctx = canvas.getContext("2d");
@@ -205,9 +256,7 @@ function paintWeights(canvas, w, vmax) {
   for (let i = 0; i < R; i++) {
     for (let j = 0; j < C; j++) {
       const a = Math.min(1, w[i][j] / vmax), p = 4 * (i * C + j);
-      img.data[p] = 255 - Math.round(a * 242);
-      img.data[p + 1] = 255 - Math.round(a * 184);
-      img.data[p + 2] = 255 - Math.round(a * 94);
+      for (let c = 0; c < 3; c++) img.data[p + c] = lo[c] - Math.round(a * (lo[c] - RAMP_HI[c]));
       img.data[p + 3] = 255;
     }
   }
@@ -292,11 +341,12 @@ function highlight(panel, w, i) {
 async function renderModel(panel, box) {
   const map = currentMap(panel);
   const shared = sharedScale(panel);
+  const [rows, cols] = labels(panel, map);
   box.append(legend(panel, shared ? 1 : null, shared ? "each thumbnail: attention weight, shared scale (0 to 1)" :
-                                              "each thumbnail scaled to its own largest weight",
-                    labels(panel, map)[1].length));
-  const grid = el("div", {class: "model-grid"});
-  grid.style.gridTemplateColumns = `auto repeat(${map.heads}, minmax(0, 1fr))`;
+                                              "each thumbnail scaled to its own largest weight", cols.length));
+  const fit = thumbFit(panel, map, rows, cols);
+  const grid = el("div", {class: "model-grid", "data-thumb": fit.size, "data-labels": fit.rows.length ? "1" : "0"});
+  grid.style.gridTemplateColumns = `${fit.layerW}px repeat(${map.heads}, ${fit.size}px)`;
   grid.append(el("span"));
   for (let h = 0; h < map.heads; h++) grid.append(el("span", {class: "grid-label"}, map.heads > 1 ? `head ${h + 1}` : ""));
   box.append(grid);
@@ -308,7 +358,7 @@ async function renderModel(panel, box) {
       const fig = el("figure", {class: "thumb", "data-layer": l, "data-head": h,
                                 title: `layer ${l + 1}, head ${h + 1}: click to open`});
       const canvas = el("canvas");
-      fig.append(canvas);
+      thumbFigure(fig, canvas, fit, rows, cols);
       fig.addEventListener("click", () => {
         q(panel, ".layer").value = String(l);
         q(panel, ".head").value = String(h);
@@ -324,10 +374,60 @@ async function renderModel(panel, box) {
     thumbs.filter(t => t[0] === l).forEach(([, h, canvas]) => paintWeights(canvas, heads[h],
                                                                            scaleTop(panel, [heads[h]])));
   }
-  const n = labels(panel, map)[1].length;
+  const n = cols.length;
   panel.exportName = wordsOn(panel) ? "words" : "";
   panel.exporter = () => modelSVG(map, thumbs, exportTitle(panel, "every layer and head" +
                                                            (shared ? ", shared scale" : ", each its own scale")), n);
+}
+
+// how the model view's thumbnails fill the panel's width: `size` px a cell (at most 240, 320 with large text),
+// each a square map of `map` px with, when there is room, the rows' token names on its left (`left` px) and the
+// columns' above it (`top` px), every k-th so that they never overlap: the shown rows' and columns' indices. Room:
+// each strip at most 40% of the cell, a map of 48 px at least.
+function thumbFit(panel, map, rows, cols) {
+  const big = large(), gap = 4, font = big ? 13 : 10, line = Math.ceil(font * 1.25);
+  const measure = el("canvas").getContext("2d");
+  measure.font = `${big ? 15 : 11}px system-ui, sans-serif`;  // .model-grid's labels
+  const layerW = map.layers > 1 || map.heads > 1 ? Math.ceil(measure.measureText(`layer ${map.layers}`).width) + 6 : 0;
+  const avail = (q(panel, ".view-box").clientWidth || 540) - 8;
+  const size = Math.max(24, Math.floor(Math.min(big ? 320 : 240, (avail - layerW - gap * map.heads) / map.heads)));
+  measure.font = `${font}px sans-serif`;  // .thumb-label
+  const widest = ts => Math.ceil(Math.max(0, ...ts.map(t => measure.measureText(t).width)));
+  const left = widest(rows) + 6, top = widest(cols) + 6, side = size - left;
+  // every k-th of n labels along `length` px, each `line` px tall and centred on its token: from the first whose
+  // box starts inside the map to the last whose box ends inside it
+  const every = (n, length) => {
+    const step = length / n, k = Math.ceil(line / step), shown = [];
+    const fits = i => (i + 0.5) * step + line / 2 <= length;
+    for (let i = Math.max(0, Math.ceil(line / 2 / step - 0.5)); i < n && fits(i); i += k) shown.push(i);
+    return shown;
+  };
+  const none = {layerW, size, font, line, left: 0, top: 0, map: size, rows: [], cols: []};
+  if (left > 0.4 * size || top > 0.4 * size || side < 48) return none;
+  const shown = {rows: every(rows.length, side), cols: every(cols.length, side)};
+  if (!shown.rows.length || !shown.cols.length) return none;
+  return {layerW, size, font, line, left, top, map: side, ...shown};
+}
+
+// one thumbnail: the canvas (painted later) and its token names as `fit` places them
+function thumbFigure(fig, canvas, fit, rows, cols) {
+  fig.style.width = `${fit.size}px`;
+  fig.style.height = `${fit.top + fit.map}px`;
+  Object.assign(canvas.style, {left: `${fit.left}px`, top: `${fit.top}px`, width: `${fit.map}px`,
+                               height: `${fit.map}px`});
+  fig.append(canvas);
+  if (!fit.rows.length) return;
+  const step = [fit.map / rows.length, fit.map / cols.length];
+  const rowBox = el("div", {class: "thumb-rows", style: `left: 0; top: ${fit.top}px; width: ${fit.left}px; ` +
+                                                       `height: ${fit.map}px; font-size: ${fit.font}px`});
+  fit.rows.forEach(i => rowBox.append(el("span", {class: "thumb-label", "data-i": i, style: `top: ` +
+    `${((i + 0.5) * step[0] - fit.line / 2).toFixed(1)}px; line-height: ${fit.line}px`}, rows[i])));
+  const colBox = el("div", {class: "thumb-cols", style: `left: ${fit.left}px; top: 0; width: ${fit.map}px; ` +
+                                                       `height: ${fit.top}px; font-size: ${fit.font}px`});
+  fit.cols.forEach(j => colBox.append(el("span", {class: "thumb-label", "data-j": j, style: `left: ` +
+    `${((j + 0.5) * step[1] - fit.line / 2).toFixed(1)}px; line-height: ${fit.line}px; width: ${fit.line}px`},
+                                         cols[j])));
+  fig.append(rowBox, colBox);
 }
 
 // ------------------------------------------------------------------------------------------ head view
@@ -582,7 +682,9 @@ function exportTitle(panel, what) {
 }
 
 function standalone(inner, width, height, title) {
-  // an SVG file of its own: a white background and the title's lines above the view
+  // an SVG file of its own: the theme's background (white, or the dark theme's when it is on) and text colour,
+  // the title's lines above the view
+  const {bg, fg} = themeColors();
   const lines = Array.isArray(title) ? title : [title];
   const head = 18 * lines.length + 8;
   const wide = Math.max(width, ...lines.map(t => Math.ceil(6.6 * t.length) + 8));
@@ -590,15 +692,17 @@ function standalone(inner, width, height, title) {
   const texts = lines.map((t, k) => `<text x="4" y="${18 * k + 14 - head}"${k ? "" : ' font-weight="bold"'}>` +
                                     `${esc(t)}</text>`).join("");
   return `<svg xmlns="${SVG_NS}" width="${wide}" height="${height + head}" viewBox="0 ${-head} ${wide} ` +
-         `${height + head}" font-family="sans-serif" font-size="12"><rect x="0" y="${-head}" width="${wide}" ` +
-         `height="${height + head}" fill="#fff"/>${texts}<style>line{stroke-linecap:round}</style>${body}</svg>`;
+         `${height + head}" font-family="sans-serif" font-size="12" fill="${fg}"><rect x="0" y="${-head}" ` +
+         `width="${wide}" height="${height + head}" fill="${bg}"/>${texts}<style>line{stroke-linecap:round}</style>` +
+         `${body}</svg>`;
 }
 
-// an exported colour scale: white (0) to blue (top), at (x, y); `uniform` [1/n, its place on the ramp 0..1 or
-// null] marks and prints the uniform weight
+// an exported colour scale: the ramp's 0 end to blue (top), at (x, y); `uniform` [1/n, its place on the ramp 0..1
+// or null] marks and prints the uniform weight
 function legendSVG(x, y, top, what, uniform = null) {
-  const steps = [...Array(24).keys()].map(k => `<rect x="${x + 12 + 5 * k}" y="${y}" width="5" height="12" ` +
-                                               `fill="rgb(13,71,161)" fill-opacity="${(k / 23).toFixed(3)}"/>`);
+  const steps = [`<rect x="${x + 12}" y="${y}" width="120" height="12" fill="${themeColors().lo}"/>`,  // 0
+                 ...[...Array(24).keys()].map(k => `<rect x="${x + 12 + 5 * k}" y="${y}" width="5" height="12" ` +
+                                                   `fill="rgb(13,71,161)" fill-opacity="${(k / 23).toFixed(3)}"/>`)];
   const [u, at] = uniform || [null, null];
   const mark = at === null ? "" : `<line class="uniform" x1="${x + 12 + 120 * at}" x2="${x + 12 + 120 * at}" ` +
                                   `y1="${y - 3}" y2="${y + 15}" stroke="#ff6f00" stroke-width="2"/>`;
@@ -612,8 +716,11 @@ function heatmapSVG(w, rows, cols, title, vmax, [rowName, colName]) {
   const cell = 14;
   const left = 8 + 7 * Math.max(...rows.map(s => s.length)), top = 8 + 7 * Math.max(...cols.map(s => s.length));
   const width = Math.max(left + cell * cols.length + 10, 420), height = top + cell * rows.length + 40;
-  const parts = [`<text x="4" y="14" fill="#555">rows: ${esc(rowName)}</text>`,
-                 `<text x="4" y="30" fill="#555">columns: ${esc(colName)}</text>`];
+  const {muted, lo} = themeColors();
+  const parts = [`<text x="4" y="14" fill="${muted}">rows: ${esc(rowName)}</text>`,
+                 `<text x="4" y="30" fill="${muted}">columns: ${esc(colName)}</text>`,
+                 `<rect x="${left}" y="${top}" width="${cell * cols.length}" height="${cell * rows.length}" ` +
+                 `fill="${lo}"/>`];  // the cells' base: weight 0
   cols.forEach((s, j) => parts.push(`<text transform="translate(${left + j * cell + 10},${top - 4}) rotate(-90)">` +
                                     `${esc(s)}</text>`));
   rows.forEach((t, i) => {
@@ -899,6 +1006,8 @@ function setupPanel(panel, index) {
     q(panel, cls).addEventListener("change", () => render(panel));
   }
   q(panel, ".large").addEventListener("change", ev => setLarge(ev.target.checked));
+  q(panel, ".theme").value = THEME.choice;
+  q(panel, ".theme").addEventListener("change", ev => setTheme(ev.target.value));
   panel.querySelectorAll(".views button").forEach(b => b.addEventListener("click", () => setView(panel,
                                                                                                  b.dataset.view)));
   panel.querySelectorAll("button.export").forEach(b => b.addEventListener("click", () => exportView(panel,

@@ -15,22 +15,34 @@ const PLAYER_CSS = `
 .player .pl-controls { display: flex; flex-wrap: wrap; gap: .4em; align-items: center; margin: .3em 0 .6em; }
 .player .pl-controls button { font: inherit; min-width: 2.4em; padding: .2em .5em; cursor: pointer; }
 .player .pl-controls input.scrub { flex: 1 1 10em; min-width: 8em; }
-.player .pl-label { color: #444; white-space: nowrap; }
-.player h4 { font-size: 12px; font-weight: 600; color: #555; margin: .7em 0 .25em; }
+.player .pl-label { color: var(--muted, #444); white-space: nowrap; }
+.player h4 { font-size: 12px; font-weight: 600; color: var(--muted, #555); margin: .7em 0 .25em; }
 .player .src-tokens, .player .out-tokens { display: flex; flex-wrap: wrap; gap: 3px; }
-.player .src-tok, .player .out-tok { padding: 1px 4px; border-radius: 3px; white-space: pre; border: 1px solid #ddd; }
+.player .src-tok, .player .out-tok { padding: 1px 4px; border-radius: 3px; white-space: pre;
+                                     border: 1px solid var(--border, #ddd); }
 .player .src-tok { display: inline-flex; flex-direction: column; align-items: center; }
-.player .src-tok .bar { display: block; height: 3px; background: #0d47a1; margin-top: 1px; align-self: stretch; }
+.player .src-tok .bar { display: block; height: 3px; background: var(--bar, #0d47a1); margin-top: 1px;
+                       align-self: stretch; }
 .player .src-tok.best { outline: 2px solid #ff6f00; }
-.player .out-tok.current { background: #ffd54f; font-weight: 700; border-color: #ff6f00; }
+.player .out-tok.current { background: var(--hl-bg, #ffd54f); color: var(--hl-fg, #222); font-weight: 700;
+                           border-color: #ff6f00; }
 .player .out-tok.future { visibility: hidden; }
 .player ol.top5 { margin: 0; padding-left: 1.6em; }
 .player ol.top5 li { white-space: nowrap; }
 .player ol.top5 li .pbar { display: inline-block; height: 9px; background: #ff9800; margin-right: .4em;
                            vertical-align: middle; }
 .player ol.top5 li.chosen { font-weight: 700; }
-.player .caption { color: #666; font-size: 11px; }
-.player .tree-box { overflow-x: auto; border: 1px solid #eee; }
+.player .caption { color: var(--faint, #666); font-size: 11px; }
+.player .tree-box { overflow-x: auto; border: 1px solid var(--border, #eee); }
+/* the tree's colours follow the theme on the page (an export keeps the light ones its attributes give) */
+.player svg.beam-tree rect.step-col { fill: var(--tree-step, #fff8e1); }
+.player svg.beam-tree > text { fill: var(--faint, #888); }
+.player svg.beam-tree g.node rect { fill: var(--node-bg, #fff); }
+.player svg.beam-tree g.node.pruned rect { fill: var(--node-pruned, #f5f5f5); }
+.player svg.beam-tree g.node text { fill: var(--node-fg, #222); }
+.player svg.beam-tree g.node.pruned text { fill: var(--faint, #999); }
+.player svg.beam-tree line.pruned { stroke: var(--edge-pruned, #ddd); }
+.player svg.context-strip { background: var(--ramp-lo, #fff); }
 .player svg.beam-tree { font: 11px sans-serif; display: block; }
 .player svg.beam-tree g.node { cursor: pointer; }
 .player ol.ended { margin: .2em 0; padding-left: 1.6em; }
@@ -90,6 +102,7 @@ function beamTreeSVG(tree, best) {
     const x0 = s.step === 0 ? 26 : x(s.step - 1) + colW - 22;
     const hot = onBest.has(`${s.step}/${j}`);
     edges.append(svgEl("line", {x1: x0, y1: y(pj), x2: x(s.step) - 2, y2: y(j), "stroke-width": hot ? 2.5 : 1,
+                                class: hot ? "best" : c.status,
                                 stroke: hot ? "#ff6f00" : c.status === "pruned" ? "#ddd" : "#90a4ae"}));
     const g = svgEl("g", {class: `node ${c.status}` + (hot ? " best" : ""), "data-step": s.step, "data-j": j,
                           "data-status": c.status});
