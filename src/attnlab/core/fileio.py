@@ -54,6 +54,25 @@ def real_dir(path: Path | str, root: Path | str) -> Path:
     return path
 
 
+def check_replaceable_folder(out: Path, belongs: Callable[[str], bool], what: str) -> None:
+    """Refuses, naming it, a folder that an export deletes and writes anew: the current folder (`--out ''`), a
+    symlink, a file, or a folder holding an entry whose name `belongs` does not accept (`what` says what such an
+    entry is not, e.g. "part of a CTranslate2 export"). A missing folder passes."""
+    if str(out) in ("", ".") or out.resolve() == Path.cwd().resolve():
+        raise AttnlabError(f"--out {str(out)!r} names the current folder; an export needs a folder of its own")
+    if not os.path.lexists(out):
+        return
+    mode = os.lstat(out).st_mode
+    if stat.S_ISLNK(mode):
+        raise AttnlabError(f"{out}: is a symlink; attnlab never writes through a link (remove it, or choose "
+                           "another --out)")
+    if not stat.S_ISDIR(mode):
+        raise AttnlabError(f"{out}: is a file; choose another --out")
+    foreign = sorted(p.name for p in out.iterdir() if not belongs(p.name))
+    if foreign:
+        raise AttnlabError(f"{out}: holds {foreign[0]!r}, which is not {what}; choose a new or empty folder")
+
+
 def new_file(folder: Path | str, name: str) -> tuple[int, Path]:
     """(open file descriptor, path) of a new empty file `.<name>.<random>.tmp` in `folder`, created with O_EXCL |
     O_NOFOLLOW: never an existing file, never a link's target."""

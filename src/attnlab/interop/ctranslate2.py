@@ -42,8 +42,8 @@ import torch
 
 from attnlab.core.checkpoint import resolve_checkpoint
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import (atomic_write_bytes, file_sha256, make_dirs, new_folder, read_json, read_lines,
-                                 replace_folder, write_json)
+from attnlab.core.fileio import (atomic_write_bytes, check_replaceable_folder, file_sha256, make_dirs, new_folder,
+                                 read_json, read_lines, replace_folder, write_json)
 from attnlab.data.tokenizers import SPECIALS, TokenizerPair
 from attnlab.families.base import LoadedRun
 from attnlab.families.table import FAMILIES, titles
@@ -224,23 +224,9 @@ def export_source(run_dir: Path | str, checkpoint: str = "best") -> dict:
 
 
 def check_export_folder(out: Path) -> None:
-    """Refuses, naming it, an export folder that attnlab must not replace: the current folder (`--out ''`), a
-    symlink, a file, or a folder holding anything that is not part of an export (replacing an export deletes the
-    old folder)."""
-    if str(out) in ("", ".") or out.resolve() == Path.cwd().resolve():
-        raise AttnlabError(f"--out {str(out)!r} names the current folder; an export needs a folder of its own")
-    if not os.path.lexists(out):
-        return
-    mode = os.lstat(out).st_mode
-    if stat.S_ISLNK(mode):
-        raise AttnlabError(f"{out}: is a symlink; attnlab never writes through a link (remove it, or export to "
-                           "another --out)")
-    if not stat.S_ISDIR(mode):
-        raise AttnlabError(f"{out}: is a file; choose another --out")
-    foreign = sorted(p.name for p in out.iterdir() if not EXPORT_NAME.fullmatch(p.name))
-    if foreign:
-        raise AttnlabError(f"{out}: holds {foreign[0]!r}, which is not part of a CTranslate2 export; export to a new "
-                           "or empty folder")
+    """Refuses, naming it, an export folder that attnlab must not replace (`check_replaceable_folder`): the
+    current folder, a symlink, a file, or a folder holding anything that is not part of a CTranslate2 export."""
+    check_replaceable_folder(out, EXPORT_NAME.fullmatch, "part of a CTranslate2 export")
 
 
 def export_ctranslate2(run: LoadedRun, out: Path | str | None = None, quantization: str = "float32",

@@ -44,7 +44,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 from pathlib import Path
 
 import torch
@@ -53,7 +52,8 @@ from torch import Tensor
 
 from attnlab.core.checkpoint import read_tensors, save_weights, step_name, write_best
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import atomic_write, atomic_write_bytes, new_folder, read_json, replace_folder, write_json
+from attnlab.core.fileio import (atomic_write, atomic_write_bytes, check_replaceable_folder, new_folder, read_json,
+                                 replace_folder, write_json)
 from attnlab.core.logs import read_metrics
 from attnlab.data.tokenizers import (BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, MarianVocabTokenizer, TokenizerConfig,
                                      TokenizerPair, save_tokenizers)
@@ -267,25 +267,6 @@ def huggingface_dir(run_dir: Path | str, checkpoint: str = "best") -> Path:
     return Path(run_dir) / f"huggingface-{checkpoint}"
 
 
-def check_folder(out: Path, allowed: frozenset[str]) -> None:
-    """Refuses, naming it, a folder attnlab must not replace: the current folder, a symlink, a file, or a folder
-    holding anything not in `allowed` (a replace deletes the old folder)."""
-    if str(out) in ("", ".") or out.resolve() == Path.cwd().resolve():
-        raise AttnlabError(f"--out {str(out)!r} names the current folder; an export needs a folder of its own")
-    if not os.path.lexists(out):
-        return
-    mode = os.lstat(out).st_mode
-    if stat.S_ISLNK(mode):
-        raise AttnlabError(f"{out}: is a symlink; attnlab never writes through a link (remove it, or choose "
-                           "another --out)")
-    if not stat.S_ISDIR(mode):
-        raise AttnlabError(f"{out}: is a file; choose another --out")
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in allowed)
-    if foreign:
-        raise AttnlabError(f"{out}: holds {foreign[0]!r}, which attnlab did not write there; choose a new or empty "
-                           "folder")
-
-
 def export_huggingface(run: LoadedRun, out: Path | str | None = None, source: dict | None = None) -> Path:
     """Writes the Hugging Face folder of a loaded Transformer translation run to `out` (default
     `huggingface_dir`); returns it. Written like a checkpoint: every file atomically into a new private folder,
@@ -299,7 +280,7 @@ def export_huggingface(run: LoadedRun, out: Path | str | None = None, source: di
     if line is not None:
         raise AttnlabError(f"{run.run_dir}: cannot export to Hugging Face: {line}")
     out = Path(out) if out is not None else huggingface_dir(run.run_dir, run.checkpoint)
-    check_folder(out, EXPORT_FILES)
+    check_replaceable_folder(out, EXPORT_FILES.__contains__, "part of a Hugging Face export")
     specials = _specials(pair)
     order = None
     if isinstance(pair.src, MarianVocabTokenizer):  # back to the Hugging Face row order, the dead PAD row dropped
