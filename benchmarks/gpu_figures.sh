@@ -61,7 +61,7 @@ runpy.run_module(\"attnlab\", run_name=\"__main__\")' > '$out/eval_test$tag.json
   # (f14274c) the command decoded at 36 verses/s and the API at 350 (docs/results.md, "GPU")
   step "evaluate-api$tag" 45 $py -c "import time; t = time.perf_counter(); import attnlab
 r = attnlab.load('$run', device='auto').evaluate('test')
-print('api evaluate: %.2f s, %.1f verses/s, device %s' % (time.perf_counter() - t, r['sentences_per_s'], r.get('device')))"
+print('api evaluate: %.2f s, %.1f verses/s' % (time.perf_counter() - t, r['sentences_per_s']))"
   step "evaluate-cuda$tag" 45 sh -c "$py -m attnlab evaluate '$run' --split test --device cuda --json > '$out/eval_test_cuda$tag.json'"
 }
 run=runs/gpu/base-${minutes}min
