@@ -37,6 +37,7 @@ from attnlab.app.report import build_report
 from attnlab.app.runs import (CHECKPOINTS, SPLITS, ConfigInfo, Run, config_path, configs, corpus, load, override_list,
                               show, train, typed_config)
 from attnlab.app.server import EXPLORE_MEMORY
+from attnlab.app.shipped import Shipped, shipped_models, shipped_names, shipped_run
 from attnlab.app.server import serve as serve_runs
 from attnlab.app.views import VIEWS, Exploration, format_decoding, write_views
 from attnlab.core.config import MAX_BEAM, MAX_COUNT, MAX_SAMPLES, MAX_SEED, MAX_VOCAB, PACKAGED_CONFIGS
@@ -69,7 +70,7 @@ __all__ = [
     # runs, plots, apps
     "train_processes", "summary", "copy_config", "export_run", "import_run", "plot_alignment", "plot_attention",
     "write_views", "format_decoding", "plot_curves_of", "plot_bleu_by_length_of", "report", "serve",
-    "series_study", "format_series_study", "demo",
+    "series_study", "format_series_study", "demo", "pretrained_models", "pretrained_names", "pretrained_card",
     # what the command line shares with the library: names, limits, text
     "AttnlabError", "CHECKPOINTS", "DecodeConfig", "ENGLISH_MODULES", "Exploration", "PACKAGED_CONFIGS",
     "SERIES_VARIANTS", "SPLITS", "VIEWS", "cache_dir", "normalize", "one_line",
@@ -240,11 +241,27 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, quantization:
                checkpoint: str = "best", to: str = "ctranslate2") -> Path:
     """Exports a run to CTranslate2 (a Transformer translation or language-model run; default
     RUN_DIR/ctranslate2-<checkpoint>-<quantization>) or Hugging Face transformers (to="huggingface"; a Transformer
-    translation run; default RUN_DIR/huggingface-<checkpoint>); returns the folder."""
+    translation run; default RUN_DIR/huggingface-<checkpoint>) or a compact attnlab run of any family (to="attnlab";
+    quantization float32, bfloat16 or int8; default RUN_DIR-<quantization>); returns the folder."""
     run_dir, out = as_path("run_dir", run_dir), as_optional_path("out", out)
     return workflow.export_run(run_dir, out, as_text("quantization", quantization),
                                _choice("checkpoint", checkpoint, CHECKPOINTS),
-                               _choice("to", to, ("ctranslate2", "huggingface")))
+                               _choice("to", to, ("ctranslate2", "huggingface", "attnlab")))
+
+
+def pretrained_models() -> list[Shipped]:
+    """The trained models that ship with attnlab (`attnlab.app.shipped`): name, family, test BLEU by English
+    source, size. Load one with `load("pretrained:NAME")`."""
+    return shipped_models()
+
+
+def pretrained_names() -> list[str]:
+    return shipped_names()
+
+
+def pretrained_card(name: str) -> str:
+    """The model card (README.md) of the shipped model NAME."""
+    return (shipped_run(as_text("name", name)) / "README.md").read_text(encoding="utf-8")
 
 
 def import_run(src: str | Path, out: str | Path) -> Path:

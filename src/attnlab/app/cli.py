@@ -24,7 +24,7 @@ import torch
 from attnlab.app.commands import (cmd_configs, cmd_data, cmd_data_paraphrase, cmd_data_prepare, cmd_demo, cmd_evaluate,
                                   cmd_export, cmd_generate, cmd_import, cmd_paraphrase_plot,
                                   cmd_plot_attention, cmd_plot_explore, cmd_plot_runs,
-                                  cmd_report, cmd_series, cmd_serve, cmd_summary,
+                                  cmd_pretrained, cmd_report, cmd_series, cmd_serve, cmd_summary,
                                   cmd_train, cmd_translate)
 from attnlab.app.api import (ENGLISH_MODULES, MAX_CHARS, MAX_CONNECTIONS, MAX_PROCS, MAX_SEEDS, MAX_SUMMARY_LEN,
                              SERIES_VARIANTS, DecodeConfig, cache_dir)
@@ -199,6 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="copy the config to DEST (a file, or a folder; default: the current folder)")
     cfgs.set_defaults(func=cmd_configs)
 
+    pre = sub.add_parser("pretrained", help="list the trained models that ship with attnlab, with their test BLEU",
+                         description="The trained models that ship with attnlab (no training needed). Use one as "
+                                     "pretrained:NAME wherever a run directory goes: attnlab translate "
+                                     "pretrained:bahdanau, attnlab serve --pretrained, attnlab.load("
+                                     "'pretrained:transformer'). Each has a model card: attnlab pretrained NAME.")
+    pre.add_argument("name", nargs="?", metavar="NAME", help="print this model's card")
+    pre.add_argument("--json", action="store_true", help="print the list as JSON")
+    pre.set_defaults(func=cmd_pretrained)
     train = sub.add_parser("train", parents=[opts["train"]],
                            help="train any model family from a TOML/YAML config, or resume a run",
                            description="Train a model: the config's model.family (rnn, transformer, lm, "
@@ -269,13 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "with no attnlab (post-norm: MarianMT, pre-norm: Pegasus; MarianTokenizer "
                                     "files, a model card); a setting neither class expresses is refused, naming it.")
     ex.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    ex.add_argument("--to", choices=("ctranslate2", "huggingface"), default="ctranslate2",
-                    help="the target format (default ctranslate2)")
+    ex.add_argument("--to", choices=("ctranslate2", "huggingface", "attnlab"), default="ctranslate2",
+                    help="the target format (default ctranslate2; attnlab: a compact run of any family, weights "
+                         "float32, bfloat16 or int8 with a scale per row, no training state, a model card)")
     ex.add_argument("--quantization", default="float32",
                     choices=("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16",
                              "int8_bfloat16"), help="weight type (default float32; int8 for fast CPU decoding)")
     ex.add_argument("--out", type=Path, metavar="DIR", help="default: RUN_DIR/ctranslate2-<checkpoint>-<quantization>, "
-                    "or RUN_DIR/huggingface-<checkpoint>")
+                    "RUN_DIR/huggingface-<checkpoint>, or RUN_DIR-<quantization> beside the run (--to attnlab)")
     ex.set_defaults(func=cmd_export)
 
     im = sub.add_parser("import", help="make a run directory of a Hugging Face MarianMT model (e.g. OPUS-MT)",
@@ -407,7 +416,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "models side by side, get the translation and an interactive attention "
                                      "heatmap. JSON API: GET /api/models, POST /api/translate; schema at "
                                      "/openapi.json. Models are named by their run directory's name.")
-    srv.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    srv.add_argument("run_dirs", type=Path, nargs="*", metavar="RUN_DIR",
+                     help="run directories, or pretrained:NAME (a model that ships with attnlab: attnlab pretrained)")
+    srv.add_argument("--pretrained", action="store_true",
+                     help="serve every model that ships with attnlab too (no training needed; attnlab pretrained)")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     srv.add_argument("--port", type=_int(0, 65535), default=8000, help="TCP port (default 8000)")
     srv.add_argument("--max-chars", type=_int(1, MAX_CHARS), default=1000,

@@ -64,6 +64,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnlab.app import views
 from attnlab.app.runs import Run, load
+from attnlab.app.shipped import run_path
 from attnlab.app.workflow import run_config
 from attnlab.core.errors import AttnlabError
 from attnlab.core.plotting import clean_piece
@@ -187,16 +188,18 @@ def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:
 
 def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "cpu", max_chars: int = 1000,
                 engine: str = "torch") -> dict[str, ServedModel]:
-    """Loads each run once; a model's name is its directory name (the full path when two names clash).
+    """Loads each run once; a model's name is its directory name (the full path when two names clash), or
+    `pretrained:NAME` for a shipped model (`attnlab.app.shipped`).
     engine "ctranslate2": Transformer runs decode with their CTranslate2 export (RUN_DIR/ctranslate2-<checkpoint>-
     float32, exported on first use), and their attention is the last decoder layer's, averaged over heads."""
     models: dict[str, ServedModel] = {}
     seen: set[Path] = set()
-    for run in map(Path, run_dirs):
+    for given in map(Path, run_dirs):
+        name = given.name if given.name not in models else str(given)  # pretrained:NAME keeps that name
+        run = run_path(given)
         if run.resolve() in seen:
-            raise AttnlabError(f"{run} is given twice")
+            raise AttnlabError(f"{given} is given twice")
         seen.add(run.resolve())
-        name = run.name if run.name not in models else str(run)
         family, _ = run_config(run)
         engine_here = engine if engine == "ctranslate2" and family.export == "translator" else "torch"
         loaded = load(run, checkpoint, device, engine_here)

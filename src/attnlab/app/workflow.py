@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from attnlab.app.shipped import compact_run, run_path
 from attnlab.core.checkpoint import load_weights, resolve_checkpoint
 from attnlab.core.config import MAX_PARAMETERS, apply_overrides, to_dict
 from attnlab.core.devices import resolve_device
@@ -186,8 +187,9 @@ def _best(state: TrainerState, training: Training, eval_metric: bool) -> str:
 def load_run(run_dir: Path | str, checkpoint: str = "best", device: str | torch.device = "cpu",
              ability: str | None = None) -> LoadedRun:
     """A trained run of any family with its best or last weights, in eval mode on `device`; `ability`
-    ("translate", "generate", "classify"): refuse, naming the right command, a run that cannot do it."""
-    run_dir = Path(run_dir)
+    ("translate", "generate", "classify"): refuse, naming the right command, a run that cannot do it. `run_dir` may
+    be `pretrained:NAME`, a model that ships with attnlab (`attnlab.app.shipped`)."""
+    run_dir = run_path(run_dir)
     family, raw = run_config(run_dir)
     if ability is not None:
         require(family, ability, run_dir)
@@ -207,6 +209,7 @@ def load_translator(run_dir: Path | str, checkpoint: str = "best", device: str =
     """The translator of a trained translation run (RNN or Transformer), best or last weights. engine
     "ctranslate2": a Transformer run decoded by CTranslate2 with the run's tokenizers and decode settings, from
     `model_dir` or the run's own float32 export (`ctranslate2_model`, made on first use)."""
+    run_dir = run_path(run_dir)
     if engine == "ctranslate2":
         family, raw = run_config(run_dir)
         require(family, "translate", run_dir)
@@ -244,11 +247,18 @@ def export_run(run_dir: Path | str, out: Path | str | None = None, quantization:
                checkpoint: str = "best", to: str = "ctranslate2") -> Path:
     """Exports a Transformer translation or language-model run to CTranslate2 (`attnlab.interop.ctranslate2`;
     default RUN_DIR/ctranslate2-<checkpoint>-<quantization>) or a Transformer translation run to Hugging Face
-    (`attnlab.interop.huggingface`, float32 only; default RUN_DIR/huggingface-<checkpoint>); returns the folder.
+    (`attnlab.interop.huggingface`, float32 only; default RUN_DIR/huggingface-<checkpoint>), or any run to a
+    compact attnlab run (`attnlab.app.shipped.compact_run`: float32, bfloat16 or int8 weights, no training state;
+    default RUN_DIR-<quantization> beside the run); returns the folder.
     The checkpoint and tokenizer are hashed before the weights are loaded: a checkpoint that moves meanwhile makes
     the export stale, never wrongly current."""
-    if to not in ("ctranslate2", "huggingface"):
-        raise AttnlabError(f"--to {to!r}: choose ctranslate2 or huggingface")
+    if to not in ("ctranslate2", "huggingface", "attnlab"):
+        raise AttnlabError(f"--to {to!r}: choose ctranslate2, huggingface or attnlab")
+    run_dir = run_path(run_dir)
+    if to == "attnlab":  # a compact run of any family (`attnlab.app.shipped`)
+        if out is None:
+            out = Path(run_dir).with_name(f"{Path(run_dir).name}-{quantization}")
+        return compact_run(load_run(run_dir, checkpoint, "cpu"), out, quantization)
     source = export_source(run_dir, checkpoint)
     if to == "huggingface":
         if quantization != "float32":

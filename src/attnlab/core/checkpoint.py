@@ -43,6 +43,8 @@ STEP_SUFFIXES = (".safetensors", ".train.safetensors", ".json")
 # the floating-point types a weights or optimizer file may hold: converted to the model's type when loaded. Others
 # (float8 variants, complex, integers for float parameters) are refused: torch cannot even check them for NaN.
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+QUANTIZATIONS = ("float32", "bfloat16", "int8")  # how `save_weights` may store a model (compact runs)
+SCALE_SUFFIX = ".int8_scale"  # the per-row scales of an int8 matrix, stored beside it
 
 
 def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -59,11 +61,16 @@ def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     return tensors, meta
 
 
-def save_weights(model: nn.Module, path: Path, root: Path | None = None) -> None:
+def save_weights(model: nn.Module, path: Path, root: Path | None = None, quantization: str = "float32") -> None:
     """Model weights as safetensors. Tied weights (the same tensor under several names) are stored once, the other
     names recorded as aliases in the file's metadata. Every tensor is copied out on its own: cuDNN's RNNs keep their
     weights as views of one flat buffer, which safetensors' `save_model` refuses to write. `root`: the run folder
-    (`attnlab.core.fileio.atomic_write`)."""
+    (`attnlab.core.fileio.atomic_write`). `quantization` (one of QUANTIZATIONS): "float32" keeps the model's
+    types; "bfloat16" stores every floating tensor in bf16; "int8" stores each matrix (2 or more dimensions) as int8
+    with one float32 scale per row (`quantize_int8`) and vectors in bf16. `load_weights` reads all three into the
+    model's own types."""
+    if quantization not in QUANTIZATIONS:
+        raise AttnlabError(f"quantization {quantization!r}: choose one of {', '.join(QUANTIZATIONS)}")
     tensors: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     seen: dict[tuple, str] = {}
@@ -75,13 +82,65 @@ def save_weights(model: nn.Module, path: Path, root: Path | None = None) -> None
         seen[key] = name
         tensors[name] = t.detach().to("cpu", copy=True).contiguous()
     meta = {"attnlab_aliases": json.dumps(aliases, sort_keys=True)}
+    if quantization != "float32":
+        scaled = []
+        for name in list(tensors):
+            t = tensors[name]
+            if not t.is_floating_point():
+                continue
+            if quantization == "int8" and t.dim() >= 2 and t.numel():
+                tensors[name], tensors[name + SCALE_SUFFIX] = quantize_int8(t)
+                scaled.append(name)
+            else:
+                tensors[name] = t.to(torch.bfloat16)
+        meta["attnlab_quantization"] = json.dumps({"kind": quantization, "int8": sorted(scaled)})
     atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta), root)
+
+
+def quantize_int8(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 with one scale per row (dimension 0; the other dimensions flattened): q = round(t / s) with
+    s = max|row| / 127, so t ~ q * s with an error of at most s / 2 per element. Returns (q, s), q int8 of t's
+    shape, s float32 (rows,). An all-zero row gets s = 1 (q = 0)."""
+    rows = t.detach().float().reshape(t.shape[0], -1)  # (R, C)
+    scale = rows.abs().amax(dim=1) / 127.0  # (R,)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(rows / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q.reshape(t.shape).contiguous(), scale.contiguous()
+
+
+def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The float32 tensor that `quantize_int8` stored as (q, scale)."""
+    return (q.float().reshape(q.shape[0], -1) * scale.float()[:, None]).reshape(q.shape)
+
+
+def _dequantized(tensors: dict[str, torch.Tensor], meta: dict[str, str], path: Path) -> dict[str, torch.Tensor]:
+    """tensors with the int8 matrices of a quantized file (`save_weights`) turned back into float32 and their scales
+    removed; a file whose quantization record does not fit its tensors is an AttnlabError."""
+    if "attnlab_quantization" not in meta:
+        return tensors
+    try:
+        record = json.loads(meta["attnlab_quantization"])
+    except ValueError:
+        record = None
+    names = record.get("int8") if isinstance(record, dict) else None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise AttnlabError(f"{path}: metadata key attnlab_quantization must be {{\"kind\": ..., \"int8\": [names]}}")
+    out = dict(tensors)
+    for name in names:
+        q, scale = out.get(name), out.pop(name + SCALE_SUFFIX, None)
+        if q is None or scale is None or q.dtype != torch.int8 or q.dim() < 2 or scale.shape != (q.shape[0],) \
+                or not scale.is_floating_point():
+            raise AttnlabError(f"{path}: int8 tensor {name} needs an int8 matrix and a float scale per row "
+                               f"({name}{SCALE_SUFFIX})")
+        out[name] = dequantize_int8(q, scale)
+    return out
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
     """Loads weights written by `save_weights` (or by safetensors' `save_model`) into model; a file that does not
     fit the model is an AttnlabError naming the first missing and unexpected keys."""
     tensors, meta = read_tensors(path)
+    tensors = _dequantized(tensors, meta, path)
     if "attnlab_aliases" in meta:
         try:
             aliases = json.loads(meta["attnlab_aliases"])

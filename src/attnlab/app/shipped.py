@@ -1,0 +1,204 @@
+"""Trained models that ship with attnlab, and the compact run format they ship in.
+
+A compact run (`compact_run`, `attnlab export RUN --to attnlab`) is an ordinary run directory without the training
+state: config.json, tokenizer/, one weights file (`attnlab.core.checkpoint.save_weights`, float32, bfloat16 or int8
+with a scale per row) named both best and last, the run's evaluations (eval/*.json) and a model card (README.md,
+and card.json for programs). Every command loads it like the run it came from.
+
+The shipped models are compact runs in the package's `trained/` folder. `pretrained:NAME` (NAME one of
+`shipped_names()`) names one wherever a run directory is asked for: `shipped_run` copies it once into the cache
+($ATTNLAB_CACHE/pretrained/NAME-<hash of its weights>), a folder the user may write into (evaluations, exports),
+so the installed package is never written.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnlab.core.checkpoint import QUANTIZATIONS, STEP_NAME, resolve_checkpoint, save_weights, step_name, write_best
+from attnlab.core.errors import AttnlabError
+from attnlab.core.fileio import (atomic_write_text, check_replaceable_folder, file_sha256, new_folder, read_json,
+                                 replace_folder, write_json)
+from attnlab.data.corpus import cache_dir
+from attnlab.families.base import LoadedRun
+
+log = logging.getLogger("attnlab")
+
+PREFIX = "pretrained:"
+CARD_FILES = ("README.md", "card.json")
+COMPACT_ENTRIES = ("config.json", "tokenizer", "checkpoints", "eval", *CARD_FILES)
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """One shipped model as `attnlab pretrained` lists it (from its card.json)."""
+    name: str
+    title: str
+    family: str
+    parameters: int
+    quantization: str
+    megabytes: float
+    bleu: dict[str, float]  # test BLEU (beam 5) by English source rendering ("kjv", "web")
+    chrf: dict[str, float]
+    updates: int
+    minutes: float
+
+
+def trained_folder() -> Path:
+    """The package folder of the shipped models (one compact run per subfolder)."""
+    return Path(str(importlib.resources.files("attnlab") / "trained"))
+
+
+def shipped_names() -> list[str]:
+    folder = trained_folder()
+    return sorted(p.name for p in folder.iterdir() if (p / "card.json").is_file()) if folder.is_dir() else []
+
+
+def shipped_models() -> list[Shipped]:
+    """The shipped models, by name, as their cards describe them."""
+    out = []
+    for name in shipped_names():
+        card = read_json(trained_folder() / name / "card.json")
+        try:
+            out.append(Shipped(name=name, **{k: card[k] for k in Shipped.__dataclass_fields__ if k != "name"}))
+        except (KeyError, TypeError):
+            raise AttnlabError(f"{trained_folder() / name / 'card.json'}: not a model card of this attnlab "
+                               "(reinstall attnlab)") from None
+    return out
+
+
+def is_shipped_name(value: str | Path) -> bool:
+    return str(value).startswith(PREFIX)
+
+
+def run_path(value: str | Path) -> Path:
+    """A run directory from what a user typed: `pretrained:NAME` is a shipped model (`shipped_run`), anything else
+    a path."""
+    return shipped_run(str(value)[len(PREFIX):]) if is_shipped_name(value) else Path(value)
+
+
+def shipped_run(name: str) -> Path:
+    """The run directory of the shipped model NAME: its compact run copied into the cache on first use (keyed by
+    the hash of its weights, so a new attnlab version gets a new copy), then reused."""
+    names = shipped_names()
+    if name not in names:
+        choices = ", ".join(names) or "none: this attnlab was installed without its trained models"
+        raise AttnlabError(f"pretrained:{name}: no such shipped model (choose one of: {choices})")
+    src = trained_folder() / name
+    key = file_sha256(resolve_checkpoint(src, "best"))[:12]
+    dest = cache_dir() / "pretrained" / f"{name}-{key}"
+    if not (dest / "config.json").is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = new_folder(dest.parent, dest.name)
+        try:
+            shutil.copytree(src, tmp, dirs_exist_ok=True)
+            replace_folder(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        log.info("pretrained:%s: copied to %s", name, dest)
+    return dest
+
+
+def _evaluations(run_dir: Path) -> dict[str, tuple[str, dict]]:
+    """The run's test evaluations by English source rendering: {source: (file name, result)} of eval/test*.json."""
+    out = {}
+    for path in sorted((run_dir / "eval").glob("test*.json")):
+        result = read_json(path)
+        if isinstance(result, dict) and result.get("split") == "test" and "bleu" in result:
+            out[str(result.get("source") or "test")] = (path.name, result)
+    return out
+
+
+def _training(run_dir: Path) -> tuple[int, float]:
+    """(updates, minutes of training) from the run's metrics.jsonl: the last logged step and time."""
+    step, seconds = 0, 0.0
+    path = run_dir / "metrics.jsonl"
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                step = max(step, int(row.get("step") or 0))
+                seconds = max(seconds, float(row.get("time_s") or 0.0))
+    return step, seconds / 60
+
+
+def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, megabytes: float,
+               evaluations: dict[str, dict], updates: int, minutes: float, name: str) -> str:
+    """The README.md of a compact run: what the model is, its data, training budget, test scores, how to load."""
+    data = getattr(run.cfg, "data", None)
+    lines = [f"# {title}", "",
+             f"An attnlab {run.family.title} run ({parameters:,} parameters), stored {quantization} "
+             f"({megabytes:.1f} MB).", "", "## Data", ""]
+    if data is not None and getattr(data, "corpus", "") == "bible":
+        lines += [f"English ({' + '.join(data.renderings)}) to Spanish (Reina-Valera 1909) Bible verses from Debian's "
+                  f"SWORD packages, training verses of at most {data.max_words} words; attnlab's dev and test "
+                  "splits (the test split is never trained on).", ""]
+    else:
+        lines += ["See config.json (section data).", ""]
+    lines += ["## Training", "", f"{updates:,} updates in {minutes:.1f} minutes (metrics.jsonl of the original run); "
+              "the full configuration is config.json.", "", "## Test scores (beam 5, sacrebleu)", "",
+              "| English source | sentences | BLEU | chrF |", "|---|---|---|---|"]
+    for source, r in evaluations.items():
+        lines.append(f"| {source} | {r.get('sentences')} | {r['bleu']:.2f} | {r.get('chrf', float('nan')):.2f} |")
+    if not evaluations:
+        lines.append("| (not evaluated) | | | |")
+    target = f"pretrained:{name}" if name else "RUN_DIR"
+    lines += ["", "## Use", "", "```", f"attnlab translate {target}", f"attnlab serve {target}", "```", "",
+              "```python", "import attnlab", f"run = attnlab.load({target!r})",
+              "print(run.translate('In the beginning God created the heaven and the earth.'))", "```", ""]
+    return "\n".join(lines)
+
+
+def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", title: str | None = None,
+                name: str = "") -> Path:
+    """Writes the compact run of `run` (its best or last weights, as loaded) to `out`: config.json, tokenizer/,
+    checkpoints/ with one step (the original's number) stored in `quantization`, eval/*.json, README.md and
+    card.json. `out` must be new, empty, or an earlier compact run. Returns out."""
+    if quantization not in QUANTIZATIONS:
+        raise AttnlabError(f"--quantization {quantization!r}: a compact run is one of {', '.join(QUANTIZATIONS)}")
+    out = Path(out)
+    check_replaceable_folder(out, lambda entry: entry in COMPACT_ENTRIES, "part of a compact attnlab run")
+    src = Path(run.run_dir)
+    match = STEP_NAME.fullmatch(resolve_checkpoint(src, run.checkpoint).stem)
+    step = int(match.group(1)) if match else 0  # a legacy best.safetensors: step 0
+    evaluations = _evaluations(src)
+    updates, minutes = _training(src)
+    parameters = sum(p.numel() for p in run.model.parameters())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = new_folder(out.parent, out.name)
+    try:
+        shutil.copy2(src / "config.json", tmp / "config.json")
+        if (src / "tokenizer").is_dir():
+            shutil.copytree(src / "tokenizer", tmp / "tokenizer")
+        ckpt = tmp / "checkpoints"
+        weights = ckpt / f"{step_name(step)}.safetensors"
+        save_weights(run.model, weights, tmp, quantization)
+        write_json(ckpt / "latest.json", {"step": step, "name": step_name(step)}, tmp)
+        write_best(ckpt, step, None)
+        for file_name, result in evaluations.values():  # without the plot's path, which is not copied
+            write_json(tmp / "eval" / file_name, {k: v for k, v in result.items() if k != "plot"}, tmp)
+        evaluations = {source: result for source, (_, result) in evaluations.items()}
+        megabytes = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file()) / 1e6
+        title = title or f"{run.family.title} ({src.name})"
+        card = {"title": title, "family": run.family.name, "parameters": parameters, "quantization": quantization,
+                "megabytes": round(megabytes, 2), "bleu": {s: round(r["bleu"], 2) for s, r in evaluations.items()},
+                "chrf": {s: round(float(r.get("chrf", 0.0)), 2) for s, r in evaluations.items()},
+                "updates": updates, "minutes": round(minutes, 1), "made": time.strftime("%Y-%m-%d")}
+        write_json(tmp / "card.json", card, tmp)
+        atomic_write_text(tmp / "README.md", model_card(run, title, quantization, parameters, megabytes, evaluations,
+                                                        updates, minutes, name), tmp)
+        replace_folder(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,147 @@
+"""Compact runs (`attnlab export RUN --to attnlab`) and the trained models that ship with attnlab
+(`attnlab.app.shipped`): int8 weights with a scale per row within half a step of the original, bf16 weights equal
+to torch's own rounding, float32 exact; `pretrained:NAME` wherever a run directory goes; and, where the package
+holds them, the shipped models themselves."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from attnlab.app import shipped
+from attnlab.app.cli import main
+from attnlab.app.workflow import load_run
+from attnlab.core.checkpoint import load_weights, quantize_int8, save_weights
+from attnlab.core.errors import AttnlabError
+
+RUTH_1_3 = "And Elimelech Naomi's husband died; and she was left, and her two sons."
+
+
+def test_int8_rows_round_to_the_nearest_step():
+    w = torch.randn(7, 3, 5, generator=torch.Generator().manual_seed(0)) * torch.arange(1, 8)[:, None, None]
+    w[3] = 0.0  # an all-zero row
+    q, scale = quantize_int8(w)
+    assert q.dtype == torch.int8 and q.shape == w.shape and scale.shape == (7,)
+    step = w.reshape(7, -1).abs().max(dim=1).values / 127  # independent: the symmetric per-row step
+    assert torch.allclose(scale[[0, 1, 2, 4, 5, 6]], step[[0, 1, 2, 4, 5, 6]])
+    assert int(q.abs().max()) == 127 and int(q[3].abs().max()) == 0
+    back = q.float() * scale[:, None, None]
+    assert bool(((back - w).abs() <= scale[:, None, None] / 2 + 1e-7).all())
+
+
+@pytest.mark.parametrize("quantization", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+def test_a_compact_run_loads_what_was_stored(tiny_runs, tmp_path, capsys, family, quantization):
+    out = tmp_path / f"{family}-{quantization}"
+    assert main(["export", str(tiny_runs[family]), "--to", "attnlab", "--quantization", quantization,
+                 "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert {p.name for p in out.iterdir()} <= set(shipped.COMPACT_ENTRIES)
+    original, compact = load_run(tiny_runs[family]), load_run(out)
+    ours = original.model.state_dict()
+    for name, t in compact.model.state_dict().items():
+        ref = ours[name].float()
+        if quantization == "float32":
+            assert torch.equal(t, ours[name]), name
+        elif quantization == "bfloat16" or ref.dim() < 2:
+            assert torch.equal(t, ref.to(torch.bfloat16).float()), name  # torch's own rounding
+        else:
+            rows = ref.reshape(ref.shape[0], -1)
+            step = rows.abs().max(dim=1).values.clamp(min=1e-30)[:, None] / 127
+            assert bool(((t.reshape(rows.shape) - rows).abs() <= step / 2 + 1e-6).all()), name
+            assert torch.allclose(t.reshape(rows.shape), torch.round(rows / step) * step, atol=1e-6), name
+    # the stored file really is compact: int8 matrices, no float32 left
+    weights = next((out / "checkpoints").glob("step_*.safetensors"))
+    dtypes = {t.dtype for t in load_file(str(weights)).values()}
+    expected = {"float32": {torch.float32}, "bfloat16": {torch.bfloat16},
+                "int8": {torch.int8, torch.bfloat16, torch.float32}}[quantization]
+    assert dtypes <= expected and (quantization != "int8" or torch.int8 in dtypes)
+    card = json.loads((out / "card.json").read_text())
+    assert card["quantization"] == quantization and card["parameters"] == sum(
+        p.numel() for p in original.model.parameters())
+    assert "## Use" in (out / "README.md").read_text()
+    # every command takes it: translate
+    (tmp_path / "in.txt").write_text("a b c\n")
+    assert main(["translate", str(out), str(tmp_path / "in.txt"), "--beam", "2"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_tied_weights_stay_tied_in_int8(tmp_path):
+    lin = torch.nn.Sequential(torch.nn.Embedding(11, 6), torch.nn.Linear(6, 11, bias=False))
+    lin[1].weight = lin[0].weight
+    save_weights(lin, tmp_path / "w.safetensors", quantization="int8")
+    stored = load_file(str(tmp_path / "w.safetensors"))
+    assert sorted(stored) == ["0.weight", "0.weight.int8_scale"]
+    other = torch.nn.Sequential(torch.nn.Embedding(11, 6), torch.nn.Linear(6, 11, bias=False))
+    load_weights(other, tmp_path / "w.safetensors")
+    assert torch.equal(other[0].weight, other[1].weight)
+
+
+def test_a_bad_quantization_record_is_one_line(tmp_path):
+    model = torch.nn.Linear(4, 3)
+    save_file({"weight": torch.zeros(3, 4, dtype=torch.int8), "bias": torch.zeros(3)}, str(tmp_path / "w.safetensors"),
+              metadata={"attnlab_quantization": json.dumps({"kind": "int8", "int8": ["weight"]})})
+    with pytest.raises(AttnlabError, match="int8_scale"):
+        load_weights(model, tmp_path / "w.safetensors")
+    save_file({"weight": torch.zeros(3, 4)}, str(tmp_path / "v.safetensors"),
+              metadata={"attnlab_quantization": "{not json"})
+    with pytest.raises(AttnlabError, match="attnlab_quantization"):
+        load_weights(model, tmp_path / "v.safetensors")
+
+
+@pytest.fixture
+def fake_package(tiny_runs, tmp_path, monkeypatch):
+    """A package `trained/` folder holding one compact run, "tiny" (the tiny Transformer in int8)."""
+    trained = tmp_path / "trained"
+    assert main(["export", str(tiny_runs["transformer"]), "--to", "attnlab", "--quantization", "int8",
+                 "--out", str(trained / "tiny")]) == 0
+    monkeypatch.setattr(shipped, "trained_folder", lambda: trained)
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    return trained
+
+
+def test_pretrained_names_work_where_run_directories_go(fake_package, tmp_path, capsys):
+    capsys.readouterr()
+    assert main(["pretrained"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:2] == ["NAME", "FAMILY"] and out.splitlines()[1].split()[:2] == [
+        "tiny", "transformer"]
+    assert main(["pretrained", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["name"] == "tiny"
+    (tmp_path / "in.txt").write_text("a b c\nd e\n")
+    assert main(["translate", "pretrained:tiny", str(tmp_path / "in.txt"), "--beam", "1"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    copies = list((tmp_path / "cache" / "pretrained").iterdir())
+    assert len(copies) == 1 and copies[0].name.startswith("tiny-")
+    before = copies[0].stat().st_mtime_ns
+    import attnlab
+    assert attnlab.load("pretrained:tiny").translate("a b c") is not None
+    assert copies[0].stat().st_mtime_ns == before  # reused, not copied again
+    assert not list(fake_package.rglob("eval/*.hyp.txt"))  # nothing written into the package
+    assert main(["evaluate", "pretrained:tiny", "--max-sentences", "3"]) == 0
+    assert not list(fake_package.rglob("*.hyp.txt")) and list(copies[0].rglob("*.hyp.txt"))
+
+
+def test_an_unknown_pretrained_name_lists_the_shipped_ones(fake_package, capsys):
+    capsys.readouterr()
+    assert main(["translate", "pretrained:nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "choose one of: tiny" in err
+
+
+# ------------------------------------------------------------------------------------- the shipped models
+SHIPPED = shipped.shipped_names()
+
+
+@pytest.mark.skipif(not SHIPPED, reason="this checkout has no shipped models (src/attnlab/trained)")
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_shipped_model_translates_ruth_1_3(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    import attnlab
+    run = attnlab.load(f"pretrained:{name}")
+    text = run.translate(RUTH_1_3)
+    words = str(getattr(text, "text", text)).split()
+    assert len(words) >= 5 and len(set(words)) >= 4, words  # a real sentence, not empty or one token repeated
+    card = json.loads((shipped.trained_folder() / name / "card.json").read_text())
+    assert card["bleu"]["kjv"] > 5 and card["bleu"]["web"] > 5
