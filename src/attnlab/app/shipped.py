@@ -1,7 +1,7 @@
 """Trained models that ship with attnlab, and the compact run format they ship in.
 
 A compact run (`compact_run`, `attnlab export RUN --to attnlab`) is an ordinary run directory without the training
-state: config.json, tokenizer/, one weights file (`attnlab.core.checkpoint.save_weights`, float32, bfloat16 or int8
+state: config.json, tokenizer/, metrics.jsonl, one weights file (`attnlab.core.checkpoint.save_weights`, float32, bfloat16 or int8
 with a scale per row) named both best and last, the run's evaluations (eval/*.json) and a model card (README.md,
 and card.json for programs). Every command loads it like the run it came from.
 
@@ -32,7 +32,7 @@ log = logging.getLogger("attnlab")
 
 PREFIX = "pretrained:"
 CARD_FILES = ("README.md", "card.json")
-COMPACT_ENTRIES = ("config.json", "tokenizer", "checkpoints", "eval", *CARD_FILES)
+COMPACT_ENTRIES = ("config.json", "tokenizer", "checkpoints", "eval", "metrics.jsonl", *CARD_FILES)
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def _training(run_dir: Path) -> tuple[int, float]:
 
 
 def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, megabytes: float,
-               evaluations: dict[str, dict], updates: int, minutes: float, name: str) -> str:
+               evaluations: dict[str, dict], updates: int, minutes: float, name: str, out: Path) -> str:
     """The README.md of a compact run: what the model is, its data, training budget, test scores, how to load."""
     data = getattr(run.cfg, "data", None)
     lines = [f"# {title}", "",
@@ -152,7 +152,7 @@ def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, m
         lines.append(f"| {source} | {r.get('sentences')} | {r['bleu']:.2f} | {r.get('chrf', float('nan')):.2f} |")
     if not evaluations:
         lines.append("| (not evaluated) | | | |")
-    target = f"pretrained:{name}" if name else "RUN_DIR"
+    target = f"pretrained:{name}" if name else str(out)
     lines += ["", "## Use", "", "```", f"attnlab translate {target}", f"attnlab serve {target}", "```", "",
               "```python", "import attnlab", f"run = attnlab.load({target!r})",
               "print(run.translate('In the beginning God created the heaven and the earth.'))", "```", ""]
@@ -178,6 +178,8 @@ def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", tit
     tmp = new_folder(out.parent, out.name)
     try:
         shutil.copy2(src / "config.json", tmp / "config.json")
+        if (src / "metrics.jsonl").is_file():  # the training curve: attnlab plot curves works on a compact run
+            shutil.copy2(src / "metrics.jsonl", tmp / "metrics.jsonl")
         if (src / "tokenizer").is_dir():
             shutil.copytree(src / "tokenizer", tmp / "tokenizer")
         ckpt = tmp / "checkpoints"
@@ -196,7 +198,7 @@ def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", tit
                 "updates": updates, "minutes": round(minutes, 1), "made": time.strftime("%Y-%m-%d")}
         write_json(tmp / "card.json", card, tmp)
         atomic_write_text(tmp / "README.md", model_card(run, title, quantization, parameters, megabytes, evaluations,
-                                                        updates, minutes, name), tmp)
+                                                        updates, minutes, name, out), tmp)
         replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
