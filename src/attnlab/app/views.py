@@ -86,6 +86,18 @@ def word_labels(pieces: Sequence[str], groups: Sequence[int]) -> list[str]:
     return [w or "_" for w in words]
 
 
+def map_groups(m: AttentionMap, scheme: str) -> tuple[list[int], list[int]]:
+    """The word index of each row and each column piece of a map (`word_groups`); a pair map's (`AttentionMap.split`)
+    two sentences are grouped apart, so that no word spans the split."""
+    def groups(pieces: Sequence[str]) -> list[int]:
+        if m.split is None:
+            return word_groups(pieces, scheme)
+        a, b = word_groups(pieces[:m.split], scheme), word_groups(pieces[m.split:], scheme)
+        return a + [g + (a[-1] + 1 if a else 0) for g in b]
+
+    return groups(m.rows), groups(m.cols)
+
+
 def merge_words(weights: Tensor, row_groups: Sequence[int], col_groups: Sequence[int]) -> Tensor:
     """Word-level attention: (..., R, C) -> (..., R', C'); columns of one word summed (attention to the word),
     rows of one word averaged (attention from it), so rows that summed to 1 still do."""
@@ -174,11 +186,14 @@ def summary(ex: Exploration) -> dict:
 
     maps = []
     for m in ex.maps.values():
-        rg, cg = word_groups(m.rows, ex.scheme), word_groups(m.cols, ex.scheme)
+        rg, cg = map_groups(m, ex.scheme)
         maps.append({"key": m.key, "title": m.title, "layers": m.layers, "heads": m.heads, "causal": m.causal,
-                     "neuron": m.q is not None, "row_name": m.axis_names[0], "col_name": m.axis_names[1], "rows": [label(p) for p in m.rows], "cols": [label(p) for p in m.cols],
+                     "neuron": m.q is not None, "row_name": m.axis_names[0], "col_name": m.axis_names[1],
+                     "rows": [label(p) for p in m.rows], "cols": [label(p) for p in m.cols],
                      "row_words": word_labels(m.rows, rg), "col_words": word_labels(m.cols, cg),
-                     "col_strip": [strip_label(p) for p in m.cols]})
+                     "col_strip": [strip_label(p) for p in m.cols],
+                     # a pair map: sentence b's first row and column, in pieces and in words (the sentence filter)
+                     "split": m.split, "split_words": None if m.split is None else rg[m.split]})
     choices = [{"piece": c.piece, "label": label(c.piece), "strip": strip_label(c.piece), "prob": round(c.prob, 4),
                 "generated": c.generated,
                 "top": [{"piece": p, "label": label(p), "prob": round(x, 4)} for p, x in c.top]} for c in ex.choices]
@@ -227,7 +242,7 @@ def layer_weights(ex: Exploration, key: str, layer: int, words: bool = False) ->
     m = find_map(ex, key)
     w = m.weights[check_index(layer, m.layers, "layer")]  # (H, R, C)
     if words:
-        w = merge_words(w, word_groups(m.rows, ex.scheme), word_groups(m.cols, ex.scheme))
+        w = merge_words(w, *map_groups(m, ex.scheme))
     return w
 
 
@@ -271,7 +286,7 @@ def write_views(ex: Exploration, out: Path, keys: Sequence[str] = (), views: Seq
         hi = None if head == "mean" else check_index(int(head), m.heads, "head")
         rows, cols = m.rows, m.cols
         if words:
-            rg, cg = word_groups(rows, ex.scheme), word_groups(cols, ex.scheme)
+            rg, cg = map_groups(m, ex.scheme)
             rows, cols = word_labels(rows, rg), word_labels(cols, cg)
         w = layer_weights(ex, key, li, words).numpy()  # (H, R, C)
         what = which_text(m, li, hi, words)

@@ -13,7 +13,9 @@ columns) weights with the token pieces of its rows (queries) and columns (keys):
   continuation;
 - sentence-pair runs (`attnlab.families.pairs`): the decomposable model's soft alignments ``a_to_b``, ``b_to_a``
   (and intra-sentence ``intra_a``, ``intra_b``); MiniLM (a siamese encoder: each sentence is encoded alone) the
-  encoder self-attention of each sentence, ``a_self`` and ``b_self``;
+  encoder self-attention of each sentence, ``a_self`` and ``b_self``; and each a ``pair`` map over both sentences
+  with their split (`AttentionMap.split`) for the sentence filter: the decomposable model's four maps as the
+  blocks of one, MiniLM's encoder reading the pair as one input the way BERT does ([CLS] a [SEP] b [SEP]);
 - attention rollout (Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers", sec. 3) of every
   non-causal or causal self-attention stack (``*_rollout``): with heads averaged, A~_l = 0.5 A_l + 0.5 I,
   rows renormalised, R_l = A~_l R_{l-1}; its layer l is the rollout through layer l;
@@ -56,13 +58,16 @@ AXIS_NAMES = {"cross": ("target", "source"), "align": ("target", "source"),
               "enc_self": ("queries (source)", "keys (source)"), "dec_self": ("queries (target)", "keys (target)"),
               "a_to_b": ("sentence a", "sentence b"), "b_to_a": ("sentence b", "sentence a"),
               "intra_a": ("queries (a)", "keys (a)"), "intra_b": ("queries (b)", "keys (b)"),
-              "a_self": ("queries (a)", "keys (a)"), "b_self": ("queries (b)", "keys (b)")}
+              "a_self": ("queries (a)", "keys (a)"), "b_self": ("queries (b)", "keys (b)"),
+              "pair": ("queries (a, then b)", "keys (a, then b)")}
 
 
 @dataclass
 class AttentionMap:
     """One kind of attention of one input. weights (L, H, R, C); q (L, H, R, Dh) and k (L, H, C, Dh) for the
-    neuron view (None where the scores are not dot products of projected vectors); scale: 1/sqrt(Dh)."""
+    neuron view (None where the scores are not dot products of projected vectors); scale: 1/sqrt(Dh). split: in a
+    map over a sentence pair read as one sequence (rows = columns = a's pieces, then b's), the index of b's first
+    piece (bertviz's sentence_b_start), for the page's sentence filter (A->A, A->B, B->A, B->B); None otherwise."""
 
     key: str
     title: str
@@ -73,6 +78,7 @@ class AttentionMap:
     q: Tensor | None = None
     k: Tensor | None = None
     scale: float = 1.0
+    split: int | None = None
 
     @property
     def layers(self) -> int:
@@ -180,7 +186,8 @@ def with_rollout(maps: dict[str, AttentionMap], key: str) -> None:
     """Adds `<key>_rollout` (L, 1, T, T) after the self-attention map `key`."""
     m = maps[key]
     maps[f"{key}_rollout"] = AttentionMap(f"{key}_rollout", f"rollout of the {m.title}",
-                                          attention_rollout(m.weights)[:, None], m.rows, m.cols, m.causal)
+                                          attention_rollout(m.weights)[:, None], m.rows, m.cols, m.causal,
+                                          split=m.split)
 
 
 # ---------------------------------------------------------------------------------------------- threads
@@ -315,9 +322,12 @@ def token_choices(log_probs: Tensor, targets: Sequence[int], piece, generated: S
 
 
 def scheme_of(tokenizer) -> str:
-    """How a tokenizer's pieces form words, for the word toggle: "char", "sentencepiece" or "wordpiece"."""
-    kind = getattr(tokenizer, "kind", "wordpiece")
-    return "char" if kind == "char" else "sentencepiece" if kind in ("bpe", "unigram") else "wordpiece"
+    """How a tokenizer's pieces form words, for the word toggle: "char", "sentencepiece" or "wordpiece" (an
+    imported tokenizer says which: `attnlab.data.tokenizers.ImportedTokenizer.scheme`)."""
+    if isinstance(getattr(tokenizer, "scheme", None), str):
+        return tokenizer.scheme
+    kind = getattr(tokenizer, "kind", "wordpiece")  # "marian": an imported MarianMT's SentencePiece pieces
+    return "char" if kind == "char" else "sentencepiece" if kind in ("bpe", "unigram", "marian") else "wordpiece"
 
 
 def encoder_self_attention(x: Tensor, layers: nn.ModuleList) -> Tensor:

@@ -34,7 +34,8 @@ from attnlab.data.tokenizers import PAD_ID, TokenizerConfig, TokenizerPair, buil
 from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun
 from attnlab.families.explorer import (AttentionMap, Recording, capture, encoder_self_attention, scheme_of, stacked_qk,
                                        with_rollout)
-from attnlab.families.pretrained import MiniLMConfig, WordPieceTokenizer, build_minilm_classifier, minilm_dir
+from attnlab.families.pretrained import (BertEncoder, MiniLMConfig, WordPieceTokenizer, build_minilm_classifier,
+                                         minilm_dir)
 from attnlab.nn.decomposable import DecomposableAttention, DecomposableConfig
 from attnlab.training.trainer import TrainConfig, Training
 
@@ -294,7 +295,8 @@ def format_pair_eval(result: dict) -> str:
 def explore_pair(run: LoadedRun, a: str, b: str | None, beam: int | None = None, max_new: int = 0,
                  translator=None) -> Recording:
     """A sentence pair: the decomposable model's soft alignments, or MiniLM's self-attention of each sentence
-    (its encoder reads each sentence alone), with P(same verse). The explore hook (`attnlab.families.base.Explorer`):
+    (its encoder reads each sentence alone), with P(same verse); and the "pair" map over both sentences for the
+    sentence filter (`alignment_blocks`, `joint_self_attention`; MiniLM's only where the pair fits its positions). The explore hook (`attnlab.families.base.Explorer`):
     beam, max_new and translator do not apply."""
     if not b:
         raise AttnlabError("a sentence-pair run needs the second sentence of the pair (sentence b)")
@@ -313,6 +315,7 @@ def explore_pair(run: LoadedRun, a: str, b: str | None, beam: int | None = None,
         for key, title, weights, rows, cols in specs:
             if weights is not None:  # intra-sentence attention is optional
                 maps[key] = AttentionMap(key, title, weights[0, None, None].float().cpu(), rows, cols)  # (1, 1, R, C)
+        maps["pair"] = alignment_blocks(w, la, lb)
         scheme = scheme_of(run.tokenizers.src)
     else:
         encoder = model.encoder
@@ -324,9 +327,45 @@ def explore_pair(run: LoadedRun, a: str, b: str | None, beam: int | None = None,
             maps[key] = AttentionMap(key, f"encoder self-attention of {side}", weights, pieces, pieces, False, q, k,
                                      scale)
             with_rollout(maps, key)
+        pieces = ids.tok.encode(a).tokens + ids.tok.encode(b).tokens[1:]  # [CLS] a [SEP] b [SEP]
+        if len(pieces) <= encoder.embeddings.position.num_embeddings:
+            maps["pair"] = joint_self_attention(encoder, ta, tb, pieces)
+            with_rollout(maps, "pair")
         scheme = "wordpiece"
     return Recording(family=run.cfg.model.family, output=f"P(same verse) = {p_same:.3f}", maps=maps, scheme=scheme,
                      score=p_same)
+
+
+def alignment_blocks(w, rows_a: list[str], rows_b: list[str]) -> AttentionMap:
+    """The decomposable model's soft alignments of one pair as the blocks of one map over a's pieces, then b's
+    (split at b's first), for the sentence filter: A->B a_to_b, B->A b_to_a, A->A and B->B the intra-sentence
+    attention (zeros without it). Each block's rows are a softmax of their own. w: `DecomposableWeights` of a
+    batch of one pair. Shape: (1, 1, La + Lb, La + Lb)."""
+    La, Lb = len(rows_a), len(rows_b)
+    blocks = torch.zeros(La + Lb, La + Lb)  # (La + Lb, La + Lb)
+    blocks[:La, La:], blocks[La:, :La] = w.a_to_b[0].float().cpu(), w.b_to_a[0].float().cpu()
+    if w.intra_a is not None:
+        blocks[:La, :La], blocks[La:, La:] = w.intra_a[0].float().cpu(), w.intra_b[0].float().cpu()
+    what = "a -> b and b -> a alignments" + (" and each sentence's intra-attention" if w.intra_a is not None else
+                                              " (A->A and B->B empty: no intra-sentence attention)")
+    return AttentionMap("pair", f"the pair in one map: {what}, each block's rows a softmax of their own",
+                        blocks[None, None], rows_a + rows_b, rows_a + rows_b, split=La)
+
+
+def joint_self_attention(encoder: BertEncoder, ta: Tensor, tb: Tensor, pieces: list[str]) -> AttentionMap:
+    """MiniLM's encoder reading the pair as one input, as BERT reads a pair (Devlin et al. 2019, 3: [CLS] a [SEP]
+    b [SEP], token type 0 for a's part, 1 for b's), with queries and keys: the pair map of the sentence filter.
+    The classifier itself encodes each sentence alone (a siamese encoder); this is what its encoder does with
+    both at once. ta, tb: (1, La), (1, Lb) ids of each sentence with its own [CLS] and [SEP]. Shape: weights
+    (N, H, La + Lb - 1, La + Lb - 1)."""
+    t = torch.cat([ta, tb[:, 1:]], 1)  # (1, T): b's [CLS] dropped
+    types = torch.cat([torch.zeros_like(ta), torch.ones_like(tb[:, 1:])], 1)  # (1, T)
+    with capture([layer.self_attn for layer in encoder.layers]) as cap:
+        weights = encoder_self_attention(encoder.embeddings(t, types), encoder.layers)  # (N, H, T, T)
+        q, k, scale = stacked_qk(cap, range(len(encoder.layers)))
+    return AttentionMap("pair", "encoder self-attention of the pair read as one input ([CLS] a [SEP] b [SEP], as "
+                        "BERT reads a pair; the classifier encodes each sentence alone)", weights, pieces, pieces,
+                        False, q, k, scale, split=ta.size(1))
 
 
 def pair_explorer_facts(run: LoadedRun) -> ExplorerFacts:
