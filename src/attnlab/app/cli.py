@@ -212,7 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Train a model: the config's model.family (rnn, transformer, lm, "
                                        "decomposable, minilm) or its [series] table picks the family. Any config "
                                        "key can be overridden with --set, e.g. --set train.max_steps=200 "
-                                       "--set model.rnn.cell=lstm.")
+                                       "--set model.rnn.cell=lstm. --init RUN_DIR fine-tunes a translation run.")
+    train.add_argument("--init", type=Path, metavar="RUN_DIR",
+                       help="fine-tune a translation run (a trained one, or a MarianMT model `attnlab import` made): "
+                            "its model, tokenizers and weights, the config's data, train and decode settings "
+                            "(= --set pretrained.init=RUN_DIR; the config's model and tokenizer sections may be "
+                            "left out)")
     train.set_defaults(func=cmd_train)
 
     para = sub.add_parser("paraphrase", help="Bible verse paraphrase identification: train, evaluate, plot",

@@ -63,9 +63,13 @@ def cmd_data_paraphrase(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------------------------- runs
 def cmd_train(args: argparse.Namespace) -> None:
     """Any family: the config (or the resumed run) says which. --procs N: N data-parallel processes. `attnlab
-    paraphrase train` is this command for a pair config (require_ability "classify")."""
-
+    paraphrase train` is this command for a pair config (require_ability "classify"). --init RUN_DIR: the override
+    pretrained.init=RUN_DIR of a translation config (fine-tuning that run)."""
+    init = getattr(args, "init", None)  # `attnlab paraphrase train` has no --init
     if args.resume:
+        if init is not None:
+            raise AttnlabError("--init starts a new run from another one; --resume continues a run (its config "
+                               "already names the run it started from)")
         run_dir = args.out or args.config  # `attnlab train --resume RUN_DIR`
         if run_dir is None:
             raise AttnlabError("--resume needs the run directory: attnlab train --resume RUN_DIR")
@@ -76,7 +80,13 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.config is None:
         raise AttnlabError("give a config: a file or a packaged config's name, e.g. attnlab train "
                            "bible-rnn-bahdanau (attnlab configs lists them)")
-    family, cfg, name = api.typed_config(args.config, args.set)  # checked before any slow work
+    sets = list(args.set)
+    if init is not None:
+        family = api.typed_config(args.config, sets)[0]
+        if "translate" not in family.abilities:
+            raise AttnlabError(f"--init fine-tunes a translation run; {args.config} is a {family.title} config")
+        sets.append(f"pretrained.init={json.dumps(str(init))}")  # a JSON string is a YAML string: any path
+    family, cfg, name = api.typed_config(args.config, sets)  # checked before any slow work
     if getattr(args, "require_ability", None) and args.require_ability not in family.abilities:
         raise AttnlabError(f"{args.config} is a {family.title} config, not a paraphrase one; use attnlab train")
     out = args.out or Path("runs") / name

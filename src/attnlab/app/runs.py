@@ -135,11 +135,11 @@ def typed_config(config: Any, overrides: list[str]) -> tuple[Any, Any, str]:
     if isinstance(config, Mapping):
         raw = apply_overrides(copy.deepcopy(dict(config)), list(overrides))
         family = family_of_config(raw)
-        return family, family.from_dict(raw), "run"
+        return family, family.new_config(raw), "run"
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         family = family_of(config)
         raw = apply_overrides(dataclasses.asdict(config), list(overrides))
-        return family, family.from_dict(raw), "run"
+        return family, family.new_config(raw), "run"
     raise AttnlabError(f"config: give a config file, a packaged config's name (attnlab.configs()), a dict or a "
                        f"config object, not a {type(config).__name__}")
 

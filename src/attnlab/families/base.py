@@ -96,6 +96,8 @@ class Family:
     tokenizers);
     make_tokenizers(cfg, data) -> TokenizerPair | None (trained for a new run, saved in RUN_DIR/tokenizer);
     build_model(cfg, tokenizers | None) -> model (None: the sizes of the config, for `attnlab summary`);
+    complete(raw dict) -> raw dict (optional; a new run only: its raw config completed from elsewhere before it is
+    typed, e.g. a translation config's pretrained.init brings that run's model and tokenizer sections);
     initialise(cfg, model, load_run) (optional; a new run only: weights from elsewhere, e.g. another run loaded
     with `load_run(run_dir, checkpoint, device, ability)`, which the pipeline hands in); training(cfg, data, tokenizers,
     model) -> Training; evaluate(LoadedRun, split, EvalOptions) -> result dict (it writes RUN_DIR/eval/...);
@@ -125,6 +127,7 @@ class Family:
     summary_inputs: Callable[[Any, TokenizerPair | None, int, int], tuple[tuple, str]]
     abilities: frozenset[str]
     initialise: Callable[[Any, nn.Module, RunLoader], None] | None = None
+    complete: Callable[[dict], dict] | None = None
     uses_tokenizers: Callable[[Any], bool] = lambda cfg: True
     explorer: Explorer | None = None
     export: str | None = None
@@ -134,3 +137,8 @@ class Family:
     def from_dict(self, data: dict) -> Any:
         """The typed config of a raw dict (RUN_DIR/config.json plus overrides), validated key by key."""
         return from_dict(self.config_class, data)
+
+    def new_config(self, data: dict) -> Any:
+        """The typed config of a new run's raw dict (a dict or a config object plus overrides): `complete`d first,
+        then validated key by key (a stored RUN_DIR/config.json is complete: `from_dict`)."""
+        return from_dict(self.config_class, self.complete(data) if self.complete is not None else data)

@@ -47,7 +47,7 @@ def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool], export: s
         name=name, title=title, config_class=translation.ExperimentConfig, recognise=recognise,
         load_config=translation.load_experiment, load_data=translation.load_seq2seq_data,
         make_tokenizers=translation.make_seq2seq_tokenizers, build_model=translation.build_seq2seq,
-        initialise=translation.init_seq2seq, training=translation.seq2seq_training,
+        initialise=translation.init_seq2seq, complete=translation.resolve_init, training=translation.seq2seq_training,
         evaluate=translation.evaluate_seq2seq, format_eval=translation.format_seq2seq_eval,
         summary_inputs=translation.seq2seq_summary_inputs, abilities=frozenset({"translate"}),
         explorer=Explorer(translation.explore_seq2seq, translation.seq2seq_explorer_facts, translation.seq2seq_tokens),

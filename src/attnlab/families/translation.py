@@ -7,18 +7,21 @@ costs). Plain functions, no registries; `attnlab.families.table` lists them.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from attnlab.core.config import MAX_COUNT, MAX_SEED, MAX_THREADS, MAX_VOCAB, from_dict, load_config, to_dict
+from attnlab.core.checkpoint import resolve_checkpoint
+from attnlab.core.config import (MAX_COUNT, MAX_SEED, MAX_THREADS, MAX_VOCAB, apply_overrides, from_dict,
+                                 read_config_file, to_dict)
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import atomic_write_text, write_json
+from attnlab.core.fileio import atomic_write_text, read_json, write_json
 from attnlab.core.metrics import bleu_by_length, corpus_scores, format_length_table
 from attnlab.core.plotting import plot_bleu_by_length
 from attnlab.core.summary import dummy_batch
@@ -34,7 +37,7 @@ from attnlab.decode.translate import DecodeConfig, Translator, encode_source
 from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun, RunLoader
 from attnlab.families.explorer import (MAX_NBEST, AttentionMap, DecodingSteps, Recording, capture, captured, scheme_of,
                                        stacked_qk, token_choices, with_rollout)
-from attnlab.families.lm import init_decoder_from_lm
+from attnlab.families.lm import init_decoder_from_lm, is_lm_config
 from attnlab.nn.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
 from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
 from attnlab.training.trainer import Seq2SeqTask, TrainConfig, Training, check_sentence_budget
@@ -106,15 +109,25 @@ class SummaryConfig:
 
 @dataclass
 class PretrainedConfig:
-    """Transfer learning. decoder: a trained LM run directory (`attnlab train configs/bible-lm-es.toml`): a new run
-    copies its weights into the Transformer decoder (`attnlab.families.lm.init_decoder_from_lm`) and takes its tokenizer as
-    the target tokenizer (so tokenizer.joint must be false; tokenizer.* then shapes the source side only)."""
+    """Transfer learning. init: a translation run directory (`attnlab train --init RUN_DIR`; a trained run, or one
+    made by `attnlab import` from a MarianMT model): a new run fine-tunes it, its model and tokenizer sections, its
+    tokenizers and its weights are the run's (`resolve_init`, `init_seq2seq`), only data, train and decode come
+    from the config. decoder: a trained LM run directory (`attnlab train configs/bible-lm-es.toml`): a new run
+    copies its weights into the Transformer decoder (`attnlab.families.lm.init_decoder_from_lm`) and takes its
+    tokenizer as the target tokenizer (so tokenizer.joint must be false; tokenizer.* then shapes the source side
+    only). checkpoint: which weights of that run."""
 
+    init: str = ""
     decoder: str = ""
     checkpoint: str = "best"
-    init_weights: bool = True  # false: only the LM's tokenizer (the from-scratch baseline of the same model)
+    init_weights: bool = True  # false: only the run's model and tokenizers (the from-scratch baseline of that model)
 
     CHOICES: ClassVar[dict] = {"checkpoint": ("best", "last")}
+
+    def __post_init__(self) -> None:
+        if self.init and self.decoder:
+            raise AttnlabError("init and decoder are both set: init fine-tunes a whole translation run, decoder "
+                               "starts a new model's decoder from an LM run; choose one")
 
 
 @dataclass
@@ -138,11 +151,71 @@ class ExperimentConfig:
 
 
 def load_experiment(path: Path | str | None, overrides: list[str] | None = None) -> ExperimentConfig:
-    return load_config(ExperimentConfig, path, overrides)
+    """A new run's config: a file plus `--set` overrides, completed from pretrained.init's run (`resolve_init`)."""
+    raw = read_config_file(path) if path is not None else {}
+    return from_dict(ExperimentConfig, resolve_init(apply_overrides(raw, list(overrides or []))))
 
 
 def experiment_from_dict(data: dict) -> ExperimentConfig:
-    return from_dict(ExperimentConfig, data)
+    """A new run's config of a raw dict, completed from pretrained.init's run (`resolve_init`)."""
+    return from_dict(ExperimentConfig, resolve_init(data))
+
+
+INIT_SECTIONS = ("model", "tokenizer")  # what a fine-tuned run takes from its pretrained.init run
+
+
+def agree(key: str, ours: Any, theirs: Any, where: str) -> Any:
+    """`theirs` (a section of the pretrained.init run's config) with `ours` laid over it, where every value ours
+    sets must equal theirs: a disagreement is an AttnlabError naming the key. A key theirs lacks is kept for
+    `from_dict` to name as unknown."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        out = copy.deepcopy(theirs)
+        for k, v in ours.items():
+            out[k] = agree(f"{key}.{k}", v, theirs[k], where) if k in theirs else v
+        return out
+    if isinstance(ours, dict) or isinstance(theirs, dict) or ours != theirs:
+        raise AttnlabError(f"{key} = {ours!r} disagrees with {where}, whose {key} is {theirs!r}: a fine-tuned run "
+                           f"keeps that run's model and tokenizer; leave {key} out of the config")
+    return ours
+
+
+def resolve_init(raw: dict) -> dict:
+    """A new run's raw config with pretrained.init resolved (`attnlab train CONFIG --init RUN_DIR`): its model
+    and tokenizer sections are that run's (RUN_DIR/config.json), and a key the config sets itself must agree with
+    the run's. A missing run, a run of another family (an LM, a pair classifier) or a disagreeing key is an
+    AttnlabError naming the setting. Without pretrained.init, `raw` as it is; the input is never changed."""
+    pretrained = raw.get("pretrained")
+    init = pretrained.get("init") if isinstance(pretrained, dict) else None
+    if not init or not isinstance(init, str):  # from_dict names a value of the wrong type
+        return raw
+    run_dir, where = Path(init), f"pretrained.init = {init!r}"
+    if not (run_dir / "config.json").is_file():
+        raise AttnlabError(f"{where}: not a run directory ({run_dir / 'config.json'} missing)")
+    theirs = read_json(run_dir / "config.json")
+    model = theirs.get("model") if isinstance(theirs, dict) else None
+    family = model.get("family") if isinstance(model, dict) else None
+    if is_lm_config(theirs):
+        raise AttnlabError(f"{where} is a language-model run; fine-tuning starts from a translation run (rnn or "
+                           "transformer); an LM's weights start a translation decoder with pretrained.decoder")
+    if family not in ModelConfig.CHOICES["family"]:
+        raise AttnlabError(f"{where} is not a translation run (its model.family is {family!r}); fine-tuning starts "
+                           f"from a run of model.family {' or '.join(ModelConfig.CHOICES['family'])}")
+    try:
+        from_dict(ExperimentConfig, theirs)
+    except AttnlabError as e:
+        raise AttnlabError(f"{where}: {run_dir / 'config.json'}: {e}") from None
+    if not (run_dir / "tokenizer").is_dir():
+        raise AttnlabError(f"{where}: the run's tokenizer folder ({run_dir / 'tokenizer'}) is missing")
+    which = pretrained.get("checkpoint", "best")
+    if which in PretrainedConfig.CHOICES["checkpoint"]:
+        try:
+            resolve_checkpoint(run_dir, which)
+        except AttnlabError as e:
+            raise AttnlabError(f"{where}: {e}") from None
+    out = copy.deepcopy(raw)
+    for section in INIT_SECTIONS:
+        out[section] = agree(section, raw.get(section, {}), theirs[section], where)
+    return out
 
 
 def imported_config(transformer: dict, tokenizer: dict) -> dict:
@@ -167,9 +240,11 @@ def store_spec(cfg: ExperimentConfig) -> StoreSpec:
 def prepare_corpus(cfg: ExperimentConfig, tokenizers: TokenizerPair | None = None, out: Path | str | None = None,
                    force: bool = False) -> Store:
     """The config's prepared corpus (`attnlab.data.prepare.prepare`): reused if prepared before, else built (the
-    tokenizers trained on a bounded sample, or the given ones of a trained run); with pretrained.decoder the
-    target side is the LM's tokenizer."""
+    tokenizers trained on a bounded sample, or the given ones of a trained run); with pretrained.init the
+    tokenizers are that run's, with pretrained.decoder the target side is the LM's tokenizer."""
     fixed_tgt = None
+    if cfg.pretrained.init and tokenizers is None:  # a fine-tune reads its corpus with the run's tokenizers
+        tokenizers = load_tokenizers(Path(cfg.pretrained.init) / "tokenizer")
     if cfg.pretrained.decoder and tokenizers is None:  # the target side speaks the pretrained LM's vocabulary
         if cfg.tokenizer.joint:
             raise AttnlabError("pretrained.decoder needs tokenizer.joint = false: the target tokenizer is the LM's")
@@ -238,8 +313,22 @@ def build_seq2seq(cfg: ExperimentConfig, tokenizers: TokenizerPair | None) -> nn
 
 
 def init_seq2seq(cfg: ExperimentConfig, model: nn.Module, load_run: RunLoader) -> None:
-    """A new run's weights from elsewhere: the decoder from a pretrained LM run (transfer learning), loaded
-    with the pipeline's `load_run`."""
+    """A new run's weights from elsewhere, loaded with the pipeline's `load_run`: every weight of the
+    pretrained.init run (fine-tuning; its model and tokenizer sections must be this config's), or the decoder from
+    a pretrained LM run (transfer learning)."""
+    p = cfg.pretrained
+    if p.init and p.init_weights:
+        run = load_run(p.init, p.checkpoint, "cpu", ability="translate")
+        where = f"pretrained.init = {p.init!r}"
+        for key, ours, theirs in (("model", cfg.model, run.cfg.model), ("tokenizer", cfg.tokenizer, run.cfg.tokenizer)):
+            agree(key, to_dict(ours), to_dict(theirs), where)  # a config object made without `resolve_init`
+        try:
+            model.load_state_dict(run.model.state_dict(), strict=True)
+        except RuntimeError as e:  # the vocabulary sizes: a tokenizer that is not the run's
+            raise AttnlabError(f"{where}: its weights do not fit this model ({str(e).splitlines()[-1].strip()})"
+                               ) from None
+        log.info("fine-tuning %s (%s checkpoint, %s parameters)", p.init, p.checkpoint,
+                 f"{sum(t.numel() for t in run.model.state_dict().values()):,}")
     if cfg.pretrained.decoder and cfg.pretrained.init_weights:
         lm_run = load_run(cfg.pretrained.decoder, cfg.pretrained.checkpoint, "cpu", ability="generate")
         n = init_decoder_from_lm(model, lm_run)
