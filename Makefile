@@ -58,9 +58,11 @@ e2e: $(STAMP)
 	if [ $$rc -eq 5 ]; then echo "make e2e: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # The lecture notebooks (notebooks/*.ipynb) top to bottom with their full budgets; `make test` runs them in quick
-# mode (ATTNLAB_QUICK=1). Executed copies go to runs/notebooks/, the committed notebooks stay without outputs.
+# mode (ATTNLAB_QUICK=1). Executed copies go to runs/notebooks/, and as HTML pages that work with no network
+# (MathJax inlined, progress as text) to runs/notebooks/html/; the committed notebooks stay without outputs.
 notebooks: $(STAMP) sysdeps
-	$(PY) scripts/run_notebooks.py --full --out runs/notebooks --json runs/notebooks/timings.jsonl
+	$(PY) scripts/run_notebooks.py --full --out runs/notebooks --html runs/notebooks/html \
+	  --json runs/notebooks/timings.jsonl
 
 # The API reference, generated from the docstrings by pdoc, into build/api/ (open build/api/index.html): the
 # public API (`attnlab`, `attnlab.app.api`) and every module under it.

@@ -2,7 +2,7 @@
 """Runs the lecture notebooks (notebooks/*.ipynb) top to bottom, and keeps the committed ones free of outputs.
 
     python scripts/run_notebooks.py --quick                      # every notebook, small budgets (what make test runs)
-    python scripts/run_notebooks.py --full --out runs/notebooks  # lecture budgets, executed copies (make notebooks)
+    python scripts/run_notebooks.py --full --out runs/notebooks --html runs/notebooks/html   # what make notebooks runs
     python scripts/run_notebooks.py --quick notebooks/03_transformer.ipynb --json times.jsonl
     python scripts/run_notebooks.py --strip                      # remove outputs and execution counts in place
     python scripts/run_notebooks.py --check-stripped             # exit 1 if a notebook holds outputs
@@ -11,6 +11,10 @@ Each notebook runs in a fresh kernel of this interpreter (not whatever "python3"
 its working directory at notebooks/ and ATTNLAB_QUICK=1 (--quick) or unset (--full) in its environment. The runs a
 notebook trains go to ATTNLAB_NOTEBOOK_RUNS: OUT/<notebook name>/ with --out (where the notebook, opened in Jupyter
 from notebooks/, puts them too when OUT is runs/notebooks), else a temporary folder removed afterwards.
+Progress bars are text (ATTNLAB_PROGRESS=text, `attnlab.core.logs.Progress`) and each cell's stream outputs are
+merged with their carriage returns applied, so a saved notebook keeps a bar's last state, not a widget's first.
+--html DIR writes each executed notebook as one HTML file that needs no network: MathJax 3 (es5/tex-svg.js of the
+package django-static-mathjax, the extra `notebook`) inlined, no require.js, widget or mermaid code from a CDN.
 One JSON line per notebook (name, mode, seconds, cells, ok, error) is printed and, with --json, written to FILE.
 The exit status is 1 if any notebook fails; the failing cell's source and error are printed.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.resources
 import json
 import os
 import shutil
@@ -32,6 +37,20 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 KERNEL_NAME = "attnlab-notebooks"
+# the executed notebook as HTML for a browser with no network: nbconvert's lab template with MathJax 3 inlined (its
+# SVG output draws the glyphs from the script itself, no font files) and the blocks that load code from a CDN empty
+MATHJAX_CONFIG = """window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']],
+  displayMath: [['$$', '$$'], ['\\\\[', '\\\\]']], processEscapes: true, processEnvironments: true},
+  svg: {fontCache: 'global'}};"""
+OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block html_head_js_mathjax -%}
+<script>{{ resources.attnlab_mathjax_config }}</script>
+<script>{{ resources.attnlab_mathjax }}</script>
+{%- endblock html_head_js_mathjax -%}
+"""
 
 
 def notebook_paths(names: list[str]) -> list[Path]:
@@ -90,9 +109,10 @@ def kernel_of_this_interpreter():
 @contextlib.contextmanager
 def environment(quick: bool, runs: Path):
     """The kernel inherits this process's environment: ATTNLAB_QUICK and ATTNLAB_NOTEBOOK_RUNS for the run, put
-    back afterwards. MPLBACKEND: figures inline, never a window."""
-    saved = {k: os.environ.get(k) for k in ("ATTNLAB_QUICK", "ATTNLAB_NOTEBOOK_RUNS", "MPLBACKEND")}
+    back afterwards. MPLBACKEND: figures inline, never a window; ATTNLAB_PROGRESS=text: progress bars as text."""
+    saved = {k: os.environ.get(k) for k in ("ATTNLAB_QUICK", "ATTNLAB_NOTEBOOK_RUNS", "MPLBACKEND", "ATTNLAB_PROGRESS")}
     os.environ["ATTNLAB_NOTEBOOK_RUNS"] = str(runs)
+    os.environ["ATTNLAB_PROGRESS"] = "text"
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     if quick:
         os.environ["ATTNLAB_QUICK"] = "1"
@@ -118,8 +138,27 @@ def failing_cell(nb: nbformat.NotebookNode, exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[-2000:]}"
 
 
-def execute(path: Path, quick: bool, runs: Path, out: Path | None = None, timeout: int = 600) -> dict:
-    """Runs one notebook in a fresh kernel; returns its JSON record (and writes the executed copy to out/)."""
+def offline_html(nb: nbformat.NotebookNode) -> str:
+    """The notebook (with its outputs) as one HTML page that loads nothing from the network."""
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
+    mathjax = (importlib.resources.files("mathjax") / "static" / "mathjax" / "es5" / "tex-svg.js").read_text("utf-8")
+    if "</script" in mathjax.lower():  # it could not be inlined in a <script> element as it is
+        raise SystemExit("run_notebooks: the MathJax script holds '</script'; it cannot be inlined")
+    nb = nbformat.from_dict(nb)  # a copy: the widget state (none with text progress) would ask for the CDN's code
+    nb.metadata.pop("widgets", None)
+    exporter = HTMLExporter(extra_loaders=[DictLoader({"attnlab_offline.html.j2": OFFLINE_TEMPLATE})],
+                            template_file="attnlab_offline.html.j2")
+    body, _ = exporter.from_notebook_node(nb, resources={"attnlab_mathjax": mathjax,
+                                                         "attnlab_mathjax_config": MATHJAX_CONFIG})
+    return body
+
+
+def execute(path: Path, quick: bool, runs: Path, out: Path | None = None, timeout: int = 600,
+            html: Path | None = None) -> dict:
+    """Runs one notebook in a fresh kernel; returns its JSON record (and writes the executed copy to out/, and as
+    an offline HTML page to html/)."""
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
@@ -131,7 +170,7 @@ def execute(path: Path, quick: bool, runs: Path, out: Path | None = None, timeou
         from jupyter_client.manager import KernelManager
 
         km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=ksm)
-        client = NotebookClient(nb, km=km, timeout=timeout, kernel_name=KERNEL_NAME,
+        client = NotebookClient(nb, km=km, timeout=timeout, kernel_name=KERNEL_NAME, coalesce_streams=True,
                                 resources={"metadata": {"path": str(path.parent.resolve())}})
         try:
             client.execute()
@@ -142,6 +181,9 @@ def execute(path: Path, quick: bool, runs: Path, out: Path | None = None, timeou
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, out / path.name)
+    if html is not None:
+        html.mkdir(parents=True, exist_ok=True)
+        (html / path.with_suffix(".html").name).write_text(offline_html(nb), encoding="utf-8")
     return record
 
 
@@ -154,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--strip", action="store_true", help="remove outputs and execution counts in place, run nothing")
     mode.add_argument("--check-stripped", action="store_true", help="exit 1 if a notebook holds outputs")
     p.add_argument("--out", type=Path, help="write the executed notebooks here, and the runs they train to OUT/NAME/")
+    p.add_argument("--html", type=Path, help="write each executed notebook here as an HTML page that works offline")
     p.add_argument("--json", type=Path, help="write one JSON line per notebook to this file")
     p.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     args = p.parse_args(argv)
@@ -185,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text("", encoding="utf-8")
     try:
         for path in paths:
-            record = execute(path, args.quick, runs / path.stem, args.out, args.timeout)
+            record = execute(path, args.quick, runs / path.stem, args.out, args.timeout, args.html)
             line = json.dumps(record)
             print(line, flush=True)
             if args.json is not None:

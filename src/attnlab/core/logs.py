@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -49,17 +50,26 @@ def in_notebook() -> bool:
     return shell is not None and hasattr(shell, "kernel")
 
 
+def text_progress_in_notebooks() -> bool:
+    """True when ATTNLAB_PROGRESS=text: a notebook executed unattended (scripts/run_notebooks.py sets it) shows
+    progress as a text bar on stderr, whose last state the saved notebook keeps, instead of a widget whose saved
+    form is its first state and whose exported HTML would fetch the widget code from the network."""
+    return os.environ.get("ATTNLAB_PROGRESS", "").lower() == "text"
+
+
 class Progress:
     """Training progress: a tqdm bar (steps, loss, tokens/s) when stderr is a terminal, a notebook progress bar
-    (tqdm.auto) in Jupyter; otherwise (a log file, CI, a pipe) one plain log line per `report`, so a log holds no
-    carriage-return fragments.
+    (tqdm.auto) in Jupyter (a text bar on stderr with ATTNLAB_PROGRESS=text); otherwise (a log file, CI, a pipe)
+    one plain log line per `report`, so a log holds no carriage-return fragments.
 
     total: the step limit, or None (a time budget: elapsed time and rate, no ETA); initial: steps already done.
     """
 
     def __init__(self, total: int | None, initial: int = 0, enabled: bool = True) -> None:
         self.total, self.enabled, self.bar = total, enabled, None
-        if enabled and in_notebook():
+        if enabled and in_notebook() and text_progress_in_notebooks():
+            self.bar = tqdm(total=total, initial=initial, unit="step", file=sys.stderr)
+        elif enabled and in_notebook():
             self.bar = tqdm_auto(total=total, initial=initial, unit="step")
         elif enabled and sys.stderr.isatty():
             self.bar = tqdm(total=total, initial=initial, dynamic_ncols=True, unit="step", file=sys.stderr)
