@@ -198,7 +198,8 @@ def summary(ex: Exploration) -> dict:
                 "generated": c.generated,
                 "top": [{"piece": p, "label": label(p), "prob": round(x, 4)} for p, x in c.top]} for c in ex.choices]
     return {"family": ex.family, "output": ex.output, "input": ex.input, "score": ex.score, "scheme": ex.scheme,
-            "nbest": [{"text": t, "score": s} for t, s in ex.nbest], "choices": choices, "maps": maps,
+            # rounded as the beam tree's scores are: the player's ended hypotheses then show the n-best list's
+            "nbest": [{"text": t, "score": round(s, 4)} for t, s in ex.nbest], "choices": choices, "maps": maps,
             "steps": steps_summary(ex.steps),
             "warning": degenerate([c.piece for c in ex.choices if c.generated])}
 
