@@ -5,6 +5,7 @@ MarianTokenizer); a fine-tune stopped and resumed gives the uninterrupted run's 
 that disagrees with the run, a run of another family and a missing run are refused with one line."""
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -19,10 +20,10 @@ from attnlab.app.runs import typed_config  # noqa: E402
 from attnlab.app.workflow import load_run  # noqa: E402
 from attnlab.core.checkpoint import resolve_checkpoint  # noqa: E402
 from attnlab.core.errors import AttnlabError  # noqa: E402
-from attnlab.data.tokenizers import BOS_ID, EOS_ID  # noqa: E402
+from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from attnlab.families.translation import ExperimentConfig, PretrainedConfig  # noqa: E402
 from conftest import make_pairs, one_thread  # noqa: E402
-from test_huggingface import opus_like_folder, pad, quiet  # noqa: E402
+from test_huggingface import opus_like_folder  # noqa: E402
 
 TRAIN = {"max_tokens": 600, "lr": 0.003, "eval_every": 3, "log_every": 1, "seed": 5, "progress": False,
          "keep_last": 1, "eval_max_sentences": 4, "num_threads": 1}
@@ -37,6 +38,11 @@ def marian(tmp_path_factory):
         folder = opus_like_folder(root, [a for a, _ in pairs], [b for _, b in pairs])
         assert main(["import", str(folder), "--out", str(root / "imported")]) == 0
     return folder, root / "imported"
+
+
+def pad(seqs: list[list[int]], value: int = PAD_ID) -> torch.Tensor:
+    width = max(map(len, seqs))
+    return torch.tensor([s + [value] * (width - len(s)) for s in seqs])  # (B, L)
 
 
 def write_config(path, tiny_tsv, **sections) -> str:
@@ -65,7 +71,9 @@ def test_update_0_is_the_imported_model_and_its_tokenizer(marian, tiny_tsv, tmp_
     assert stored["pretrained"]["init"] == str(imported) and stored["tokenizer"]["kind"] == "marian"
     # the independent reference: transformers' MarianMT and MarianTokenizer of the folder that was imported
     hf = transformers.MarianMTModel.from_pretrained(str(folder)).eval()
-    hf_tok = quiet(transformers.AutoTokenizer.from_pretrained, str(folder))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MarianTokenizer: "Recommended: pip install sacremoses" (never used)
+        hf_tok = transformers.AutoTokenizer.from_pretrained(str(folder))
     rows = torch.tensor(run.tokenizers.src.rows)
     hf_to_att = torch.full((hf.config.vocab_size,), -1)
     hf_to_att[rows[rows >= 0]] = torch.arange(len(rows))[rows >= 0]
