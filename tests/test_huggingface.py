@@ -21,7 +21,7 @@ from attnlab.core.checkpoint import resolve_checkpoint, save_weights  # noqa: E4
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from attnlab.decode.search import greedy_search, max_output_length  # noqa: E402
 from attnlab.families.translation import experiment_from_dict  # noqa: E402
-from attnlab.interop.huggingface import hidden_permutation  # noqa: E402
+from attnlab.interop.marian import hidden_permutation  # noqa: E402
 from attnlab.nn.transformer import PositionalEncoding  # noqa: E402
 from conftest import make_pairs, one_thread  # noqa: E402
 
@@ -269,10 +269,10 @@ def test_export_import_export_is_bit_equal(runs, tmp_path):
 def test_import_refusals_are_one_line(opus, tmp_path, capsys):
     import shutil
     cases = {}
-    bert = tmp_path / "bert"
-    transformers.BertModel(transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
-                                                   num_attention_heads=2, intermediate_size=32)).save_pretrained(bert)
-    cases["bert"] = (bert, "BertModel is not supported")
+    t5 = tmp_path / "t5"
+    transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=50, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2)).save_pretrained(t5)
+    cases["t5"] = (t5, "T5ForConditionalGeneration is not supported")
     for name, edit, expected in (
             ("truncated", lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:500]),
              "corrupt"),

@@ -292,14 +292,17 @@ def build_parser() -> argparse.ArgumentParser:
                     "RUN_DIR/huggingface-<checkpoint>, or RUN_DIR-<quantization> beside the run (--to attnlab)")
     ex.set_defaults(func=cmd_export)
 
-    im = sub.add_parser("import", help="make a run directory of a Hugging Face MarianMT model (e.g. OPUS-MT)",
-                        description="Read a MarianMT model (a transformers save_pretrained folder with "
-                                    "model.safetensors, vocab.json, source.spm and target.spm; or a hub name such as "
+    im = sub.add_parser("import", help="make a run directory of a Hugging Face model (MarianMT, GPT-2, BERT)",
+                        description="Read a Hugging Face model (a transformers save_pretrained folder with "
+                                    "model.safetensors and its tokenizer files; or a hub name such as "
                                     "Helsinki-NLP/opus-mt-en-es, fetched with huggingface_hub when you have "
-                                    "internet) into an ordinary run directory: translate, evaluate, plot, serve and "
-                                    "export work on it. Safetensors and JSON only: pickled weights "
-                                    "(pytorch_model.bin) are refused, never loaded. Other architectures are refused, "
-                                    "naming the supported one.")
+                                    "internet) into an ordinary run directory. MarianMT (e.g. OPUS-MT): a "
+                                    "translation run (translate, evaluate, plot, serve, export, train --init). "
+                                    "GPT2LMHeadModel: a language-model run (generate, serve, export). BertModel or "
+                                    "a BertFor* class: a BERT-class encoder run to explore (serve, plot explore; a "
+                                    "sentence or a pair), its heads left out. Safetensors and JSON only: pickled "
+                                    "weights (pytorch_model.bin) are refused, never loaded. Other architectures are "
+                                    "refused, naming the supported ones.")
     im.add_argument("src", metavar="SRC", help="a save_pretrained folder, or a hub name (needs internet)")
     im.add_argument("--out", type=Path, metavar="RUN_DIR", required=True, help="the new run directory")
     im.set_defaults(func=cmd_import)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import sentencepiece as spm
+from tokenizers import Tokenizer as HFLibraryTokenizer
 
 from attnlab.core.config import MAX_COUNT, MAX_SEED, MAX_VOCAB, from_dict
 from attnlab.core.errors import AttnlabError
@@ -67,8 +68,9 @@ class TokenizerConfig:
     """How to tokenize. vocab_size is ignored for "char"; character_coverage and byte_fallback apply to the
     SentencePiece kinds only. joint: one vocabulary for source and target, trained on both sides."""
 
-    # marian: an imported MarianMT model's tokenizer (`MarianVocabTokenizer`, made by `attnlab import`, never trained)
-    CHOICES: ClassVar[dict] = {"kind": ("char", "bpe", "unigram", "marian")}
+    # marian, huggingface: an imported model's tokenizer (`MarianVocabTokenizer`, `ImportedTokenizer`: made by
+    # `attnlab import`, never trained)
+    CHOICES: ClassVar[dict] = {"kind": ("char", "bpe", "unigram", "marian", "huggingface")}
     LIMITS: ClassVar[dict] = {"vocab_size": (1, MAX_VOCAB), "character_coverage": (0.0, 1.0),
                               "sample_sentences": (1, MAX_COUNT), "sample_seed": (0, MAX_SEED)}
 
@@ -329,7 +331,123 @@ class MarianVocabTokenizer:
                    obj["rows"], obj["specials"])
 
 
-Tokenizer = CharTokenizer | SentencePieceTokenizer | MarianVocabTokenizer
+class ImportedTokenizer:
+    """The tokenizer of an imported GPT-2-class or BERT-class model (`attnlab import`, `attnlab.interop`): a Hugging
+    Face `tokenizers` tokenizer (its tokenizer.json: GPT-2's byte-level BPE, BERT's WordPiece, or the one an attnlab
+    export writes), run by the same library Hugging Face runs it with, so the pieces and ids are its own; `rows`
+    maps them to attnlab's: rows[i] is the Hugging Face id of attnlab id i (PAD 0, BOS 1, EOS 2, UNK 3 first; -1:
+    a row Hugging Face has not, e.g. GPT-2's PAD and UNK). A Hugging Face id on several rows (GPT-2's
+    <|endoftext|> is its BOS and its EOS) encodes to the last of them.
+
+    decode drops PAD, BOS, EOS and UNK and lets the library join the rest (skip_special_tokens). id_to_piece shows
+    a byte-level piece as its text with "\u2581" for a space ("Ġthe" -> "\u2581the", as SentencePiece writes it)
+    where that text is whole UTF-8 and names one id, else as the library stores it; WordPiece pieces as they are
+    ("##ing"). `scheme`: how the pieces form words ("wordpiece" or "sentencepiece"), for the word toggle.
+    """
+
+    kind = "huggingface"
+
+    def __init__(self, tokenizer_json: str, rows: Sequence[int], specials: dict[str, int | None]) -> None:
+        try:
+            self._tok = HFLibraryTokenizer.from_str(tokenizer_json)
+            spec = json.loads(tokenizer_json)
+        except Exception as e:  # the library raises its own Exception type for a malformed file
+            raise AttnlabError(f"not a Hugging Face tokenizer.json ({str(e).strip()[:120]})") from None
+        self.tokenizer_json, self.rows, self.specials = tokenizer_json, [int(r) for r in rows], dict(specials)
+        self._ids = {h: a for a, h in enumerate(self.rows) if h >= 0}  # the last row of an id wins
+        n = self._tok.get_vocab_size(with_added_tokens=True)
+        missing = [h for h in range(n) if h not in self._ids and self._tok.id_to_token(h) is not None]
+        if missing or len(self.rows) < len(SPECIALS):
+            raise AttnlabError(f"the tokenizer has {n} ids and the model rows for {len(self._ids)} of them (id "
+                               f"{missing[0] if missing else '?'} has none); the tokenizer and the model disagree")
+        self.scheme = "wordpiece" if (spec.get("model") or {}).get("type") == "WordPiece" else "sentencepiece"
+        self._byte_level = _has_type(spec.get("decoder"), "ByteLevel")
+        self._tok.no_padding()
+        self._tok.no_truncation()
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.rows)
+
+    def _attnlab(self, hf_ids: Sequence[int]) -> list[int]:
+        return [self._ids[h] for h in hf_ids]
+
+    def encode(self, text: str) -> list[int]:
+        """attnlab ids of text, without the tokenizer's own specials (no [CLS]/[SEP], no BOS)."""
+        return self._attnlab(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def encode_batch(self, texts: Sequence[str], threads: int = 1) -> list[list[int]]:
+        return [self._attnlab(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_pair(self, a: str, b: str | None = None) -> tuple[list[int], list[int]]:
+        """(ids, token types) of a sentence or a pair with the tokenizer's specials, as Hugging Face's tokenizer
+        (text, text_pair) gives them: BERT's [CLS] a [SEP] b [SEP], types 0 ... 0 1 ... 1."""
+        e = self._tok.encode(a, b, add_special_tokens=True)
+        return self._attnlab(e.ids), list(e.type_ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        hf = [self.rows[int(i)] for i in ids if int(i) > UNK_ID and self.rows[int(i)] >= 0]
+        return self._tok.decode(hf, skip_special_tokens=True)
+
+    @functools.cached_property
+    def _pieces(self) -> list[str]:
+        """The piece shown for each attnlab id (see the class docstring); the specials as attnlab names them."""
+        raw = [self._tok.id_to_token(h) if h >= 0 and self._tok.id_to_token(h) else SPECIALS[i] if i < len(SPECIALS)
+               else f"<id {h}>" for i, h in enumerate(self.rows)]
+        if not self._byte_level:
+            return raw
+        shown = list(raw)
+        texts = self._tok.decode_batch([[h] for h in self.rows[len(SPECIALS):]], skip_special_tokens=False)
+        for i, text in enumerate(texts, len(SPECIALS)):
+            if "\ufffd" not in text and not is_control(text) and text:
+                shown[i] = text.replace(" ", "\u2581")
+        while True:  # a shown text that two ids share (or that is another id's raw piece) goes back to raw
+            seen = Counter(shown)
+            clash = [i for i, p in enumerate(shown) if seen[p] > 1 and p != raw[i]]
+            if not clash:
+                return shown
+            for i in clash:
+                shown[i] = raw[i]
+
+    def id_to_piece(self, i: int) -> str:
+        return self._pieces[int(i)]
+
+    def token(self, hf_id: int | None) -> str | None:
+        """The library's own token string of a Hugging Face id (None: no id, or one the tokenizer has not)."""
+        return None if hf_id is None or hf_id < 0 else self._tok.id_to_token(int(hf_id))
+
+    def pieces(self, text: str) -> list[str]:
+        return [self._pieces[i] for i in self.encode(text)]
+
+    @functools.cached_property
+    def control_ids(self) -> tuple[int, ...]:
+        """The ids whose text holds a control character (`is_control`), ascending: GPT-2's "Ċ" (a newline)."""
+        hf = self.rows[len(SPECIALS):]
+        texts = self._tok.decode_batch([[h] if h >= 0 else [] for h in hf], skip_special_tokens=False)
+        return tuple(i for i, t in enumerate(texts, len(SPECIALS)) if is_control(t))
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"kind": self.kind, "tokenizer": self.tokenizer_json, "rows": self.rows,
+                           "specials": self.specials}, ensure_ascii=False).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ImportedTokenizer:
+        obj = json.loads(data.decode("utf-8"))
+        if not isinstance(obj, dict) or obj.get("kind") != cls.kind or not isinstance(obj.get("tokenizer"), str):
+            raise AttnlabError("not an imported Hugging Face tokenizer (expected {'kind': 'huggingface', ...})")
+        return cls(obj["tokenizer"], obj["rows"], obj["specials"])
+
+
+def _has_type(node, name: str) -> bool:
+    """Whether a tokenizer.json component (a decoder, possibly a Sequence of them) is or holds type `name`."""
+    if isinstance(node, dict):
+        return node.get("type") == name or any(_has_type(v, name) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_type(v, name) for v in node)
+    return False
+
+
+Tokenizer = CharTokenizer | SentencePieceTokenizer | MarianVocabTokenizer | ImportedTokenizer
 
 
 @dataclass
@@ -350,8 +468,8 @@ def train_tokenizer(cfg: TokenizerConfig, texts: Sequence[str]) -> Tokenizer:
     """One tokenizer of cfg.kind trained on texts (cfg.joint is not used)."""
     if cfg.kind == "char":
         return CharTokenizer.train(texts)
-    if cfg.kind == "marian":
-        raise AttnlabError("tokenizer.kind = 'marian' is an imported MarianMT model's tokenizer (attnlab import); it "
+    if cfg.kind in ("marian", "huggingface"):
+        raise AttnlabError(f"tokenizer.kind = {cfg.kind!r} is an imported model's tokenizer (attnlab import); it "
                            "cannot be trained: choose 'unigram', 'bpe' or 'char'")
     return SentencePieceTokenizer.train(texts, cfg)
 
@@ -366,7 +484,8 @@ def build_tokenizers(cfg: TokenizerConfig, train_src: Sequence[str], train_tgt: 
 
 
 def _file_name(side: str, kind: str) -> str:
-    return {"char": f"{side}.chars.json", "marian": f"{side}.marian.json"}.get(kind, f"{side}.model")
+    return {"char": f"{side}.chars.json", "marian": f"{side}.marian.json",
+            "huggingface": f"{side}.huggingface.json"}.get(kind, f"{side}.model")
 
 
 def save_tokenizers(pair: TokenizerPair, directory: Path | str) -> None:
@@ -405,6 +524,8 @@ def load_tokenizers(directory: Path | str) -> TokenizerPair:
                 return CharTokenizer.from_bytes(data)
             if kind == "marian":
                 return MarianVocabTokenizer.from_bytes(data)
+            if kind == "huggingface":
+                return ImportedTokenizer.from_bytes(data)
             return SentencePieceTokenizer.from_bytes(data, kind)
         except (OSError, ValueError, IndexError, RuntimeError) as e:
             # AttnlabError, JSON and UTF-8 errors are ValueErrors; SentencePiece raises the other two

@@ -107,10 +107,12 @@ class Family:
     What a family can do beyond the pipeline, asked of the row and never of its name: abilities (the commands its
     runs serve: "translate", "generate", "classify", "regress"); explorer (its `Explorer` hooks; None: its runs
     have no attention to explore); export (the CTranslate2 model its runs export to, `attnlab.interop.ctranslate2`:
-    "translator" an encoder-decoder, "generator" a decoder-only language model; None: no export); hf_export (the
-    Hugging Face model its runs export to, `attnlab.interop.huggingface`: "seq2seq" an encoder-decoder, MarianMT
-    when post-norm, Pegasus when pre-norm; None: refused); hf_import(transformer settings, tokenizer settings) ->
-    the raw RUN_DIR/config.json of a run imported from Hugging Face (`attnlab import`; None: not this family).
+    "translator" an encoder-decoder, "generator" a decoder-only language model; None: no export); hf_kind (the
+    kind of Hugging Face model its runs are, `attnlab.interop.huggingface`: "seq2seq" an encoder-decoder (exported
+    as MarianMT when post-norm, Pegasus when pre-norm), "causal-lm" a decoder-only LM (GPT-2), "encoder" a
+    BERT-class encoder (imported only); None: neither exported nor imported); hf_import(model settings, tokenizer
+    settings) -> the raw RUN_DIR/config.json of a run imported from a Hugging Face model of its kind (`attnlab
+    import`; None: its kind is not imported).
     """
 
     name: str
@@ -131,7 +133,7 @@ class Family:
     uses_tokenizers: Callable[[Any], bool] = lambda cfg: True
     explorer: Explorer | None = None
     export: str | None = None
-    hf_export: str | None = None
+    hf_kind: str | None = None
     hf_import: Callable[[dict, dict], dict] | None = None
 
     def from_dict(self, data: dict) -> Any:

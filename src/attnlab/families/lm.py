@@ -10,7 +10,13 @@ predicts tokens + [EOS], so perplexity covers the end of the sentence too.
 
 Generation keeps a key/value cache per layer (`TransformerLM.step`, the decoder's one cached step
 `attnlab.nn.transformer.decoder_step`), so each new token costs O(t), and samples with
-temperature, top-k and top-p (nucleus) filtering (`filter_logits`, `sample_next`).
+temperature, top-k and top-p (nucleus) filtering (`attnlab.decode.sampling`: `generate`, re-exported here with
+`filter_logits` and `sample_next`).
+
+GPT-2 (Radford et al. 2019) is one setting of this model, which `attnlab import` gives a GPT-2-class folder:
+learned positions, no sqrt(D) embedding scale (`scale_embeddings = false`), pre-norm with the final LayerNorm, the
+tanh GELU (`activation = "gelu_tanh"`), biases, the output layer tied to the embeddings (plus an output bias
+`generator_bias` where the import adds rows GPT-2 has not: `attnlab.interop.gpt2`).
 
 Data: one side of the Bible corpus (`data.corpus = "bible"`, `data.side = "tgt"` for the Spanish verses) or plain
 text files, one sentence per line (`data.corpus = "text"`).
@@ -31,13 +37,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.core.config import MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SEED, MAX_VOCAB, load_config
+from attnlab.core.config import MAX_COUNT, MAX_LAYERS, MAX_LEN, MAX_SEED, MAX_VOCAB, from_dict, load_config, to_dict
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import read_lines, write_json
 from attnlab.data.batching import pack_rows, pad_sequences
 from attnlab.data.bible import bible_corpus
 from attnlab.data.corpus import holdout, normalize, subsample
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair, build_tokenizers
+# Sample, filter_logits and sample_next are re-exported: the LM's sampling, named where the LM is
+from attnlab.decode.sampling import Sample, check_sampling, filter_logits, generate, sample_next  # noqa: F401
 from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun
 from attnlab.families.explorer import (AttentionMap, Recording, capture, scheme_of, stacked_qk, token_choices,
                                        with_rollout)
@@ -55,7 +63,9 @@ log = logging.getLogger("attnlab")
 @dataclass
 class LMModelConfig:
     """A decoder-only Transformer; the fields mean what they mean in `TransformerConfig` (layers: the stack's
-    depth; tie_embeddings: the output layer shares the embedding matrix)."""
+    depth; tie_embeddings: the output layer shares the embedding matrix; generator_bias: an output bias next to
+    tied embeddings). scale_embeddings: multiply the embeddings by sqrt(d_model) (Vaswani et al. 2017, 3.4;
+    GPT-2 does not)."""
 
     d_model: int = 256
     h: int = 4
@@ -70,6 +80,8 @@ class LMModelConfig:
     tie_embeddings: bool = True
     layer_norm_eps: float = 1e-5
     bias: bool = True
+    scale_embeddings: bool = True
+    generator_bias: bool = False
 
     LIMITS: ClassVar[dict] = {**{k: v for k, v in TransformerConfig.LIMITS.items() if not k.endswith("_layers")},
                               "layers": (1, MAX_LAYERS)}
@@ -83,7 +95,8 @@ class LMModelConfig:
                                  dec_layers=self.layers, dropout=self.dropout, attn_dropout=self.attn_dropout,
                                  activation=self.activation, norm=self.norm, positions=self.positions,
                                  max_len=self.max_len, tie_embeddings="decoder" if self.tie_embeddings else "none",
-                                 layer_norm_eps=self.layer_norm_eps, bias=self.bias)
+                                 layer_norm_eps=self.layer_norm_eps, bias=self.bias,
+                                 generator_bias=self.generator_bias)
 
 
 @dataclass
@@ -158,13 +171,11 @@ def load_lm_config(path: Path | str | None, overrides: list[str] | None = None) 
     return load_config(LMExperimentConfig, path, overrides)
 
 
-def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
-    if not 0 <= temperature < math.inf:
-        raise AttnlabError(f"temperature must be a finite number >= 0, got {temperature}")
-    if top_k < 0:
-        raise AttnlabError(f"top_k must be >= 0, got {top_k}")
-    if not 0.0 < top_p <= 1.0:
-        raise AttnlabError(f"top_p must be in (0, 1], got {top_p}")
+def imported_lm_config(lm: dict, tokenizer: dict) -> dict:
+    """RUN_DIR/config.json of a language model imported from another toolkit (`attnlab import`,
+    `attnlab.interop.gpt2`): the model's settings and its tokenizer's, everything else the defaults."""
+    return to_dict(LMExperimentConfig(tokenizer=from_dict(TokenizerConfig, tokenizer, "tokenizer."),
+                                      model=LMSection(lm=from_dict(LMModelConfig, lm, "model.lm."))))
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -192,14 +203,17 @@ class TransformerLM(nn.Module):
         self.dropout = Dropout(cfg.dropout)
         self.layers = nn.ModuleList(DecoderLayer(tcfg, cross_attention=False) for _ in range(cfg.layers))
         self.norm = nn.LayerNorm(D, eps=cfg.layer_norm_eps, bias=cfg.bias) if cfg.norm == "pre" else nn.Identity()
-        self.generator = nn.Linear(D, vocab, bias=not cfg.tie_embeddings)
+        self.generator = nn.Linear(D, vocab, bias=not cfg.tie_embeddings or cfg.generator_bias)
         init_transformer_weights(self, D)
         if cfg.tie_embeddings:
             self.generator.weight = self.embed.weight
 
     def _embed(self, tokens: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
-        """tokens (B, L) -> Dropout(sqrt(D) * E[tokens] + PE) (B, L, D)."""
-        return self.dropout(self.pos(self.embed(tokens) * math.sqrt(self.cfg.d_model), offset, positions))
+        """tokens (B, L) -> Dropout(sqrt(D) * E[tokens] + PE) (B, L, D); without scale_embeddings E[tokens] + PE."""
+        x = self.embed(tokens)  # (B, L, D)
+        if self.cfg.scale_embeddings:
+            x = x * math.sqrt(self.cfg.d_model)
+        return self.dropout(self.pos(x, offset, positions))
 
     def hidden(self, tokens: Tensor, need_weights: bool = False, segments: Segments | None = None
                ) -> tuple[Tensor, list[Tensor | None]]:
@@ -415,91 +429,6 @@ def format_lm_eval(result: dict) -> str:
             f"({result['words']:,} words + EOS)")
 
 
-# ---------------------------------------------------------------------------------------------- sampling
-def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
-    """Sets to -inf every logit outside the top-k and outside the nucleus (the smallest set of most likely tokens
-    whose probability reaches top_p; the most likely token always stays).
-
-    Shape: logits (B, V) -> (B, V).
-    """
-    logits = logits.clone()
-    if top_k and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits[logits < kth] = float("-inf")
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V)
-        probs = sorted_logits.softmax(dim=-1)
-        before = probs.cumsum(dim=-1) - probs  # probability of the more likely tokens
-        drop_sorted = before >= top_p  # the set already reached top_p without this token
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits[drop] = float("-inf")
-    return logits
-
-
-def sample_next(logprobs: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                generator: torch.Generator | None = None) -> Tensor:
-    """The next token of each row: argmax for temperature 0, else a sample of softmax(logprobs / temperature)
-    restricted by top-k / top-p. Shape: logprobs (B, V) -> (B,)."""
-    if temperature == 0:
-        return logprobs.argmax(dim=-1)
-    # in float64 (a temperature of 1e-94 is 0 in float32) and shifted so that the largest is 0 (the same softmax):
-    # a tiny temperature then sends the others to -inf instead of the largest to inf, whose softmax is nan
-    logits = logprobs.double()
-    logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
-    probs = filter_logits(logits, top_k, top_p).softmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]
-
-
-@dataclass
-class Sample:
-    text: str
-    tokens: list[int]
-    logprob: float  # under the model (not the filtered distribution), new tokens only
-    finished: bool  # ended with EOS (else max_len was reached)
-
-
-@torch.no_grad()
-def generate(model: TransformerLM, tok, prompt: str = "", num: int = 1, max_len: int = 100,
-             temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-             device: torch.device | str = "cpu") -> list[Sample]:
-    """`num` continuations of `prompt` (empty: from scratch), sampled together with the KV cache. The text returned
-    is the prompt followed by the continuation."""
-    check_sampling(temperature, top_k, top_p)
-    if num < 1 or max_len < 1:
-        raise AttnlabError(f"the number of samples ({num}) and max_len ({max_len}) must be >= 1")
-    prompt_ids = tok.encode(normalize(prompt)) if prompt.strip() else []
-    if 1 + len(prompt_ids) + max_len > model.cfg.max_len:
-        raise AttnlabError(f"prompt ({len(prompt_ids)} tokens) + max_len ({max_len}) exceed the model's max_len "
-                           f"({model.cfg.max_len})")
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    never = [PAD_ID, BOS_ID, *tok.control_ids]  # never generated
-    state = model.init_state(num, device)
-    logprobs = None
-    for t in [BOS_ID, *prompt_ids]:
-        logprobs, state, _ = model.step(torch.full((num,), t, dtype=torch.long, device=device), state)
-    out = torch.zeros(num, 0, dtype=torch.long)
-    score = torch.zeros(num)
-    done = torch.zeros(num, dtype=torch.bool)
-    for _ in range(max_len):
-        lp = logprobs.cpu()
-        lp[:, never] = float("-inf")  # PAD, BOS and the control characters (`Tokenizer.control_ids`)
-        nxt = sample_next(lp, temperature, top_k, top_p, gen)  # (num,)
-        nxt = torch.where(done, torch.full_like(nxt, PAD_ID), nxt)
-        score += torch.where(done, torch.zeros(num), lp.gather(1, nxt.clamp(min=0)[:, None])[:, 0])
-        out = torch.cat([out, nxt[:, None]], dim=1)
-        done |= nxt == EOS_ID
-        if done.all():
-            break
-        logprobs, state, _ = model.step(nxt.to(device), state)
-    samples = []
-    for row in range(num):
-        ids = [i for i in out[row].tolist() if i != PAD_ID]
-        finished = bool(ids) and ids[-1] == EOS_ID
-        new = ids[:-1] if finished else ids
-        samples.append(Sample(tok.decode(prompt_ids + new), new, float(score[row]), finished))
-    return samples
-
-
 # ---------------------------------------------------------------------------------------------- explorer
 @torch.no_grad()
 def explore_generation(run: LoadedRun, prompt: str, sentence_b: str | None = None, beam: int | None = None,
@@ -576,7 +505,10 @@ def init_decoder_from_lm(model: nn.Module, lm_run: LoadedRun) -> int:
         raise AttnlabError("pretrained.decoder needs model.family = 'transformer'")
     cfg, tok, lm = lm_run.cfg, lm_run.tokenizers.tgt, lm_run.model
     mine, theirs = model.cfg, cfg.model.lm
-    for key in ("d_model", "h", "d_ff", "norm", "activation", "positions", "bias"):
+    if not theirs.scale_embeddings:
+        raise AttnlabError("pretrained.decoder: the LM's model.lm.scale_embeddings is false; a translation decoder "
+                           "scales its embeddings by sqrt(d_model)")
+    for key in ("d_model", "h", "d_ff", "norm", "activation", "positions", "bias", "generator_bias"):
         if getattr(mine, key) != getattr(theirs, key):
             raise AttnlabError(f"pretrained.decoder: the LM's model.lm.{key} ({getattr(theirs, key)!r}) differs from "
                                f"model.transformer.{key} ({getattr(mine, key)!r})")

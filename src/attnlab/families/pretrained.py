@@ -145,11 +145,24 @@ class BertEncoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(cfg.layers) for _ in range(cfg.layers.enc_layers))
 
     def forward(self, tokens: Tensor, mask: Tensor, token_types: Tensor | None = None) -> Tensor:
+        return self.run(tokens, mask, token_types)[0]
+
+    def run(self, tokens: Tensor, mask: Tensor, token_types: Tensor | None = None, need_weights: bool = False
+            ) -> tuple[Tensor, list[Tensor | None]]:
+        """The top layer (B, L, D) and each layer's self-attention weights (B, H, L, L) (None without
+        need_weights; a pad position's row attends as Hugging Face's does, to the real tokens only)."""
         x = self.embeddings(tokens, token_types)  # (B, L, D)
         key_mask = mask[:, None, None, :]  # (B, 1, 1, L)
+        weights = []
         for layer in self.layers:
-            x, _ = layer(x, key_mask)  # (B, L, D)
-        return x
+            x, w = layer(x, key_mask, need_weights)  # (B, L, D)
+            weights.append(w)
+        return x, weights
+
+    @torch.no_grad()
+    def attention_maps(self, tokens: Tensor, mask: Tensor, token_types: Tensor | None = None) -> Tensor:
+        """Self-attention weights of every layer and head: (B, N, H, L, L)."""
+        return torch.stack(self.run(tokens, mask, token_types, need_weights=True)[1], dim=1)
 
     def embed(self, tokens: Tensor, mask: Tensor, normalize: bool = True) -> Tensor:
         """Sentence embeddings: mean pooling over real tokens, L2-normalised. (B, L) -> (B, D)."""

@@ -15,6 +15,7 @@ ask the row, never the family's name: adding a family is adding a row here, not 
 | lm          | LMExperimentConfig      | TransformerLM (decoder only)        | LMTask (CE)         | dev loss    |
 | pair        | ParaphraseConfig        | DecomposableAttention, MiniLM       | PairTask (CE)       | dev accuracy|
 | series      | SeriesExperimentConfig  | SeriesRNN (many-to-one)             | RegressionTask (SE) | dev MSE     |
+| bert        | BertExperimentConfig    | BertEncoder (imported, not trained) | -                   | -           |
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, Callable
 
 from attnlab.core.config import apply_overrides, read_config_file, to_dict
 from attnlab.core.errors import AttnlabError
-from attnlab.families import lm, pairs, series, translation
+from attnlab.families import bert, lm, pairs, series, translation
 from attnlab.families.base import Explorer, Family
 
 
@@ -40,7 +41,7 @@ def _is_rnn(raw: dict) -> bool:
 
 
 def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool], export: str | None,
-             hf_export: str | None = None, hf_import: Callable[[dict, dict], dict] | None = None) -> Family:
+             hf_kind: str | None = None, hf_import: Callable[[dict, dict], dict] | None = None) -> Family:
     """The translation families share their config, pipeline and explorer functions; model.family picks the
     network."""
     return Family(
@@ -51,7 +52,7 @@ def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool], export: s
         evaluate=translation.evaluate_seq2seq, format_eval=translation.format_seq2seq_eval,
         summary_inputs=translation.seq2seq_summary_inputs, abilities=frozenset({"translate"}),
         explorer=Explorer(translation.explore_seq2seq, translation.seq2seq_explorer_facts, translation.seq2seq_tokens),
-        export=export, hf_export=hf_export, hf_import=hf_import)
+        export=export, hf_kind=hf_kind, hf_import=hf_import)
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -61,7 +62,7 @@ FAMILIES: tuple[Family, ...] = (
            evaluate=lm.evaluate_lm, format_eval=lm.format_lm_eval, summary_inputs=lm.lm_summary_inputs,
            abilities=frozenset({"generate"}),
            explorer=Explorer(lm.explore_generation, lm.lm_explorer_facts, lm.lm_tokens, empty_input=True),
-           export="generator"),
+           export="generator", hf_kind="causal-lm", hf_import=lm.imported_lm_config),
     Family(name="pair", title="sentence-pair classifier", config_class=pairs.ParaphraseConfig,
            recognise=pairs.is_paraphrase_config, load_config=pairs.load_paraphrase_config,
            load_data=lambda cfg, tokenizers: pairs.load_pairs(cfg), make_tokenizers=pairs.make_pair_tokenizers, build_model=pairs.build_pair_model,
@@ -76,8 +77,15 @@ FAMILIES: tuple[Family, ...] = (
            evaluate=series.evaluate_series, format_eval=series.format_series_eval,
            summary_inputs=series.series_summary_inputs, abilities=frozenset({"regress"}),
            uses_tokenizers=lambda cfg: False),
+    Family(name="bert", title="BERT-class encoder", config_class=bert.BertExperimentConfig,
+           recognise=bert.is_bert_config, load_config=bert.load_bert_config, load_data=bert.not_trained,
+           make_tokenizers=bert.not_trained, build_model=bert.build_bert, training=bert.not_trained,
+           evaluate=bert.not_trained, format_eval=str, summary_inputs=bert.bert_summary_inputs,
+           abilities=frozenset(),  # explored only: `attnlab serve`, `plot explore`, Run.explore
+           explorer=Explorer(bert.explore_bert, bert.bert_explorer_facts, bert.bert_tokens, sentences=2),
+           hf_kind="encoder", hf_import=bert.imported_bert_config),
     _seq2seq("transformer", "Transformer encoder-decoder", lambda raw: _model_family(raw) == "transformer",
-             export="translator", hf_export="seq2seq", hf_import=translation.imported_config),
+             export="translator", hf_kind="seq2seq", hf_import=translation.imported_config),
     _seq2seq("rnn", "RNN encoder-decoder", _is_rnn, export=None),  # CTranslate2 has no RNN models
 )
 _DEFAULT = FAMILIES[-1]
@@ -121,7 +129,7 @@ def explorer(family: Family, where: Path | str) -> Explorer:
 def require(family: Family, ability: str, where: Path | str) -> None:
     """An AttnlabError naming what the run can do instead, unless the family has `ability`."""
     if ability not in family.abilities:
-        can = ", ".join(ABILITY_COMMANDS[a] for a in sorted(family.abilities))
+        can = ", ".join(ABILITY_COMMANDS[a] for a in sorted(family.abilities)) or "attnlab serve / plot explore"
         raise AttnlabError(f"{where}: a {family.title} run cannot {ability}; use {can} (or attnlab evaluate / "
                            "summary) with it")
 

@@ -121,8 +121,8 @@ def _output(spec, decoder_spec, generator: torch.nn.Linear, layer_norm_eps: floa
 
 def _activation(specs, name: str):
     """CTranslate2's activation of a TransformerConfig.activation (silu and swish are one function)."""
-    return {"gelu": specs.Activation.GELU, "silu": specs.Activation.SWISH,
-            "swish": specs.Activation.SWISH}.get(name, specs.Activation.RELU)
+    return {"relu": specs.Activation.RELU, "gelu": specs.Activation.GELU, "gelu_tanh": specs.Activation.GELUTanh,
+            "silu": specs.Activation.SWISH, "swish": specs.Activation.SWISH}[name]
 
 
 def _positions(pos) -> np.ndarray:
@@ -173,7 +173,7 @@ def language_model_spec(model, vocab: list[str]):
                                                          activation=activation)
     dec = spec.decoder
     dec.embeddings.weight = _np(model.embed.weight)
-    dec.scale_embeddings = True
+    dec.scale_embeddings = cfg.scale_embeddings
     dec.position_encodings.encodings = _positions(model.pos)
     if cfg.norm == "pre":
         _norm(dec.layer_norm, model.norm)

@@ -61,7 +61,8 @@ class TransformerConfig:
     # an output-layer bias next to tied embeddings (an imported MarianMT's final_logits_bias); untied has one anyway
     generator_bias: bool = False
 
-    CHOICES: ClassVar[dict] = {"activation": ("relu", "gelu", "silu", "swish"), "norm": ("post", "pre"),
+    # gelu: exact (erf); gelu_tanh: its tanh approximation (Hendrycks & Gimpel 2016, 2), GPT-2's "gelu_new"
+    CHOICES: ClassVar[dict] = {"activation": ("relu", "gelu", "gelu_tanh", "silu", "swish"), "norm": ("post", "pre"),
                                "positions": ("sinusoidal", "learned"), "tie_embeddings": ("none", "decoder", "all")}
     LIMITS: ClassVar[dict] = {"d_model": (1, MAX_DIM), "h": (1, MAX_DIM), "d_ff": (1, 4 * MAX_DIM),
                               "enc_layers": (1, MAX_LAYERS), "dec_layers": (1, MAX_LAYERS), "dropout": (0.0, 1.0),
@@ -227,6 +228,11 @@ class PositionalEncoding(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------- layers
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU's tanh approximation (Hendrycks & Gimpel 2016, 2): Hugging Face's "gelu_new" and "gelu_pytorch_tanh"."""
+    return F.gelu(x, approximate="tanh")
+
+
 class FeedForward(nn.Module):
     """Position-wise FFN (3.3, eq. 2): FFN(x) = act(x W_1 + b_1) W_2 + b_2, dropout after the activation."""
 
@@ -235,8 +241,10 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
         self.linear2 = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
         self.dropout = Dropout(cfg.dropout)
-        # silu = swish (Ramachandran et al. 2017, x * sigmoid(x)): MarianMT's OPUS models use it
-        self.activation = {"gelu": F.gelu, "silu": F.silu, "swish": F.silu}.get(cfg.activation, F.relu)
+        # silu = swish (Ramachandran et al. 2017, x * sigmoid(x)): MarianMT's OPUS models use it; gelu_tanh:
+        # 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), GPT-2's
+        self.activation = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "silu": F.silu, "swish": F.silu
+                           }.get(cfg.activation, F.relu)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, L, D)

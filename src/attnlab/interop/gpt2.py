@@ -1,0 +1,321 @@
+"""Decoder-only language models in and out of Hugging Face as GPT-2 (Radford et al. 2019; `transformers`'
+GPT2LMHeadModel), called by `attnlab.interop.huggingface` for runs of the "causal-lm" kind (the family row's
+`hf_kind`). Read and written with safetensors and JSON only (`attnlab.interop.hf_folder`).
+
+Import: a GPT2LMHeadModel (or GPT2Model) folder becomes an ordinary language-model run whose settings say what
+GPT-2 is (`attnlab.families.lm.LMModelConfig`): learned positions, no sqrt(D) embedding scale, pre-norm with the
+final LayerNorm, its activation (gelu_new: the tanh GELU), biases, its LayerNorm epsilon, the output layer tied to
+the embeddings (or not, as the folder says). Its tokenizer is the folder's own (tokenizer.json, or GPT-2's
+vocab.json + merges.txt built into one as `transformers`' GPT2Tokenizer builds it), run by the `tokenizers`
+library (`attnlab.data.tokenizers.ImportedTokenizer`). attnlab's LM reads [BOS] + text: GPT-2's BOS is its
+<|endoftext|>, which is also its EOS, so the import's BOS row is a dead output row, as are PAD and UNK, which GPT-2
+has not (`attnlab.interop.hf_folder.dead_rows`).
+
+Export: a run whose settings GPT-2 expresses becomes a GPT2LMHeadModel folder. Exact, not close:
+- positions: attnlab's table (sinusoidal or learned) written into wpe, which GPT-2 adds as attnlab does;
+- sqrt(D) scale: folded into wte when the output layer is untied (wte = sqrt(D) E, the product attnlab computes);
+  with tied embeddings GPT-2's one matrix cannot be both E and sqrt(D) E: refused, as is post-norm (GPT-2 is
+  pre-norm), an output bias that is not zero (lm_head has none) and a tokenizer `transformers` cannot run as
+  attnlab does (char; SentencePiece BPE);
+- `bias = false`: zero biases, which GPT-2 adds exactly.
+The tokenizer travels as tokenizer.json: an import's own, or attnlab's SentencePiece unigram model rewritten for
+the `tokenizers` library (the same pieces and scores, the identity normalisation, "\u2581" for spaces and one
+prepended, byte fallback, the specials never matched in text) whose post-processor puts BOS first, so that
+`tok(prompt)` is what attnlab's LM reads. Export -> import -> export gives the same tensors bit for bit.
+
+Weight names (i: layer; GPT-2's Conv1D weights are (in, out), attnlab's Linear ones (out, in): transposed):
+
+| attnlab                                    | Hugging Face GPT2LMHeadModel                           |
+|--------------------------------------------|--------------------------------------------------------|
+| embed.weight (x sqrt(D) when folded)       | transformer.wte.weight                                 |
+| pos.learned.weight / pos.pe                | transformer.wpe.weight                                 |
+| layers.i.norm1, layers.i.norm2             | transformer.h.i.ln_1, transformer.h.i.ln_2             |
+| layers.i.self_attn.W_Q / W_K / W_V         | transformer.h.i.attn.c_attn (the three side by side)   |
+| layers.i.self_attn.W_O                     | transformer.h.i.attn.c_proj                            |
+| layers.i.ff.linear1 / linear2              | transformer.h.i.mlp.c_fc / c_proj                      |
+| norm                                       | transformer.ln_f                                       |
+| generator.weight (untied)                  | lm_head.weight                                         |
+
+Shape legend: V vocabulary, P positions, D d_model, F d_ff.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import sentencepiece as spm
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from torch import Tensor
+
+from attnlab.core.errors import AttnlabError
+from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, ImportedTokenizer
+from attnlab.families.base import LoadedRun
+from attnlab.interop.hf_folder import (Imported, dead_bias, dead_rows, export_order, gather_rows, json_bytes,
+                                       read_weights, setting, special_rows, tensor)
+
+ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
+               "silu": "silu", "swish": "silu"}  # Hugging Face -> attnlab
+TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
+IGNORED = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers older GPT-2 checkpoints store
+EXPORT_FILES = frozenset({"tokenizer.json"})  # besides config.json, generation_config.json, tokenizer_config.json
+LOAD_LINES = ("from transformers import AutoModelForCausalLM, AutoTokenizer",
+              "tok, model = AutoTokenizer.from_pretrained(DIR), AutoModelForCausalLM.from_pretrained(DIR)",
+              "print(tok.batch_decode(model.generate(**tok([\"In the beginning\"], return_tensors=\"pt\"), "
+              "max_new_tokens=30)))")
+
+
+# ============================================================================================ import
+def read_tokenizer(folder: Path) -> str:
+    """The folder's tokenizer as tokenizer.json text: tokenizer.json itself, or GPT-2's vocab.json + merges.txt
+    built the way `transformers`' GPT2Tokenizer builds them (byte-level BPE; tokenizer_config.json's special tokens,
+    by default <|endoftext|>, added)."""
+    if (folder / "tokenizer.json").is_file():
+        return (folder / "tokenizer.json").read_text(encoding="utf-8")
+    if not ((folder / "vocab.json").is_file() and (folder / "merges.txt").is_file()):
+        raise AttnlabError(f"{folder}: no tokenizer (tokenizer.json, or vocab.json and merges.txt)")
+    try:
+        vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+        lines = (folder / "merges.txt").read_text(encoding="utf-8").splitlines()
+        merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#version")]
+        cfg_path = folder / "tokenizer_config.json"
+        tok_cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, dropout=None, continuing_subword_prefix="",
+                                   end_of_word_suffix="", fuse_unk=False))
+    except Exception as e:  # JSON, UTF-8, or the library's own error type for a malformed vocabulary
+        raise AttnlabError(f"{folder}: cannot read vocab.json and merges.txt ({str(e).strip()[:120]})") from None
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=bool(tok_cfg.get("add_prefix_space", False)))
+    tok.decoder = decoders.ByteLevel()
+    defaults = {"unk_token": "<|endoftext|>", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}
+    specials = [tok_cfg.get(k, defaults.get(k)) for k in ("unk_token", "bos_token", "eos_token", "pad_token")]
+    tok.add_special_tokens(list(dict.fromkeys(t for t in specials if isinstance(t, str))))  # as GPT2Tokenizer does
+    return tok.to_str()
+
+
+def unk_id(tokenizer_json: str) -> int | None:
+    """The id of the tokenizer model's unknown token (a Unigram's unk_id, a BPE's or WordPiece's unk_token)."""
+    spec = json.loads(tokenizer_json).get("model") or {}
+    if isinstance(spec.get("unk_id"), int):
+        return spec["unk_id"]
+    token = spec.get("unk_token")
+    return Tokenizer.from_str(tokenizer_json).token_to_id(token) if isinstance(token, str) else None
+
+
+def gpt2_settings(hf: dict, where: Path) -> dict:
+    """attnlab's model.lm settings of a GPT2Config; a setting attnlab's LM has not is refused, named."""
+    act = hf.get("activation_function", "gelu_new")
+    if act not in ACTIVATIONS:
+        raise AttnlabError(f"{where}: activation_function {act!r}; attnlab has {', '.join(ACTIVATIONS)}")
+    for key, want in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
+                      ("add_cross_attention", False)):
+        if hf.get(key, want) != want:
+            raise AttnlabError(f"{where}: {key} = {json.dumps(hf.get(key))}; attnlab's attention is "
+                               f"softmax(q k / sqrt(d_k)) with no cross-attention ({key} = {json.dumps(want)})")
+    D = setting(hf, "n_embd", where)
+    inner = hf.get("n_inner")
+    return {"d_model": D, "h": setting(hf, "n_head", where), "layers": setting(hf, "n_layer", where),
+            "d_ff": 4 * D if inner is None else setting(hf, "n_inner", where),
+            "max_len": setting(hf, "n_positions", where), "activation": ACTIVATIONS[act],
+            "dropout": hf.get("resid_pdrop", 0.1), "attn_dropout": hf.get("attn_pdrop", 0.1),
+            "layer_norm_eps": hf.get("layer_norm_epsilon", 1e-5), "norm": "pre", "positions": "learned",
+            "scale_embeddings": False, "bias": True, "tie_embeddings": bool(hf.get("tie_word_embeddings", True))}
+
+
+@torch.no_grad()
+def gpt2_state(sd: dict[str, Tensor], s: dict, rows: list[int], where: Path) -> dict[str, Tensor]:
+    """attnlab's TransformerLM state dict of GPT-2's tensors (the table of the module docstring), the vocabulary
+    in `rows`' order; a tensor the model has not is refused, named."""
+    sd = {k.removeprefix("transformer."): v for k, v in sd.items() if not k.endswith(IGNORED)}
+    D, F = s["d_model"], s["d_ff"]
+    used: set[str] = set()
+
+    def get(name: str, *shape: int) -> Tensor:
+        used.add(name)
+        return tensor(sd, name, where, shape)
+
+    V = get("wte.weight").size(0)
+    out = {"embed.weight": gather_rows(get("wte.weight", V, D), rows),
+           "pos.learned.weight": get("wpe.weight", s["max_len"], D).clone(),
+           "norm.weight": get("ln_f.weight", D), "norm.bias": get("ln_f.bias", D)}
+    for i in range(s["layers"]):
+        p, q = f"h.{i}.", f"layers.{i}."
+        w, b = get(p + "attn.c_attn.weight", D, 3 * D), get(p + "attn.c_attn.bias", 3 * D)  # Conv1D: (in, out)
+        for k, name in enumerate(("W_Q", "W_K", "W_V")):
+            out[q + f"self_attn.{name}.weight"] = w[:, k * D:(k + 1) * D].T.clone()  # (D, D) (out, in)
+            out[q + f"self_attn.{name}.bias"] = b[k * D:(k + 1) * D].clone()
+        out[q + "self_attn.W_O.weight"] = get(p + "attn.c_proj.weight", D, D).T.clone()
+        out[q + "self_attn.W_O.bias"] = get(p + "attn.c_proj.bias", D)
+        out[q + "ff.linear1.weight"] = get(p + "mlp.c_fc.weight", D, F).T.clone()  # (F, D)
+        out[q + "ff.linear1.bias"] = get(p + "mlp.c_fc.bias", F)
+        out[q + "ff.linear2.weight"] = get(p + "mlp.c_proj.weight", F, D).T.clone()  # (D, F)
+        out[q + "ff.linear2.bias"] = get(p + "mlp.c_proj.bias", D)
+        for n, ln in (("norm1", "ln_1"), ("norm2", "ln_2")):
+            out[q + f"{n}.weight"], out[q + f"{n}.bias"] = get(p + f"{ln}.weight", D), get(p + f"{ln}.bias", D)
+    if s["tie_embeddings"]:  # a tied lm_head.weight, where a folder stores one, is wte again
+        out["generator.weight"] = out["embed.weight"]
+        used.add("lm_head.weight")
+        bias = dead_bias(rows)
+    else:
+        out["generator.weight"] = gather_rows(get("lm_head.weight", V, D), rows)
+        bias = dead_bias(rows, torch.zeros(V))
+    if bias is not None:
+        out["generator.bias"] = bias
+    extra = sorted(set(sd) - used)
+    if extra:
+        raise AttnlabError(f"{where}: unexpected tensor {extra[0]} ({len(extra)} in all); a GPT2LMHeadModel has no "
+                           "such weight")
+    return out
+
+
+def import_gpt2(folder: Path, hf: dict) -> Imported:
+    """A GPT2LMHeadModel folder (config.json `hf`) read for `attnlab.interop.huggingface.import_huggingface`."""
+    settings = gpt2_settings(hf, folder)
+    sd = read_weights(folder)
+    tokenizer_json = read_tokenizer(folder)
+    wte = sd.get("transformer.wte.weight", sd.get("wte.weight"))
+    V = wte.size(0) if wte is not None else setting(hf, "vocab_size", folder)
+    if hf.get("vocab_size", V) != V:
+        raise AttnlabError(f"{folder}: config.json says vocab_size {hf.get('vocab_size')}, the embedding has {V} "
+                           "rows; the weights disagree with config.json")
+    specials = {"pad": hf.get("pad_token_id"), "bos": hf.get("bos_token_id"), "eos": hf.get("eos_token_id"),
+                "unk": unk_id(tokenizer_json)}
+    rows = special_rows(V, specials["pad"], specials["bos"], specials["eos"], specials["unk"], folder)
+    state = gpt2_state(sd, settings, rows, folder)
+    settings["generator_bias"] = settings["tie_embeddings"] and "generator.bias" in state
+    tok = ImportedTokenizer(tokenizer_json, rows, specials)
+    return Imported(settings, {"kind": "huggingface", "vocab_size": len(rows), "joint": True, "byte_fallback": False},
+                    tok, state, {"vocabulary": {"huggingface": V, "attnlab": len(rows)}})
+
+
+# ============================================================================================ export
+def refusal(run: LoadedRun) -> str | None:
+    """The one line naming the setting of an LM run GPT2LMHeadModel does not express, or None."""
+    cfg, model, kind = run.model.cfg, run.model, run.tokenizers.tgt.kind
+    if cfg.norm != "pre":
+        return ("model.lm.norm = 'post': GPT2LMHeadModel is pre-norm (a LayerNorm before each sublayer and one "
+                "after the stack)")
+    if cfg.tie_embeddings and cfg.scale_embeddings:
+        return ("model.lm.tie_embeddings = true with scale_embeddings = true: GPT-2 adds its one embedding matrix "
+                "unscaled and ties it to the output layer, so the sqrt(d_model) scale has nowhere to go; train with "
+                "tie_embeddings = false (the scale is folded into wte) or scale_embeddings = false")
+    if kind not in ("unigram", "huggingface"):
+        return (f"tokenizer.kind = {kind!r}: the exported tokenizer.json reproduces attnlab's ids for a unigram "
+                "SentencePiece model (or an imported tokenizer); train with kind = 'unigram'")
+    if model.generator.bias is not None:
+        live = torch.ones(model.generator.out_features, dtype=torch.bool)
+        if kind == "huggingface":
+            live[dead_rows(run.tokenizers.tgt.rows)] = False
+        if bool(model.generator.bias[live].any()):
+            return ("the output layer's bias (model.lm.tie_embeddings = false or generator_bias = true give it "
+                    "one) is not zero, and GPT2LMHeadModel's lm_head has none")
+    return None
+
+
+@torch.no_grad()
+def export_tensors(model, order: Tensor) -> dict[str, Tensor]:
+    """GPT2LMHeadModel's tensors of an attnlab TransformerLM, its rows in Hugging Face's order `order`."""
+    cfg, D = model.cfg, model.cfg.d_model
+    wte = model.embed.weight[order]
+    if cfg.scale_embeddings:  # folded: the product attnlab computes, E[tokens] * sqrt(D) (untied only)
+        wte = wte * math.sqrt(D)
+    pos = model.pos.learned.weight if model.pos.learned is not None else model.pos.pe
+    sd = {"transformer.wte.weight": wte, "transformer.wpe.weight": pos}
+
+    def lin(name: str, linear, n_out: int) -> None:
+        sd[name + ".weight"] = linear.weight.T  # Conv1D: (in, out)
+        sd[name + ".bias"] = linear.bias if linear.bias is not None else torch.zeros(n_out)
+
+    def norm(name: str, ln) -> None:
+        sd[name + ".weight"] = ln.weight
+        sd[name + ".bias"] = ln.bias if ln.bias is not None else torch.zeros(D)
+
+    for i, layer in enumerate(model.layers):
+        p, a = f"transformer.h.{i}.", layer.self_attn
+        sd[p + "attn.c_attn.weight"] = torch.cat([a.W_Q.weight, a.W_K.weight, a.W_V.weight]).T  # (D, 3D)
+        sd[p + "attn.c_attn.bias"] = torch.cat([x.bias if x.bias is not None else torch.zeros(D)
+                                                for x in (a.W_Q, a.W_K, a.W_V)])
+        lin(p + "attn.c_proj", a.W_O, D)
+        lin(p + "mlp.c_fc", layer.ff.linear1, cfg.d_ff)
+        lin(p + "mlp.c_proj", layer.ff.linear2, D)
+        norm(p + "ln_1", layer.norm1)
+        norm(p + "ln_2", layer.norm2)
+    norm("transformer.ln_f", model.norm)
+    if not cfg.tie_embeddings:
+        sd["lm_head.weight"] = model.generator.weight[order]
+    return sd
+
+
+def unigram_tokenizer_json(model_proto: bytes) -> str:
+    """attnlab's SentencePiece unigram model (trained with the identity normalisation, spaces kept, a "\u2581"
+    prepended, byte fallback: `attnlab.data.tokenizers.SentencePieceTokenizer`) as a `tokenizers` tokenizer.json
+    giving the same pieces: the pieces and scores (specials and bytes never matched in text), the same
+    normalisation, BOS put first by the post-processor."""
+    sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    vocab = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+    byte_fallback = any(sp.is_byte(i) for i in range(sp.get_piece_size()))
+    tok = Tokenizer(models.Unigram(vocab, unk_id=UNK_ID, byte_fallback=byte_fallback))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.post_processor = processors.TemplateProcessing(single=f"{SPECIALS[BOS_ID]} $A",
+                                                       special_tokens=[(SPECIALS[BOS_ID], BOS_ID)])
+    return tok.to_str()
+
+
+def tokenizer_files(run: LoadedRun, specials: dict, pieces: dict) -> dict[str, bytes]:
+    """tokenizer.json and tokenizer_config.json (PreTrainedTokenizerFast: the file as it is)."""
+    tok = run.tokenizers.tgt
+    text = tok.tokenizer_json if isinstance(tok, ImportedTokenizer) else unigram_tokenizer_json(tok.to_bytes())
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": run.model.cfg.max_len,
+              "clean_up_tokenization_spaces": False, **{f"{k}_token": v for k, v in pieces.items() if v}}
+    if not isinstance(tok, ImportedTokenizer):
+        config["split_special_tokens"] = True  # "</s>" typed in a prompt is text to attnlab, not the special token
+    return {"tokenizer.json": text.encode(), "tokenizer_config.json": json_bytes(config)}
+
+
+def export_causal_lm(run: LoadedRun) -> tuple[dict[str, Tensor], dict[str, bytes]]:
+    """(model.safetensors' tensors, the other files) of a loaded language-model run as a GPT2LMHeadModel folder;
+    a setting GPT-2 does not express is an AttnlabError (`refusal`)."""
+    line = refusal(run)
+    if line is not None:
+        raise AttnlabError(f"{run.run_dir}: cannot export to Hugging Face: {line}")
+    model, tok, cfg = run.model, run.tokenizers.tgt, run.model.cfg
+    if isinstance(tok, ImportedTokenizer):
+        order = export_order(tok.rows)
+        specials = dict(tok.specials)
+        pieces = {k: tok.token(v) for k, v in specials.items()}
+    else:
+        order = torch.arange(tok.vocab_size)
+        specials = {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID}
+        pieces = {k: SPECIALS[v] for k, v in specials.items()}
+    V = order.numel()
+    banned = [PAD_ID, BOS_ID, *tok.control_ids]
+    hf_of = {int(a): h for h, a in enumerate(order.tolist())}
+    suppress = sorted({hf_of[i] for i in banned if i in hf_of and hf_of[i] != specials.get("eos")})
+    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": V, "n_positions": cfg.max_len,
+              "n_embd": cfg.d_model, "n_layer": cfg.layers, "n_head": cfg.h, "n_inner": cfg.d_ff,
+              "activation_function": TO_HF[cfg.activation], "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout,
+              "attn_pdrop": cfg.attn_dropout, "layer_norm_epsilon": cfg.layer_norm_eps, "scale_attn_weights": True,
+              "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False, "use_cache": True,
+              "bos_token_id": specials["bos"], "eos_token_id": specials["eos"], "pad_token_id": specials["pad"],
+              "tie_word_embeddings": cfg.tie_embeddings, "dtype": "float32"}
+    generation = {"bos_token_id": specials["bos"], "eos_token_id": specials["eos"], "pad_token_id": specials["pad"],
+                  "suppress_tokens": suppress, "max_length": cfg.max_len}
+    files = {"config.json": json_bytes(config), "generation_config.json": json_bytes(generation),
+             **tokenizer_files(run, specials, pieces), "README.md": model_card(run).encode()}
+    return export_tensors(model, order), files
+
+
+def model_card(run: LoadedRun) -> str:
+    """README.md: what the model is and the lines that load it."""
+    cfg = run.model.cfg
+    return "\n".join([
+        f"# {run.run_dir.name}", "",
+        f"A {cfg.layers}-layer pre-norm decoder-only Transformer LM (d_model {cfg.d_model}, {cfg.h} heads, d_ff "
+        f"{cfg.d_ff}, {cfg.activation}) from attnlab, exported as `GPT2LMHeadModel` (`attnlab export --to "
+        f"huggingface`, {run.checkpoint} checkpoint); it computes what attnlab computes.", "",
+        "attnlab's LM reads BOS first: the tokenizer puts it there (an imported GPT-2 model's BOS is its "
+        "<|endoftext|>, which you prepend yourself).", "", "## Load it", "", "```python",
+        "DIR = \"path/to/this/folder\"", *LOAD_LINES, "```", ""])
