@@ -115,7 +115,7 @@ def test_openapi_and_page(client):
     assert "TranslateResponse" in schema["components"]["schemas"]
     page = client.get("/")
     assert page.status_code == 200 and "/static/app.js" in page.text
-    for asset in ("app.js", "player.js", "style.css"):
+    for asset in ("app.js", "player.js", "classroom.js", "style.css"):
         text = client.get(f"/static/{asset}").text.replace("http://www.w3.org/2000/svg", "")  # a namespace name
         assert "http://" not in text and "https://" not in text  # offline: no CDN
     assert "http://" not in page.text and "https://" not in page.text

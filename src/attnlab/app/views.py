@@ -500,14 +500,14 @@ def explorer_page(ex: Exploration, title: str | None = None) -> str:
     """The explorer page (static/index.html) with its CSS, its script and `ex` inlined: a standalone HTML
     document that shows the exploration without a server or a network."""
     title = title or default_title(ex)
-    page, css, player, app = ((STATIC / name).read_text(encoding="utf-8")
-                              for name in ("index.html", "style.css", "player.js", "app.js"))
-    js = f"{player}\n{app}"  # one script: player.js defines what app.js's views use
+    page, css, player, classroom, app = ((STATIC / name).read_text(encoding="utf-8")
+                                         for name in ("index.html", "style.css", "player.js", "classroom.js", "app.js"))
+    js = f"{player}\n{classroom}\n{app}"  # one script: player.js and classroom.js define what app.js's views use
     assert "</script" not in js.lower() and "</style" not in css.lower(), "the scripts/style.css cannot be inlined"
     # "<" escaped: no "</script>" or "<!--" inside the JSON can end its script element
     data = json.dumps(embedded_data(ex, title), separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     parts = {'<link rel="stylesheet" href="/static/style.css">': f"<style>\n{css}</style>",
-             '<script src="/static/player.js"></script>\n': "",
+             '<script src="/static/player.js"></script>\n': "", '<script src="/static/classroom.js"></script>\n': "",
              '<script src="/static/app.js"></script>':
                  f'<script type="application/json" id="attnlab-data">{data}</script>\n<script>\n{js}</script>',
              "<title>attnlab attention explorer</title>": f"<title>{html.escape(title)}</title>"}

@@ -39,7 +39,7 @@ const q = (panel, sel) => panel.querySelector(sel);
 // remembered in localStorage (this page's origin; where storage is off, for this page only)
 const THEME_KEY = "attnlab-theme";
 const SYSTEM_DARK = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
-const THEME = {choice: (() => {
+const THEME = {choice: urlTheme() || (() => {  // classroom.js: ?theme= in the address comes first
   try {
     const v = localStorage.getItem(THEME_KEY);
     return v === "light" || v === "dark" ? v : "auto";
@@ -89,8 +89,11 @@ function currentMap(panel) {
 
 function wordsOn(panel) { return q(panel, ".words").checked; }
 
+// the rows' and columns' names of what the views show: pieces or words, cut to the sentence filter's block
 function labels(panel, map) {
-  return wordsOn(panel) ? [map.row_words, map.col_words] : [map.rows, map.cols];
+  const [rows, cols] = wordsOn(panel) ? [map.row_words, map.col_words] : [map.rows, map.cols];
+  const s = pairSlice(panel, map);  // classroom.js
+  return s ? [rows.slice(s.r0, s.r1), cols.slice(s.c0, s.c1)] : [rows, cols];
 }
 
 // {models, exploration, weights: {"map/layer/words": [head][row][col]}, neuron: {"map/layer/head": payload}}
@@ -198,14 +201,19 @@ function legend(panel, vmax, what, n) {
 async function renderHeatmap(panel, box) {
   const map = currentMap(panel);
   const [rows, cols] = labels(panel, map);
-  const w = selectedMatrix(panel, await layerWeights(panel, map.key, Number(q(panel, ".layer").value)));
+  const w = selectedMatrix(panel, await viewWeights(panel, map.key, Number(q(panel, ".layer").value)));
   const vmax = scaleTop(panel, [w]);
   panel.exporter = () => heatmapSVG(w, rows, cols, exportTitle(panel, layerHeadText(panel)), vmax, axisNames(map));
   panel.exportName = layerHeadParts(panel)[1];
   box.append(legend(panel, vmax, sharedScale(panel) ? "attention weight, shared scale (0 to 1)" :
                                                     "attention weight, scaled to this map's largest", cols.length));
   const strip = q(panel, ".source-strip");  // words joined as written: no sentencepiece mark
-  (wordsOn(panel) ? cols : map.col_strip || cols).forEach((s, j) => strip.append(el("span", {"data-j": j}, s)));
+  (wordsOn(panel) || !map.col_strip ? cols : sliceLabels(pairSlice(panel, map), map.col_strip))
+    .forEach((s, j) => strip.append(el("span", {"data-j": j}, s)));
+  if (projectorOn()) {  // classroom.js: fitted to the panel's width
+    fittedHeatmap(panel, box, w, rows, cols, vmax);
+    return;
+  }
   if (rows.length * cols.length > MAX_TABLE_CELLS) {
     canvasHeatmap(panel, box, w, rows, cols, vmax);
     return;
@@ -344,53 +352,76 @@ async function renderModel(panel, box) {
   const [rows, cols] = labels(panel, map);
   box.append(legend(panel, shared ? 1 : null, shared ? "each thumbnail: attention weight, shared scale (0 to 1)" :
                                               "each thumbnail scaled to its own largest weight", cols.length));
-  const fit = thumbFit(panel, map, rows, cols);
-  const grid = el("div", {class: "model-grid", "data-thumb": fit.size, "data-labels": fit.rows.length ? "1" : "0"});
-  grid.style.gridTemplateColumns = `${fit.layerW}px repeat(${map.heads}, ${fit.size}px)`;
+  // the heads ticked in the head picker (every head, unless a double-click showed one alone: classroom.js)
+  const shown = selectedHeads(panel, map.heads), some = shown.length < map.heads;
+  const fit = thumbFit(panel, map, rows, cols, Math.max(1, shown.length));
+  const grid = el("div", {class: "model-grid", "data-thumb": fit.size, "data-labels": fit.rows.length ? "1" : "0",
+                          "data-heads": shown.join(",")});
+  grid.style.gridTemplateColumns = `${fit.layerW}px repeat(${Math.max(1, shown.length)}, ${fit.size}px)`;
   grid.append(el("span"));
-  for (let h = 0; h < map.heads; h++) grid.append(el("span", {class: "grid-label"}, map.heads > 1 ? `head ${h + 1}` : ""));
+  shown.forEach(h => {
+    const name = el("span", {class: "grid-label head-name", "data-head": h,
+                             title: "double-click: this head alone (again: every head)"},
+                    map.heads > 1 ? `head ${h + 1}` : "");
+    name.addEventListener("dblclick", () => soloHead(panel, h));
+    grid.append(name);
+  });
   box.append(grid);
-  box.append(el("p", {class: "note"}, "Click or tap a thumbnail to open it as a heatmap."));
+  const heads = some ? `; head${shown.length === 1 ? "" : "s"} ${shown.map(h => h + 1).join(", ") || "none"} of ` +
+                       `${map.heads} shown (double-click it again, or tick the heads above, for every head)` : "";
+  box.append(el("p", {class: "note"}, "Click or tap a thumbnail to open it as a heatmap" + (map.heads > 1 ?
+    "; double-click a head (its name or a thumbnail) to show it alone" : "") + `${heads}.`));
   const thumbs = [];
   for (let l = 0; l < map.layers; l++) {
     grid.append(el("span", {class: "grid-label"}, map.layers > 1 || map.heads > 1 ? `layer ${l + 1}` : ""));
-    for (let h = 0; h < map.heads; h++) {
+    shown.forEach((h, col) => {
       const fig = el("figure", {class: "thumb", "data-layer": l, "data-head": h,
-                                title: `layer ${l + 1}, head ${h + 1}: click to open`});
+                                title: `layer ${l + 1}, head ${h + 1}: click to open` +
+                                       (map.heads > 1 ? ", double-click for this head alone" : "")});
       const canvas = el("canvas");
       thumbFigure(fig, canvas, fit, rows, cols);
-      fig.addEventListener("click", () => {
-        q(panel, ".layer").value = String(l);
-        q(panel, ".head").value = String(h);
-        setView(panel, "heatmap");
+      // a click opens the thumbnail once it is not the first of a double-click: the second click (detail 2)
+      // cancels the first's opening
+      fig.addEventListener("click", ev => {
+        clearTimeout(panel.thumbClick);
+        if (ev.detail > 1) return;
+        panel.thumbClick = setTimeout(() => {
+          q(panel, ".layer").value = String(l);
+          q(panel, ".head").value = String(h);
+          setView(panel, "heatmap");
+        }, map.heads > 1 ? 300 : 0);
       });
+      fig.addEventListener("dblclick", () => { if (map.heads > 1) soloHead(panel, h); });
       grid.append(fig);
-      thumbs.push([l, h, canvas]);
-    }
+      thumbs.push([l, h, canvas, col]);
+    });
   }
   // layer by layer: the first row shows before the last one has arrived
   for (let l = 0; l < map.layers; l++) {
-    const heads = await layerWeights(panel, map.key, l);
-    thumbs.filter(t => t[0] === l).forEach(([, h, canvas]) => paintWeights(canvas, heads[h],
-                                                                           scaleTop(panel, [heads[h]])));
+    const weights = await viewWeights(panel, map.key, l);  // classroom.js: the sentence filter's block
+    thumbs.filter(t => t[0] === l).forEach(([, h, canvas]) => paintWeights(canvas, weights[h],
+                                                                           scaleTop(panel, [weights[h]])));
   }
-  const n = cols.length;
-  panel.exportName = wordsOn(panel) ? "words" : "";
-  panel.exporter = () => modelSVG(map, thumbs, exportTitle(panel, "every layer and head" +
-                                                           (shared ? ", shared scale" : ", each its own scale")), n);
+  const n = cols.length, filter = pairSlice(panel, map);
+  panel.exportName = [some ? `heads${shown.map(h => h + 1).join("-")}` : "", filter ? `pair${filter.key}` : "",
+                      wordsOn(panel) ? "words" : ""].filter(Boolean).join("-");
+  const what = [some ? `head${shown.length === 1 ? "" : "s"} ${shown.map(h => h + 1).join(", ")} of every layer` :
+                "every layer and head", filter ? `sentences ${filter.name}` : "",
+                shared ? "shared scale" : "each its own scale"].filter(Boolean).join(", ");
+  panel.exporter = () => modelSVG(map, thumbs, exportTitle(panel, what), n, shown);
 }
 
 // how the model view's thumbnails fill the panel's width: `size` px a cell (at most 240, 320 with large text),
 // each a square map of `map` px with, when there is room, the rows' token names on its left (`left` px) and the
 // columns' above it (`top` px), every k-th so that they never overlap: the shown rows' and columns' indices. Room:
 // each strip at most 40% of the cell, a map of 48 px at least.
-function thumbFit(panel, map, rows, cols) {
+function thumbFit(panel, map, rows, cols, columns = map.heads) {
   const big = large(), gap = 4, font = big ? 13 : 10, line = Math.ceil(font * 1.25);
   const measure = el("canvas").getContext("2d");
   measure.font = `${big ? 15 : 11}px system-ui, sans-serif`;  // .model-grid's labels
   const layerW = map.layers > 1 || map.heads > 1 ? Math.ceil(measure.measureText(`layer ${map.layers}`).width) + 6 : 0;
   const avail = (q(panel, ".view-box").clientWidth || 540) - 8;
-  const size = Math.max(24, Math.floor(Math.min(big ? 320 : 240, (avail - layerW - gap * map.heads) / map.heads)));
+  const size = Math.max(24, Math.floor(Math.min(big ? 320 : 240, (avail - layerW - gap * columns) / columns)));
   measure.font = `${font}px sans-serif`;  // .thumb-label
   const widest = ts => Math.ceil(Math.max(0, ...ts.map(t => measure.measureText(t).width)));
   const left = widest(rows) + 6, top = widest(cols) + 6, side = size - left;
@@ -438,12 +469,16 @@ function selectedHeads(panel, n) {
 
 function fillHeadPicker(panel, map) {
   const picker = q(panel, ".head-picker");
-  picker.replaceChildren(el("span", {}, "lines of heads (colour = head, opacity and width = weight): "));
+  picker.replaceChildren(el("span", {}, "heads shown (colour = head; double-click one to show it alone, " +
+                                        "again for every head): "));
+  panel.dataset.solo = "";
   for (let h = 0; h < map.heads; h++) {
-    const label = el("label", {style: `color: ${HEAD_COLORS[h % HEAD_COLORS.length]}`});
+    const label = el("label", {style: `color: ${HEAD_COLORS[h % HEAD_COLORS.length]}`, "data-head": h,
+                               title: "click: show or hide; double-click: this head alone (again: every head)"});
     const box = el("input", {type: "checkbox", value: h});
     box.checked = true;
-    box.addEventListener("change", () => render(panel));
+    box.addEventListener("change", () => { panel.dataset.solo = ""; render(panel); });
+    label.addEventListener("dblclick", ev => { ev.preventDefault(); soloHead(panel, h); });  // classroom.js
     label.append(box, ` ${h + 1} `);
     picker.append(label);
   }
@@ -458,7 +493,7 @@ async function renderHead(panel, box) {
   const [rows, cols] = labels(panel, map);
   const [rowName, colName] = axisNames(map);
   const layer = Number(q(panel, ".layer").value);
-  const all = await layerWeights(panel, map.key, layer);
+  const all = await viewWeights(panel, map.key, layer);  // classroom.js: the sentence filter's block
   const heads = selectedHeads(panel, all.length);
   const font = large() ? 16 : 12, dy = large() ? 24 : 17, bar = large() ? 56 : 40;
   const measure = el("canvas").getContext("2d");
@@ -513,6 +548,10 @@ async function renderHead(panel, box) {
     headFocus(svg, geometry, ...(pinned || [null, -1]));
   });
   svg.addEventListener("mouseleave", () => headFocus(svg, geometry, ...(pinned || [null, -1])));
+  svg.addEventListener("dblclick", ev => {  // a head's line: that head alone, or every head again
+    const line = ev.target.closest("line[data-h]");
+    if (line) soloHead(panel, Number(line.dataset.h));
+  });
   const shown = all.length === 1 ? "" : heads.length ? `head${heads.length > 1 ? "s" : ""} ` +
                 `${heads.map(h => h + 1).join(", ")} of ${all.length}` : "no head (tick one below)";
   const where = [map.layers > 1 || all.length > 1 ? `Layer ${layer + 1} of ${map.layers}` : "", shown]
@@ -588,17 +627,18 @@ function noNeuron(panel, map) {
 }
 
 async function renderNeuron(panel, box) {
-  const map = currentMap(panel);
-  if (!map.neuron) {
-    box.append(el("p", {class: "note neuron-none"}, noNeuron(panel, map)));
+  const whole = currentMap(panel);
+  if (!whole.neuron) {
+    box.append(el("p", {class: "note neuron-none"}, noNeuron(panel, whole)));
     panel.exporter = null;
     return;
   }
-  const [rowName, colName] = axisNames(map);
+  const [rowName, colName] = axisNames(whole);
   const layer = Number(q(panel, ".layer").value);
   const mean = q(panel, ".head").value === "mean";
   const head = mean ? 0 : Number(q(panel, ".head").value);
-  const n = await getNeuron(panel, map.key, layer, head);
+  // classroom.js: the sentence filter's queries and keys
+  const [map, n] = pairNeuron(panel, whole, await getNeuron(panel, whole.key, layer, head));
   const info = el("p", {class: "note"}, `Layer ${layer + 1}, head ${head + 1}` +
                   `${mean ? " (the neuron view shows one head: pick it above)" : ""}; pieces, not words. Hover or ` +
                   `tap a query (${rowName}): its query q, each key k (${colName}), their elementwise product ` +
@@ -735,17 +775,18 @@ function heatmapSVG(w, rows, cols, title, vmax, [rowName, colName]) {
   return standalone(`<svg>${parts.join("")}</svg>`, width, height, title);
 }
 
-function modelSVG(map, thumbs, title, n) {
+// the thumbnails [layer, head, canvas, column] of the heads `shown`, one column each
+function modelSVG(map, thumbs, title, n, shown) {
   const size = 96, gap = 8, left = 60, top = 20;
   const parts = [];
-  for (let h = 0; h < map.heads; h++) {
-    if (map.heads > 1) parts.push(`<text x="${left + h * (size + gap)}" y="${top - 6}">head ${h + 1}</text>`);
-  }
-  thumbs.forEach(([l, h, canvas]) => {
-    if (h === 0 && (map.layers > 1 || map.heads > 1)) {
+  shown.forEach((h, col) => {
+    if (map.heads > 1) parts.push(`<text x="${left + col * (size + gap)}" y="${top - 6}">head ${h + 1}</text>`);
+  });
+  thumbs.forEach(([l, , canvas, col]) => {
+    if (col === 0 && (map.layers > 1 || map.heads > 1)) {
       parts.push(`<text x="4" y="${top + l * (size + gap) + size / 2}">layer ${l + 1}</text>`);
     }
-    parts.push(`<image x="${left + h * (size + gap)}" y="${top + l * (size + gap)}" width="${size}" ` +
+    parts.push(`<image x="${left + col * (size + gap)}" y="${top + l * (size + gap)}" width="${size}" ` +
                `height="${size}" preserveAspectRatio="none" style="image-rendering:pixelated" ` +
                `href="${canvas.toDataURL("image/png")}"/>`);
   });
@@ -753,7 +794,7 @@ function modelSVG(map, thumbs, title, n) {
   const shared = title[0].includes("shared");
   parts.push(legendSVG(left, bottom + 4, shared ? "1" : "max", "attention weight",
                        [1 / n, shared ? 1 / n : null]));
-  return standalone(`<svg>${parts.join("")}</svg>`, Math.max(left + map.heads * (size + gap), 360), bottom + 24,
+  return standalone(`<svg>${parts.join("")}</svg>`, Math.max(left + shown.length * (size + gap), 360), bottom + 24,
                     title);
 }
 
@@ -860,6 +901,7 @@ function syncControls(panel) {
   const single = map.layers === 1 && map.heads === 1;
   q(panel, ".layer").closest("label").hidden = single || panel.view === "model";
   q(panel, ".head").closest("label").hidden = single || panel.view === "model" || panel.view === "head";
+  q(panel, ".pair-box").hidden = map.split === null || map.split === undefined || panel.view === "player";
 }
 
 // what a view shows, for titles and file names: a map of one layer and one head (an RNN's alignment) names
@@ -872,6 +914,8 @@ function layerHeadParts(panel, head = q(panel, ".head").value, words = wordsOn(p
     text.push(head === "mean" ? "mean of heads" : `head ${Number(head) + 1}`);
     name.push(head === "mean" ? "mean" : `head${Number(head) + 1}`);
   }
+  const pair = pairSlice(panel, map, words);  // classroom.js: the sentence filter
+  if (pair) { text.push(`sentences ${pair.name}`); name.push(`pair${pair.key}`); }
   if (words) { text.push("words"); name.push("words"); }
   return [text.join(", "), name.join("-")];
 }
@@ -912,7 +956,7 @@ async function render(panel) {
   const strip = q(panel, ".source-strip");
   const fresh = el("div");
   strip.replaceChildren();
-  q(panel, ".head-picker").hidden = panel.view !== "head";
+  q(panel, ".head-picker").hidden = (panel.view !== "head" && panel.view !== "model") || currentMap(panel).heads < 2;
   syncControls(panel);
   panel.exporter = null;
   panel.exportName = "";
@@ -1002,10 +1046,13 @@ function setupPanel(panel, index) {
   sync();
   select.addEventListener("change", sync);
   q(panel, ".map").addEventListener("change", () => { fillLayerHead(panel); render(panel); });
-  for (const cls of [".layer", ".head", ".words", ".scale"]) {
+  for (const cls of [".layer", ".head", ".words", ".scale", ".pair"]) {
     q(panel, cls).addEventListener("change", () => render(panel));
   }
   q(panel, ".large").addEventListener("change", ev => setLarge(ev.target.checked));
+  const projector = q(panel, "button.projector");  // classroom.js
+  projector.setAttribute("aria-pressed", String(projectorOn()));
+  projector.addEventListener("click", () => setProjector(!projectorOn()));
   q(panel, ".theme").value = THEME.choice;
   q(panel, ".theme").addEventListener("change", ev => setTheme(ev.target.value));
   panel.querySelectorAll(".views button").forEach(b => b.addEventListener("click", () => setView(panel,
@@ -1044,6 +1091,7 @@ async function showEmbedded(panels) {
 }
 
 async function main() {
+  applyUrlProjector();  // classroom.js: ?projector=1
   MODELS = await getModels();
   const panels = [...document.querySelectorAll(".panel")];
   if (EMBEDDED) { await showEmbedded(panels); return; }
