@@ -164,7 +164,12 @@ function selectedMatrix(panel, heads) {
 function rowMax(row) { return Math.max(1e-9, ...row); }
 
 // ------------------------------------------------------------------------------------------ heatmap
-function axisNames(map) { return [map.row_name || "rows", map.col_name || "columns"]; }
+// what the rows and the columns are; a pair map under the sentence filter (panel given): the two sentences
+function axisNames(map, panel = null) {
+  const s = panel && pairSlice(panel, map);  // classroom.js
+  return s ? [`queries (sentence ${s.key[0]})`, `keys (sentence ${s.key[1]})`]
+           : [map.row_name || "rows", map.col_name || "columns"];
+}
 
 function sharedScale(panel) { return q(panel, ".scale").value === "shared"; }
 
@@ -179,7 +184,7 @@ function scaleTop(panel, mats) {
 // near 1/n everywhere attends to nothing in particular, however dark a per-map scale draws it
 function legend(panel, vmax, what, n) {
   const map = currentMap(panel);
-  const [rowName, colName] = axisNames(map);
+  const [rowName, colName] = axisNames(map, panel);
   const u = 1 / Math.max(1, n);
   const box = el("div", {class: "legend", "data-scale": sharedScale(panel) ? "shared" : "map",
                          "data-uniform": u.toFixed(4)});
@@ -203,7 +208,7 @@ async function renderHeatmap(panel, box) {
   const [rows, cols] = labels(panel, map);
   const w = selectedMatrix(panel, await viewWeights(panel, map.key, Number(q(panel, ".layer").value)));
   const vmax = scaleTop(panel, [w]);
-  panel.exporter = () => heatmapSVG(w, rows, cols, exportTitle(panel, layerHeadText(panel)), vmax, axisNames(map));
+  panel.exporter = () => heatmapSVG(w, rows, cols, exportTitle(panel, layerHeadText(panel)), vmax, axisNames(map, panel));
   panel.exportName = layerHeadParts(panel)[1];
   box.append(legend(panel, vmax, sharedScale(panel) ? "attention weight, shared scale (0 to 1)" :
                                                     "attention weight, scaled to this map's largest", cols.length));
@@ -491,17 +496,18 @@ function fillHeadPicker(panel, map) {
 async function renderHead(panel, box) {
   const map = currentMap(panel);
   const [rows, cols] = labels(panel, map);
-  const [rowName, colName] = axisNames(map);
+  const [rowName, colName] = axisNames(map, panel);
   const layer = Number(q(panel, ".layer").value);
   const all = await viewWeights(panel, map.key, layer);  // classroom.js: the sentence filter's block
   const heads = selectedHeads(panel, all.length);
-  const font = large() ? 16 : 12, dy = large() ? 24 : 17, bar = large() ? 56 : 40;
+  const font = large() ? 16 : projectorOn() ? 15 : 12, dy = large() ? 24 : projectorOn() ? 21 : 17;
+  const bar = large() ? 56 : 40;
   const measure = el("canvas").getContext("2d");
   measure.font = `bold ${font}px sans-serif`;
   const widest = ts => Math.ceil(Math.max(...ts.map(t => measure.measureText(t).width)));
   const wl = widest([rowName, ...rows]), wr = widest([colName, ...cols]);
   const avail = Math.max(300, (q(panel, ".view-box").clientWidth || 540) - 4);
-  const span = Math.max(80, Math.min(360, avail - 2 * bar - wl - wr - 28));
+  const span = Math.max(80, Math.min(projectorOn() ? 720 : 360, avail - 2 * bar - wl - wr - 28));
   const xl = bar + 6 + wl, x0 = xl + 6, x1 = x0 + span, xr = x1 + 6, width = xr + wr + 6 + bar;
   const yOf = k => 2 * dy + k * dy, mid = -Math.round(font / 3);
   const height = yOf(Math.max(rows.length, cols.length)) + 4;
@@ -633,7 +639,7 @@ async function renderNeuron(panel, box) {
     panel.exporter = null;
     return;
   }
-  const [rowName, colName] = axisNames(whole);
+  const [rowName, colName] = axisNames(whole, panel);
   const layer = Number(q(panel, ".layer").value);
   const mean = q(panel, ".head").value === "mean";
   const head = mean ? 0 : Number(q(panel, ".head").value);

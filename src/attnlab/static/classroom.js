@@ -8,7 +8,7 @@
 // thinned (every k-th, each whole, full names on hover). The toggle is each panel's "projector" button (one state
 // for the page) and the URL: ?projector=1, with ?theme=dark (or light, auto) for the dark theme on this page only
 const PAGE_PARAMS = new URLSearchParams(location.search);
-const MAX_FIT_CELL = 44;  // px: a short map is not blown up past this
+const MAX_FIT_CELL = 36;  // px: a short map is not blown up past this
 
 function projectorOn() { return document.body.classList.contains("projector"); }
 
@@ -173,7 +173,8 @@ function pairNeuron(panel, map, n) {
   if (!s) return [map, n];
   const cut = {...n, q: n.q.slice(s.r0, s.r1), k: n.k.slice(s.c0, s.c1), scores: sliceMatrix(s, n.scores),
                weights: sliceMatrix(s, n.weights)};
-  return [{...map, rows: map.rows.slice(s.r0, s.r1), cols: map.cols.slice(s.c0, s.c1), causal: false}, cut];
+  return [{...map, rows: map.rows.slice(s.r0, s.r1), cols: map.cols.slice(s.c0, s.c1), causal: false,
+           row_name: `queries (sentence ${s.key[0]})`, col_name: `keys (sentence ${s.key[1]})`}, cut];
 }
 
 // ------------------------------------------------------------------------------------------ single head
