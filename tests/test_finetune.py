@@ -21,6 +21,7 @@ from attnlab.app.workflow import load_run  # noqa: E402
 from attnlab.core.checkpoint import resolve_checkpoint  # noqa: E402
 from attnlab.core.errors import AttnlabError  # noqa: E402
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from attnlab.families.table import load_family_config  # noqa: E402
 from attnlab.families.translation import ExperimentConfig, PretrainedConfig  # noqa: E402
 from conftest import make_pairs, one_thread  # noqa: E402
 from test_huggingface import opus_like_folder  # noqa: E402
@@ -112,14 +113,21 @@ def test_a_fine_tune_resumed_equals_the_uninterrupted_one(marian, tiny_tsv, tmp_
     assert steps == sorted(steps) and max(steps) == 6
 
 
-def test_a_dict_config_is_completed_from_the_run(marian, tiny_tsv):
-    """A dict config with the key and no model section gets the run's model (the Python API's other way in)."""
+def test_a_config_without_a_model_is_completed_from_the_run(marian, tiny_tsv, tmp_path):
+    """A file or a dict config with the key and no model section gets the run's model and its family's row (the
+    row of a config without [model] is the RNN's until it is completed)."""
     cfg = {"data": {"corpus": "files", "train": [str(tiny_tsv / "train.tsv")]}, "train": TRAIN,
            "pretrained": {"init": str(marian[1])}}
     family, typed, _ = typed_config(cfg, [])
-    assert typed.model.family == "transformer" and typed.model.transformer.activation == "silu"
-    assert typed.model.transformer.d_model == 16 and typed.tokenizer.kind == "marian"
+    assert family.name == "transformer" and typed.model.family == "transformer"
+    assert typed.model.transformer.activation == "silu" and typed.model.transformer.d_model == 16
+    assert typed.tokenizer.kind == "marian"
     assert "model" not in cfg and "tokenizer" not in cfg  # the caller's dict is left as it was
+    config = write_config(tmp_path / "ft.json", tiny_tsv)
+    family, typed, _ = typed_config(config, [f"pretrained.init={marian[1]}"])
+    assert family.name == "transformer" and typed.model.transformer.activation == "silu"
+    family, typed = load_family_config(config, [f"pretrained.init={marian[1]}"])  # attnlab summary, data prepare
+    assert family.name == "transformer" and typed.tokenizer.kind == "marian"
 
 
 @pytest.fixture

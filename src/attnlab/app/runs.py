@@ -131,17 +131,17 @@ def typed_config(config: Any, overrides: list[str]) -> tuple[Any, Any, str]:
     if isinstance(config, (str, Path)):
         path = resolve_config(config)
         family = family_of_config(apply_overrides(read_config_file(path), list(overrides)))
-        return family, family.load_config(path, overrides), Path(config).stem
-    if isinstance(config, Mapping):
+        cfg, name = family.load_config(path, overrides), Path(config).stem
+    elif isinstance(config, Mapping):
         raw = apply_overrides(copy.deepcopy(dict(config)), list(overrides))
-        family = family_of_config(raw)
-        return family, family.new_config(raw), "run"
-    if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        family = family_of(config)
+        cfg, name = family_of_config(raw).new_config(raw), "run"
+    elif dataclasses.is_dataclass(config) and not isinstance(config, type):
         raw = apply_overrides(dataclasses.asdict(config), list(overrides))
-        return family, family.new_config(raw), "run"
-    raise AttnlabError(f"config: give a config file, a packaged config's name (attnlab.configs()), a dict or a "
-                       f"config object, not a {type(config).__name__}")
+        cfg, name = family_of(config).new_config(raw), "run"
+    else:
+        raise AttnlabError(f"config: give a config file, a packaged config's name (attnlab.configs()), a dict or a "
+                           f"config object, not a {type(config).__name__}")
+    return family_of(cfg), cfg, name  # the overrides, or a config completed from pretrained.init, may change the row
 
 
 # ---------------------------------------------------------------------------------------------- runs

@@ -108,8 +108,8 @@ def family_of(cfg: Any) -> Family:
 
 def load_family_config(path: Path | str, overrides: list[str] | None = None) -> tuple[Family, Any]:
     """(family, typed config) of a config file plus `--set` overrides."""
-    family = family_of_config(apply_overrides(read_config_file(path), list(overrides or [])))
-    return family, family.load_config(path, overrides)
+    cfg = family_of_config(apply_overrides(read_config_file(path), list(overrides or []))).load_config(path, overrides)
+    return family_of(cfg), cfg  # a config completed from pretrained.init (no [model] of its own) is its run's row
 
 
 def titles(families: list[Family], conjunction: str = "and") -> str:
