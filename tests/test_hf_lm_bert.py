@@ -5,8 +5,8 @@
   gives; the run generates, is explored with the neuron view and served;
 - an imported BertForMaskedLM gives HF's attention weights of every layer and head (1e-5, output_attentions=True)
   for single sentences and pairs in one padded batch, with HF's ids and token types; vocab.txt alone gives the same;
-- an attnlab LM exported as GPT2LMHeadModel gives attnlab's logits (1e-5) and, through AutoTokenizer, attnlab's
-  ids; export -> import -> export is bit-equal;
+- an attnlab LM exported as GPT2LMHeadModel (or BioGptForCausalLM: tied embeddings scaled by sqrt(D)) gives
+  attnlab's logits (1e-5) and, through AutoTokenizer, attnlab's ids; export -> import -> export is bit-equal;
 - what no class expresses, and what attnlab does not import, is refused with one line."""
 
 import json
@@ -256,11 +256,12 @@ def test_bert_run_explores_pairs_with_every_view_and_serves(bert, capsys):
 
 
 # ------------------------------------------------------------------------------------------------ LM export
-LM_VARIANTS = {  # name: model.lm settings
-    "tied-unscaled-learned": ["model.lm.scale_embeddings=false", "model.lm.positions=learned",
-                              "model.lm.activation=gelu_tanh"],
-    "untied-scaled-sinusoidal-nobias": ["model.lm.tie_embeddings=false", "model.lm.bias=false",
-                                        "model.lm.activation=gelu"],
+LM_VARIANTS = {  # name: (model.lm settings, the class it becomes)
+    "tied-unscaled-learned": (["model.lm.scale_embeddings=false", "model.lm.positions=learned",
+                               "model.lm.activation=gelu_tanh"], "GPT2LMHeadModel"),
+    "untied-scaled-sinusoidal-nobias": (["model.lm.tie_embeddings=false", "model.lm.bias=false",
+                                         "model.lm.activation=gelu"], "GPT2LMHeadModel"),
+    "tied-scaled-sinusoidal": ([], "BioGptForCausalLM"),  # attnlab's default LM: GPT-2 cannot scale a tied matrix
 }
 
 
@@ -282,11 +283,12 @@ def lm_run(d, name: str, settings: list[str]):
 
 
 @pytest.mark.parametrize("name", list(LM_VARIANTS))
-def test_lm_export_loads_as_gpt2_with_attnlab_logits_and_ids_and_round_trips(tmp_path, name):
-    run_dir = lm_run(tmp_path, name, LM_VARIANTS[name])
+def test_lm_export_loads_with_attnlab_logits_and_ids_and_round_trips(tmp_path, name):
+    settings, cls = LM_VARIANTS[name]
+    run_dir = lm_run(tmp_path, name, settings)
     assert main(["export", str(run_dir), "--to", "huggingface", "--out", str(tmp_path / "a")]) == 0
     hf, info = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "a"), output_loading_info=True)
-    assert type(hf).__name__ == "GPT2LMHeadModel" and not any(info.values()), info
+    assert type(hf).__name__ == cls and not any(info.values()), info
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "a"))
     run = load_run(run_dir)
     tok = run.tokenizers.tgt
@@ -306,10 +308,10 @@ def test_lm_export_loads_as_gpt2_with_attnlab_logits_and_ids_and_round_trips(tmp
 
 @pytest.mark.parametrize("settings, words", [
     (["model.lm.norm=post"], "model.lm.norm = 'post'"),
-    ([], "tie_embeddings = true with scale_embeddings = true"),
+    (["model.lm.layer_norm_eps=1e-6"], "layer_norm_eps = 1e-06 with tied, scaled embeddings"),
     (["model.lm.scale_embeddings=false", "tokenizer.kind=char"], "tokenizer.kind = 'char'"),
 ])
-def test_lm_export_refuses_what_gpt2_does_not_express(tmp_path, capsys, settings, words):
+def test_lm_export_refuses_what_no_class_expresses(tmp_path, capsys, settings, words):
     run_dir = lm_run(tmp_path, "run", settings)
     capsys.readouterr()
     assert main(["export", str(run_dir), "--to", "huggingface", "--out", str(tmp_path / "hf")]) == 2

@@ -109,7 +109,7 @@ class Family:
     have no attention to explore); export (the CTranslate2 model its runs export to, `attnlab.interop.ctranslate2`:
     "translator" an encoder-decoder, "generator" a decoder-only language model; None: no export); hf_kind (the
     kind of Hugging Face model its runs are, `attnlab.interop.huggingface`: "seq2seq" an encoder-decoder (exported
-    as MarianMT when post-norm, Pegasus when pre-norm), "causal-lm" a decoder-only LM (GPT-2), "encoder" a
+    as MarianMT when post-norm, Pegasus when pre-norm), "causal-lm" a decoder-only LM (GPT-2, BioGPT), "encoder" a
     BERT-class encoder (imported only); None: neither exported nor imported); hf_import(model settings, tokenizer
     settings) -> the raw RUN_DIR/config.json of a run imported from a Hugging Face model of its kind (`attnlab
     import`; None: its kind is not imported).

@@ -1,6 +1,7 @@
 """Decoder-only language models in and out of Hugging Face as GPT-2 (Radford et al. 2019; `transformers`'
-GPT2LMHeadModel), called by `attnlab.interop.huggingface` for runs of the "causal-lm" kind (the family row's
-`hf_kind`). Read and written with safetensors and JSON only (`attnlab.interop.hf_folder`).
+GPT2LMHeadModel) or, for tied embeddings scaled by sqrt(D), BioGPT (Luo et al. 2022; BioGptForCausalLM: GPT-2's
+layers with fairseq's scaled embeddings), called by `attnlab.interop.huggingface` for runs of the "causal-lm" kind
+(the family row's `hf_kind`). Read and written with safetensors and JSON only (`attnlab.interop.hf_folder`).
 
 Import: a GPT2LMHeadModel (or GPT2Model) folder becomes an ordinary language-model run whose settings say what
 GPT-2 is (`attnlab.families.lm.LMModelConfig`): learned positions, no sqrt(D) embedding scale, pre-norm with the
@@ -11,13 +12,20 @@ library (`attnlab.data.tokenizers.ImportedTokenizer`). attnlab's LM reads [BOS] 
 <|endoftext|>, which is also its EOS, so the import's BOS row is a dead output row, as are PAD and UNK, which GPT-2
 has not (`attnlab.interop.hf_folder.dead_rows`).
 
+A BioGptForCausalLM folder with a tokenizer.json (an export's) comes back the same way, scale_embeddings as its
+scale_embedding says (BioGPT's own Moses tokenizer is not read: no tokenizer.json, refused).
+
 Export: a run whose settings GPT-2 expresses becomes a GPT2LMHeadModel folder. Exact, not close:
 - positions: attnlab's table (sinusoidal or learned) written into wpe, which GPT-2 adds as attnlab does;
 - sqrt(D) scale: folded into wte when the output layer is untied (wte = sqrt(D) E, the product attnlab computes);
-  with tied embeddings GPT-2's one matrix cannot be both E and sqrt(D) E: refused, as is post-norm (GPT-2 is
-  pre-norm), an output bias that is not zero (lm_head has none) and a tokenizer `transformers` cannot run as
-  attnlab does (char; SentencePiece BPE);
-- `bias = false`: zero biases, which GPT-2 adds exactly.
+  with tied embeddings GPT-2's one matrix cannot be both E and sqrt(D) E, so such a run (attnlab's default LM)
+  becomes a BioGptForCausalLM, which multiplies its embedding by sqrt(D) as attnlab does, ties it to the output
+  layer, and adds a learned position table from row BIOGPT_OFFSET (attnlab's table written there); its
+  LayerNorms have torch's default epsilon, 1e-5;
+- refused, one line each: post-norm (both classes are pre-norm), an output bias that is not zero (neither output
+  layer has one), another LayerNorm epsilon with tied scaled embeddings, and a tokenizer `transformers` cannot
+  run as attnlab does (char; SentencePiece BPE);
+- `bias = false`: zero biases, which both classes add exactly.
 The tokenizer travels as tokenizer.json: an import's own, or attnlab's SentencePiece unigram model rewritten for
 the `tokenizers` library (the same pieces and scores, the identity normalisation, "\u2581" for spaces and one
 prepended, byte fallback, the specials never matched in text) whose post-processor puts BOS first, so that
@@ -53,13 +61,14 @@ from torch import Tensor
 from attnlab.core.errors import AttnlabError
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, ImportedTokenizer
 from attnlab.families.base import LoadedRun
-from attnlab.interop.hf_folder import (Imported, dead_bias, dead_rows, export_order, gather_rows, json_bytes,
-                                       read_weights, setting, special_rows, tensor)
+from attnlab.interop.hf_folder import (Imported, architecture, dead_bias, dead_rows, export_order, gather_rows,
+                                       json_bytes, read_weights, setting, special_rows, tensor)
 
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
                "silu": "silu", "swish": "silu"}  # Hugging Face -> attnlab
 TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
 IGNORED = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers older GPT-2 checkpoints store
+BIOGPT_OFFSET = 2  # BioGPT's position table starts at row 2 (fairseq's padding offset)
 EXPORT_FILES = frozenset({"tokenizer.json"})  # besides config.json, generation_config.json, tokenizer_config.json
 LOAD_LINES = ("from transformers import AutoModelForCausalLM, AutoTokenizer",
               "tok, model = AutoTokenizer.from_pretrained(DIR), AutoModelForCausalLM.from_pretrained(DIR)",
@@ -153,15 +162,8 @@ def gpt2_state(sd: dict[str, Tensor], s: dict, rows: list[int], where: Path) -> 
         out[q + "ff.linear2.bias"] = get(p + "mlp.c_proj.bias", D)
         for n, ln in (("norm1", "ln_1"), ("norm2", "ln_2")):
             out[q + f"{n}.weight"], out[q + f"{n}.bias"] = get(p + f"{ln}.weight", D), get(p + f"{ln}.bias", D)
-    if s["tie_embeddings"]:  # a tied lm_head.weight, where a folder stores one, is wte again
-        out["generator.weight"] = out["embed.weight"]
-        used.add("lm_head.weight")
-        bias = dead_bias(rows)
-    else:
-        out["generator.weight"] = gather_rows(get("lm_head.weight", V, D), rows)
-        bias = dead_bias(rows, torch.zeros(V))
-    if bias is not None:
-        out["generator.bias"] = bias
+    used.add("lm_head.weight")  # tied: a folder may store it, wte again
+    output_layer(out, s, rows, None if s["tie_embeddings"] else get("lm_head.weight", V, D))
     extra = sorted(set(sd) - used)
     if extra:
         raise AttnlabError(f"{where}: unexpected tensor {extra[0]} ({len(extra)} in all); a GPT2LMHeadModel has no "
@@ -169,12 +171,75 @@ def gpt2_state(sd: dict[str, Tensor], s: dict, rows: list[int], where: Path) -> 
     return out
 
 
-def import_gpt2(folder: Path, hf: dict) -> Imported:
-    """A GPT2LMHeadModel folder (config.json `hf`) read for `attnlab.interop.huggingface.import_huggingface`."""
-    settings = gpt2_settings(hf, folder)
+def output_layer(out: dict[str, Tensor], s: dict, rows: list[int], lm_head: Tensor | None) -> None:
+    """The output layer's weight (the embedding when tied) and bias (DEAD_LOGIT on the dead rows; zeros untied)."""
+    if s["tie_embeddings"]:
+        out["generator.weight"] = out["embed.weight"]
+        bias = dead_bias(rows)
+    else:
+        out["generator.weight"] = gather_rows(lm_head, rows)
+        bias = dead_bias(rows, torch.zeros(lm_head.size(0)))
+    if bias is not None:
+        out["generator.bias"] = bias
+
+
+def biogpt_settings(hf: dict, where: Path) -> dict:
+    """attnlab's model.lm settings of a BioGptConfig (its LayerNorms have torch's default epsilon, 1e-5)."""
+    act = hf.get("hidden_act", "gelu")
+    if act not in ACTIVATIONS:
+        raise AttnlabError(f"{where}: hidden_act {act!r}; attnlab has {', '.join(ACTIVATIONS)}")
+    return {"d_model": setting(hf, "hidden_size", where), "h": setting(hf, "num_attention_heads", where),
+            "layers": setting(hf, "num_hidden_layers", where), "d_ff": setting(hf, "intermediate_size", where),
+            "max_len": setting(hf, "max_position_embeddings", where), "activation": ACTIVATIONS[act],
+            "dropout": hf.get("hidden_dropout_prob", 0.1), "attn_dropout": hf.get("attention_probs_dropout_prob", 0.1),
+            "layer_norm_eps": 1e-5, "norm": "pre", "positions": "learned", "bias": True,
+            "scale_embeddings": bool(hf.get("scale_embedding", True)),
+            "tie_embeddings": bool(hf.get("tie_word_embeddings", True))}
+
+
+@torch.no_grad()
+def biogpt_state(sd: dict[str, Tensor], s: dict, rows: list[int], where: Path) -> dict[str, Tensor]:
+    """attnlab's TransformerLM state dict of BioGPT's tensors (Linear weights, as attnlab's); the position table's
+    first BIOGPT_OFFSET rows, which BioGPT never reads, are left out."""
+    D, F = s["d_model"], s["d_ff"]
+    used: set[str] = set()
+
+    def get(name: str, *shape: int) -> Tensor:
+        used.add(name)
+        return tensor(sd, name, where, shape)
+
+    V = get("biogpt.embed_tokens.weight").size(0)
+    out = {"embed.weight": gather_rows(get("biogpt.embed_tokens.weight", V, D), rows),
+           "pos.learned.weight": get("biogpt.embed_positions.weight", s["max_len"] + BIOGPT_OFFSET, D)[BIOGPT_OFFSET:],
+           "norm.weight": get("biogpt.layer_norm.weight", D), "norm.bias": get("biogpt.layer_norm.bias", D)}
+    for i in range(s["layers"]):
+        p, q = f"biogpt.layers.{i}.", f"layers.{i}."
+        for ours, theirs, n_out, n_in in (("self_attn.W_Q", "self_attn.q_proj", D, D),
+                                          ("self_attn.W_K", "self_attn.k_proj", D, D),
+                                          ("self_attn.W_V", "self_attn.v_proj", D, D),
+                                          ("self_attn.W_O", "self_attn.out_proj", D, D),
+                                          ("ff.linear1", "fc1", F, D), ("ff.linear2", "fc2", D, F),
+                                          ("norm1", "self_attn_layer_norm", D, 0), ("norm2", "final_layer_norm", D, 0)):
+            out[q + ours + ".weight"] = get(p + theirs + ".weight", *((n_out, n_in) if n_in else (n_out,)))
+            out[q + ours + ".bias"] = get(p + theirs + ".bias", n_out)
+    used.add("output_projection.weight")
+    output_layer(out, s, rows, None if s["tie_embeddings"] else get("output_projection.weight", V, D))
+    extra = sorted(set(sd) - used)
+    if extra:
+        raise AttnlabError(f"{where}: unexpected tensor {extra[0]} ({len(extra)} in all); a BioGptForCausalLM has "
+                           "no such weight")
+    return {k: v.clone() for k, v in out.items()}
+
+
+def import_causal_lm(folder: Path, hf: dict) -> Imported:
+    """A GPT2LMHeadModel, GPT2Model or BioGptForCausalLM folder (config.json `hf`) read for
+    `attnlab.interop.huggingface.import_huggingface`."""
+    biogpt = architecture(hf) == "BioGptForCausalLM"
+    settings = biogpt_settings(hf, folder) if biogpt else gpt2_settings(hf, folder)
     sd = read_weights(folder)
     tokenizer_json = read_tokenizer(folder)
-    wte = sd.get("transformer.wte.weight", sd.get("wte.weight"))
+    wte = next((sd[k] for k in ("transformer.wte.weight", "wte.weight", "biogpt.embed_tokens.weight") if k in sd),
+               None)
     V = wte.size(0) if wte is not None else setting(hf, "vocab_size", folder)
     if hf.get("vocab_size", V) != V:
         raise AttnlabError(f"{folder}: config.json says vocab_size {hf.get('vocab_size')}, the embedding has {V} "
@@ -182,7 +247,7 @@ def import_gpt2(folder: Path, hf: dict) -> Imported:
     specials = {"pad": hf.get("pad_token_id"), "bos": hf.get("bos_token_id"), "eos": hf.get("eos_token_id"),
                 "unk": unk_id(tokenizer_json)}
     rows = special_rows(V, specials["pad"], specials["bos"], specials["eos"], specials["unk"], folder)
-    state = gpt2_state(sd, settings, rows, folder)
+    state = (biogpt_state if biogpt else gpt2_state)(sd, settings, rows, folder)
     settings["generator_bias"] = settings["tie_embeddings"] and "generator.bias" in state
     tok = ImportedTokenizer(tokenizer_json, rows, specials)
     return Imported(settings, {"kind": "huggingface", "vocab_size": len(rows), "joint": True, "byte_fallback": False},
@@ -191,15 +256,15 @@ def import_gpt2(folder: Path, hf: dict) -> Imported:
 
 # ============================================================================================ export
 def refusal(run: LoadedRun) -> str | None:
-    """The one line naming the setting of an LM run GPT2LMHeadModel does not express, or None."""
+    """The one line naming the setting of an LM run that neither GPT2LMHeadModel nor BioGptForCausalLM (the class
+    for tied, scaled embeddings) expresses, or None."""
     cfg, model, kind = run.model.cfg, run.model, run.tokenizers.tgt.kind
     if cfg.norm != "pre":
-        return ("model.lm.norm = 'post': GPT2LMHeadModel is pre-norm (a LayerNorm before each sublayer and one "
-                "after the stack)")
-    if cfg.tie_embeddings and cfg.scale_embeddings:
-        return ("model.lm.tie_embeddings = true with scale_embeddings = true: GPT-2 adds its one embedding matrix "
-                "unscaled and ties it to the output layer, so the sqrt(d_model) scale has nowhere to go; train with "
-                "tie_embeddings = false (the scale is folded into wte) or scale_embeddings = false")
+        return ("model.lm.norm = 'post': GPT2LMHeadModel and BioGptForCausalLM are pre-norm (a LayerNorm before "
+                "each sublayer and one after the stack)")
+    if biogpt(cfg) and cfg.layer_norm_eps != 1e-5:
+        return (f"model.lm.layer_norm_eps = {cfg.layer_norm_eps} with tied, scaled embeddings: GPT-2 cannot scale "
+                "its one embedding matrix, and BioGptForCausalLM, which does, fixes the LayerNorm epsilon at 1e-5")
     if kind not in ("unigram", "huggingface"):
         return (f"tokenizer.kind = {kind!r}: the exported tokenizer.json reproduces attnlab's ids for a unigram "
                 "SentencePiece model (or an imported tokenizer); train with kind = 'unigram'")
@@ -209,12 +274,22 @@ def refusal(run: LoadedRun) -> str | None:
             live[dead_rows(run.tokenizers.tgt.rows)] = False
         if bool(model.generator.bias[live].any()):
             return ("the output layer's bias (model.lm.tie_embeddings = false or generator_bias = true give it "
-                    "one) is not zero, and GPT2LMHeadModel's lm_head has none")
+                    "one) is not zero, and the output layers of GPT2LMHeadModel and BioGptForCausalLM have none")
     return None
 
 
+def biogpt(cfg) -> bool:
+    """Whether an LM config is exported as BioGptForCausalLM: tied embeddings scaled by sqrt(D), which GPT-2's one
+    unscaled matrix cannot be (untied, the scale is folded into GPT-2's wte)."""
+    return cfg.tie_embeddings and cfg.scale_embeddings
+
+
+def zeros_for(linear, n: int) -> Tensor:
+    return linear.bias if linear.bias is not None else torch.zeros(n)
+
+
 @torch.no_grad()
-def export_tensors(model, order: Tensor) -> dict[str, Tensor]:
+def gpt2_tensors(model, order: Tensor) -> dict[str, Tensor]:
     """GPT2LMHeadModel's tensors of an attnlab TransformerLM, its rows in Hugging Face's order `order`."""
     cfg, D = model.cfg, model.cfg.d_model
     wte = model.embed.weight[order]
@@ -222,29 +297,55 @@ def export_tensors(model, order: Tensor) -> dict[str, Tensor]:
         wte = wte * math.sqrt(D)
     pos = model.pos.learned.weight if model.pos.learned is not None else model.pos.pe
     sd = {"transformer.wte.weight": wte, "transformer.wpe.weight": pos}
-
-    def lin(name: str, linear, n_out: int) -> None:
-        sd[name + ".weight"] = linear.weight.T  # Conv1D: (in, out)
-        sd[name + ".bias"] = linear.bias if linear.bias is not None else torch.zeros(n_out)
-
-    def norm(name: str, ln) -> None:
-        sd[name + ".weight"] = ln.weight
-        sd[name + ".bias"] = ln.bias if ln.bias is not None else torch.zeros(D)
-
     for i, layer in enumerate(model.layers):
         p, a = f"transformer.h.{i}.", layer.self_attn
-        sd[p + "attn.c_attn.weight"] = torch.cat([a.W_Q.weight, a.W_K.weight, a.W_V.weight]).T  # (D, 3D)
-        sd[p + "attn.c_attn.bias"] = torch.cat([x.bias if x.bias is not None else torch.zeros(D)
-                                                for x in (a.W_Q, a.W_K, a.W_V)])
-        lin(p + "attn.c_proj", a.W_O, D)
-        lin(p + "mlp.c_fc", layer.ff.linear1, cfg.d_ff)
-        lin(p + "mlp.c_proj", layer.ff.linear2, D)
-        norm(p + "ln_1", layer.norm1)
-        norm(p + "ln_2", layer.norm2)
-    norm("transformer.ln_f", model.norm)
+        sd[p + "attn.c_attn.weight"] = torch.cat([a.W_Q.weight, a.W_K.weight, a.W_V.weight]).T  # (D, 3D) (in, out)
+        sd[p + "attn.c_attn.bias"] = torch.cat([zeros_for(x, D) for x in (a.W_Q, a.W_K, a.W_V)])
+        for name, linear, n in (("attn.c_proj", a.W_O, D), ("mlp.c_fc", layer.ff.linear1, cfg.d_ff),
+                                ("mlp.c_proj", layer.ff.linear2, D)):
+            sd[p + name + ".weight"], sd[p + name + ".bias"] = linear.weight.T, zeros_for(linear, n)  # Conv1D
+        for name, ln in (("ln_1", layer.norm1), ("ln_2", layer.norm2)):
+            sd[p + name + ".weight"], sd[p + name + ".bias"] = ln.weight, zeros_for(ln, D)
+    sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = model.norm.weight, zeros_for(model.norm, D)
     if not cfg.tie_embeddings:
         sd["lm_head.weight"] = model.generator.weight[order]
     return sd
+
+
+@torch.no_grad()
+def biogpt_tensors(model, order: Tensor) -> dict[str, Tensor]:
+    """BioGptForCausalLM's tensors of an attnlab TransformerLM (tied, scaled: BioGPT scales as attnlab does); its
+    position table has BIOGPT_OFFSET rows before position 0, written as zeros."""
+    cfg, D = model.cfg, model.cfg.d_model
+    pos = model.pos.learned.weight if model.pos.learned is not None else model.pos.pe
+    sd = {"biogpt.embed_tokens.weight": model.embed.weight[order],
+          "biogpt.embed_positions.weight": torch.cat([torch.zeros(BIOGPT_OFFSET, D), pos])}
+    for i, layer in enumerate(model.layers):
+        p, a = f"biogpt.layers.{i}.", layer.self_attn
+        for name, m, n in (("self_attn.q_proj", a.W_Q, D), ("self_attn.k_proj", a.W_K, D),
+                           ("self_attn.v_proj", a.W_V, D), ("self_attn.out_proj", a.W_O, D),
+                           ("fc1", layer.ff.linear1, cfg.d_ff), ("fc2", layer.ff.linear2, D),
+                           ("self_attn_layer_norm", layer.norm1, D), ("final_layer_norm", layer.norm2, D)):
+            sd[p + name + ".weight"], sd[p + name + ".bias"] = m.weight, zeros_for(m, n)
+    sd["biogpt.layer_norm.weight"], sd["biogpt.layer_norm.bias"] = model.norm.weight, zeros_for(model.norm, D)
+    return sd
+
+
+def hf_config(cfg, V: int, specials: dict) -> dict:
+    """config.json: GPT2Config or BioGptConfig keys, written by hand."""
+    ids = {"bos_token_id": specials["bos"], "eos_token_id": specials["eos"], "pad_token_id": specials["pad"],
+           "tie_word_embeddings": cfg.tie_embeddings, "use_cache": True, "dtype": "float32", "vocab_size": V}
+    if biogpt(cfg):
+        return {"architectures": ["BioGptForCausalLM"], "model_type": "biogpt", "hidden_size": cfg.d_model,
+                "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.h, "intermediate_size": cfg.d_ff,
+                "hidden_act": TO_HF[cfg.activation], "hidden_dropout_prob": cfg.dropout,
+                "attention_probs_dropout_prob": cfg.attn_dropout, "activation_dropout": 0.0, "layerdrop": 0.0,
+                "max_position_embeddings": cfg.max_len, "layer_norm_eps": 1e-5, "scale_embedding": True, **ids}
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_positions": cfg.max_len,
+            "n_embd": cfg.d_model, "n_layer": cfg.layers, "n_head": cfg.h, "n_inner": cfg.d_ff,
+            "activation_function": TO_HF[cfg.activation], "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout,
+            "attn_pdrop": cfg.attn_dropout, "layer_norm_epsilon": cfg.layer_norm_eps, "scale_attn_weights": True,
+            "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False, **ids}
 
 
 def unigram_tokenizer_json(model_proto: bytes) -> str:
@@ -276,8 +377,9 @@ def tokenizer_files(run: LoadedRun, specials: dict, pieces: dict) -> dict[str, b
 
 
 def export_causal_lm(run: LoadedRun) -> tuple[dict[str, Tensor], dict[str, bytes]]:
-    """(model.safetensors' tensors, the other files) of a loaded language-model run as a GPT2LMHeadModel folder;
-    a setting GPT-2 does not express is an AttnlabError (`refusal`)."""
+    """(model.safetensors' tensors, the other files) of a loaded language-model run as a GPT2LMHeadModel folder, or
+    a BioGptForCausalLM one for tied, scaled embeddings (`biogpt`); a setting neither expresses is an AttnlabError
+    (`refusal`)."""
     line = refusal(run)
     if line is not None:
         raise AttnlabError(f"{run.run_dir}: cannot export to Hugging Face: {line}")
@@ -290,31 +392,25 @@ def export_causal_lm(run: LoadedRun) -> tuple[dict[str, Tensor], dict[str, bytes
         order = torch.arange(tok.vocab_size)
         specials = {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID}
         pieces = {k: SPECIALS[v] for k, v in specials.items()}
-    V = order.numel()
     banned = [PAD_ID, BOS_ID, *tok.control_ids]
     hf_of = {int(a): h for h, a in enumerate(order.tolist())}
     suppress = sorted({hf_of[i] for i in banned if i in hf_of and hf_of[i] != specials.get("eos")})
-    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": V, "n_positions": cfg.max_len,
-              "n_embd": cfg.d_model, "n_layer": cfg.layers, "n_head": cfg.h, "n_inner": cfg.d_ff,
-              "activation_function": TO_HF[cfg.activation], "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout,
-              "attn_pdrop": cfg.attn_dropout, "layer_norm_epsilon": cfg.layer_norm_eps, "scale_attn_weights": True,
-              "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False, "use_cache": True,
-              "bos_token_id": specials["bos"], "eos_token_id": specials["eos"], "pad_token_id": specials["pad"],
-              "tie_word_embeddings": cfg.tie_embeddings, "dtype": "float32"}
+    config = hf_config(cfg, order.numel(), specials)
     generation = {"bos_token_id": specials["bos"], "eos_token_id": specials["eos"], "pad_token_id": specials["pad"],
                   "suppress_tokens": suppress, "max_length": cfg.max_len}
     files = {"config.json": json_bytes(config), "generation_config.json": json_bytes(generation),
-             **tokenizer_files(run, specials, pieces), "README.md": model_card(run).encode()}
-    return export_tensors(model, order), files
+             **tokenizer_files(run, specials, pieces),
+             "README.md": model_card(run, config["architectures"][0]).encode()}
+    return (biogpt_tensors if biogpt(cfg) else gpt2_tensors)(model, order), files
 
 
-def model_card(run: LoadedRun) -> str:
+def model_card(run: LoadedRun, cls: str) -> str:
     """README.md: what the model is and the lines that load it."""
     cfg = run.model.cfg
     return "\n".join([
         f"# {run.run_dir.name}", "",
         f"A {cfg.layers}-layer pre-norm decoder-only Transformer LM (d_model {cfg.d_model}, {cfg.h} heads, d_ff "
-        f"{cfg.d_ff}, {cfg.activation}) from attnlab, exported as `GPT2LMHeadModel` (`attnlab export --to "
+        f"{cfg.d_ff}, {cfg.activation}) from attnlab, exported as `{cls}` (`attnlab export --to "
         f"huggingface`, {run.checkpoint} checkpoint); it computes what attnlab computes.", "",
         "attnlab's LM reads BOS first: the tokenizer puts it there (an imported GPT-2 model's BOS is its "
         "<|endoftext|>, which you prepend yourself).", "", "## Load it", "", "```python",

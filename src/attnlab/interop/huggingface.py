@@ -9,7 +9,7 @@ work:
 | kind      | export (attnlab -> Hugging Face)                 | import (Hugging Face -> attnlab)            |
 |-----------|--------------------------------------------------|---------------------------------------------|
 | seq2seq   | MarianMTModel / Pegasus (`interop.marian`)       | MarianMTModel (`interop.marian`)            |
-| causal-lm | GPT2LMHeadModel (`interop.gpt2`)                 | GPT2LMHeadModel, GPT2Model (`interop.gpt2`) |
+| causal-lm | GPT2LMHeadModel, BioGpt* (`interop.gpt2`)        | GPT2LMHeadModel, GPT2Model, BioGpt*         |
 | encoder   | refused                                          | BertModel, BertFor* (`interop.bert`)        |
 
 An architecture not in IMPORTS, and a run whose kind has no export, are refused with one line naming what is
@@ -29,20 +29,21 @@ from attnlab.families.table import FAMILIES, titles
 from attnlab.interop import bert, gpt2, marian
 from attnlab.interop.hf_folder import (MANIFEST, architecture, load_state, read_config, source_folder,
                                        write_export, write_run)
-from attnlab.interop.marian import LOAD_LINES, hidden_permutation  # noqa: F401  (re-exported: the seq2seq export's)
+from attnlab.interop.marian import LOAD_LINES  # noqa: F401  (re-exported: the lines that load a seq2seq export)
 
 EXPORTERS: dict[str, Callable] = {"seq2seq": marian.export_seq2seq, "causal-lm": gpt2.export_causal_lm}
 EXPORT_FILES = marian.EXPORT_FILES | gpt2.EXPORT_FILES | {MANIFEST}
 _BERT = ("encoder", bert.import_bert)
 IMPORTS: dict[str, tuple[str, Callable]] = {  # architecture -> (kind, reader)
     "MarianMTModel": ("seq2seq", marian.import_marian),
-    "GPT2LMHeadModel": ("causal-lm", gpt2.import_gpt2), "GPT2Model": ("causal-lm", gpt2.import_gpt2),
+    **{name: ("causal-lm", gpt2.import_causal_lm) for name in ("GPT2LMHeadModel", "GPT2Model", "BioGptForCausalLM")},
     **{name: _BERT for name in ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification",
                                 "BertForTokenClassification", "BertForQuestionAnswering",
                                 "BertForNextSentencePrediction", "BertForMultipleChoice")},
 }
 SUPPORTED = ("MarianMT (post-norm encoder-decoder, e.g. the OPUS-MT models); GPT-2-class decoders (GPT2LMHeadModel, "
-             "GPT2Model); BERT-class encoders (BertModel, BertForMaskedLM and the other BertFor* classes)")
+             "GPT2Model, BioGptForCausalLM with a tokenizer.json); BERT-class encoders (BertModel, BertForMaskedLM "
+             "and the other BertFor* classes)")
 
 
 def huggingface_dir(run_dir: Path | str, checkpoint: str = "best") -> Path:
