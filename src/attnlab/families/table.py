@@ -128,8 +128,11 @@ def explorer(family: Family, where: Path | str) -> Explorer:
 
 def require(family: Family, ability: str, where: Path | str) -> None:
     """An AttnlabError naming what the run can do instead, unless the family has `ability`."""
+    if ability not in family.abilities and not family.abilities:  # explored only (an imported encoder)
+        raise AttnlabError(f"{where}: a {family.title} run cannot {ability}; explore it (attnlab serve / plot "
+                           "explore) or summarise it (attnlab summary)")
     if ability not in family.abilities:
-        can = ", ".join(ABILITY_COMMANDS[a] for a in sorted(family.abilities)) or "attnlab serve / plot explore"
+        can = ", ".join(ABILITY_COMMANDS[a] for a in sorted(family.abilities))
         raise AttnlabError(f"{where}: a {family.title} run cannot {ability}; use {can} (or attnlab evaluate / "
                            "summary) with it")
 
