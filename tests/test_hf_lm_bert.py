@@ -360,6 +360,8 @@ def test_import_refusals_are_one_line(gpt2, bert, tmp_path, capsys):
     cases["missing"] = (variant("f", bert_dir, lambda d: drop(d, "bert.encoder.layer.1.output.dense.bias")),
                         "no tensor encoder.layer.1.output.dense.bias")
     cases["tokenizer"] = (variant("g", bert_dir, lambda d: (d / "tokenizer.json").unlink()), "no tokenizer")
+    cases["tokenizer-json"] = (variant("h", gpt2_dir, lambda d: (d / "tokenizer.json").write_text('{"model": ')),
+                               "not a readable tokenizer.json")
     for name, (folder, expected) in cases.items():
         capsys.readouterr()
         assert main(["import", str(folder), "--out", str(tmp_path / f"run-{name}")]) == 2, name

@@ -27,7 +27,8 @@ from torch import Tensor
 from attnlab.core.errors import AttnlabError
 from attnlab.data.tokenizers import ImportedTokenizer
 from attnlab.families.pretrained import UNUSED_KEYS, bert_key_map
-from attnlab.interop.hf_folder import Imported, gather_rows, read_weights, setting, special_rows, tensor
+from attnlab.interop.hf_folder import (Imported, gather_rows, parse_tokenizer, read_weights, setting, special_rows,
+                                       tensor)
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "silu": "silu", "swish": "silu"}  # Hugging Face -> attnlab
@@ -108,7 +109,7 @@ def import_bert(folder: Path, hf: dict) -> Imported:
     settings = bert_settings(hf, folder)
     sd = read_weights(folder)
     tokenizer_json = read_tokenizer(folder)
-    lib = Tokenizer.from_str(tokenizer_json)
+    lib = parse_tokenizer(tokenizer_json, folder)[0]
     word = sd.get("embeddings.word_embeddings.weight", sd.get("bert.embeddings.word_embeddings.weight"))
     V = word.size(0) if word is not None else setting(hf, "vocab_size", folder)
     if hf.get("vocab_size", V) != V:

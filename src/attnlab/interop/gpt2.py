@@ -62,7 +62,7 @@ from attnlab.core.errors import AttnlabError
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, ImportedTokenizer
 from attnlab.families.base import LoadedRun
 from attnlab.interop.hf_folder import (Imported, architecture, dead_bias, dead_rows, export_order, gather_rows,
-                                       json_bytes, read_weights, setting, special_rows, tensor)
+                                       json_bytes, parse_tokenizer, read_weights, setting, special_rows, tensor)
 
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
                "silu": "silu", "swish": "silu"}  # Hugging Face -> attnlab
@@ -103,13 +103,13 @@ def read_tokenizer(folder: Path) -> str:
     return tok.to_str()
 
 
-def unk_id(tokenizer_json: str) -> int | None:
+def unk_id(tokenizer_json: str, where: Path) -> int | None:
     """The id of the tokenizer model's unknown token (a Unigram's unk_id, a BPE's or WordPiece's unk_token)."""
-    spec = json.loads(tokenizer_json).get("model") or {}
-    if isinstance(spec.get("unk_id"), int):
-        return spec["unk_id"]
-    token = spec.get("unk_token")
-    return Tokenizer.from_str(tokenizer_json).token_to_id(token) if isinstance(token, str) else None
+    lib, spec = parse_tokenizer(tokenizer_json, where)
+    model = spec.get("model") if isinstance(spec.get("model"), dict) else {}
+    if isinstance(model.get("unk_id"), int):
+        return model["unk_id"]
+    return lib.token_to_id(model["unk_token"]) if isinstance(model.get("unk_token"), str) else None
 
 
 def gpt2_settings(hf: dict, where: Path) -> dict:
@@ -245,7 +245,7 @@ def import_causal_lm(folder: Path, hf: dict) -> Imported:
         raise AttnlabError(f"{folder}: config.json says vocab_size {hf.get('vocab_size')}, the embedding has {V} "
                            "rows; the weights disagree with config.json")
     specials = {"pad": hf.get("pad_token_id"), "bos": hf.get("bos_token_id"), "eos": hf.get("eos_token_id"),
-                "unk": unk_id(tokenizer_json)}
+                "unk": unk_id(tokenizer_json, folder)}
     rows = special_rows(V, specials["pad"], specials["bos"], specials["eos"], specials["unk"], folder)
     state = (biogpt_state if biogpt else gpt2_state)(sd, settings, rows, folder)
     settings["generator_bias"] = settings["tie_embeddings"] and "generator.bias" in state

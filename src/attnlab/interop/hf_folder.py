@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from safetensors.torch import save_file
+from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from attnlab.core.checkpoint import read_tensors, save_weights, step_name, write_best
@@ -90,6 +91,15 @@ def read_weights(folder: Path) -> dict[str, Tensor]:
         raise AttnlabError(f"{folder}: only pickled weights (pytorch_model.bin), which attnlab never loads; save the "
                            "model with save_pretrained(DIR, safe_serialization=True)")
     return read_tensors(weights)[0]
+
+
+def parse_tokenizer(text: str, where: Path) -> tuple[Tokenizer, dict]:
+    """(the `tokenizers` library's tokenizer, its JSON) of tokenizer.json text; a malformed one names the folder."""
+    try:
+        spec = json.loads(text)
+        return Tokenizer.from_str(text), spec if isinstance(spec, dict) else {}
+    except Exception as e:  # JSON errors, and the library's own Exception type for a malformed tokenizer
+        raise AttnlabError(f"{where}: not a readable tokenizer.json ({str(e).strip()[:120]})") from None
 
 
 def setting(hf: dict, key: str, where: Path) -> int:
