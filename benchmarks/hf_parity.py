@@ -2,9 +2,10 @@
 """A trained Transformer run against its Hugging Face export, on every verse of a split (issue 38): greedy outputs,
 beam-5 BLEU and teacher-forced log-probabilities of the reference targets, attnlab and `transformers` side by side.
 
-    python benchmarks/hf_parity.py RUN_DIR [--split test] [--json OUT] [--hyps DIR]
+    python benchmarks/hf_parity.py RUN_DIR [--split test] [--json OUT] [--hyps DIR] [--hf DIR]
 
-The run is exported with attnlab's own export (`attnlab export RUN --to huggingface`, RUN/huggingface-best) and
+With --hf DIR the run is compared with that folder (the import direction: RUN_DIR made by `attnlab import DIR`).
+Otherwise the run is exported with attnlab's own export (`attnlab export RUN --to huggingface`, RUN/huggingface-best) and
 loaded with `AutoModelForSeq2SeqLM` and `AutoTokenizer` only. attnlab decodes as `attnlab translate` does (the run's
 decode section, batches of 64 sorted by length, fp32). `transformers` gets the same batches (right-padded, with
 their attention mask) and attnlab's length limit, floor(1.5 * source tokens) + 10: generate() takes one
@@ -141,6 +142,9 @@ def main() -> int:
     ap.add_argument("--max-sentences", type=int, default=0, help="the split's first N only (0: all)")
     ap.add_argument("--alpha0", action="store_true", help="beam 5 also with alpha = 0 on both sides")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--hf", type=Path, metavar="DIR",
+                    help="compare with this Hugging Face folder instead of the run's own export (the import "
+                         "direction: RUN_DIR made by `attnlab import DIR`, whose ids are DIR's)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--hyps", type=Path, help="a folder for the hypotheses of every search, a line per verse")
     args = ap.parse_args()
@@ -148,8 +152,8 @@ def main() -> int:
     transformers.logging.set_verbosity_error()  # "Both max_new_tokens and max_length (the export's) set", per call
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    folder = export_run(args.run_dir, huggingface_dir(args.run_dir, args.checkpoint), "float32", args.checkpoint,
-                        to="huggingface")
+    folder = args.hf or export_run(args.run_dir, huggingface_dir(args.run_dir, args.checkpoint), "float32",
+                                   args.checkpoint, to="huggingface")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # MarianTokenizer: "Recommended: pip install sacremoses" (never used)
         tok = transformers.AutoTokenizer.from_pretrained(folder)
@@ -245,6 +249,7 @@ def main() -> int:
                "bleu_difference": round(b.bleu - a.bleu, 2),
                "chrf_attnlab": round(a.chrf, 2), "chrf_hf": round(b.chrf, 2),
                "identical_texts": sum(x == y for x, y in zip(ours5, theirs5_text)),
+               "identical_texts_after_strip": sum(x.strip() == y.strip() for x, y in zip(ours5, theirs5_text)),
                "limit_exceeded": sum(len(theirs5[i]) > limits[i] for i in range(n)), "bleu_signature": a.bleu_signature,
                "seconds_attnlab": round(t1 - t0, 1), "seconds_hf": round(t2 - t1, 1)}
         result["beam5"].append(row)
