@@ -145,3 +145,14 @@ def test_a_shipped_model_translates_ruth_1_3(name, tmp_path, monkeypatch):
     assert len(words) >= 5 and len(set(words)) >= 4, words  # a real sentence, not empty or one token repeated
     card = json.loads((shipped.trained_folder() / name / "card.json").read_text())
     assert card["bleu"]["kjv"] > 5 and card["bleu"]["web"] > 5
+
+
+def test_a_shipped_model_is_fine_tuned_by_name(fake_package, tiny_tsv, tmp_path, capsys):
+    cfg = tmp_path / "ft.json"
+    cfg.write_text(json.dumps({
+        "data": {"corpus": "files", "train": [str(tiny_tsv / "train.tsv")], "dev": [str(tiny_tsv / "dev.tsv")],
+                 "test": [str(tiny_tsv / "test.tsv")]},
+        "train": {"max_steps": 2, "max_tokens": 400, "eval_every": 2, "progress": False, "eval_max_sentences": 4}}))
+    assert main(["train", str(cfg), "--init", "pretrained:tiny", "--out", str(tmp_path / "ft")]) == 0
+    init = json.loads((tmp_path / "ft" / "config.json").read_text())["pretrained"]["init"]
+    assert init.startswith(str(tmp_path / "cache" / "pretrained" / "tiny-"))

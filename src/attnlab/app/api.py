@@ -38,6 +38,7 @@ from attnlab.app.runs import (CHECKPOINTS, SPLITS, ConfigInfo, Run, config_path,
                               show, train, typed_config)
 from attnlab.app.server import EXPLORE_MEMORY
 from attnlab.app.shipped import Shipped, shipped_models, shipped_names, shipped_run
+from attnlab.app.shipped import run_path as shipped_run_path
 from attnlab.app.server import serve as serve_runs
 from attnlab.app.views import VIEWS, Exploration, format_decoding, write_views
 from attnlab.core.config import MAX_BEAM, MAX_COUNT, MAX_SAMPLES, MAX_SEED, MAX_VOCAB, PACKAGED_CONFIGS
@@ -71,6 +72,7 @@ __all__ = [
     "train_processes", "summary", "copy_config", "export_run", "import_run", "plot_alignment", "plot_attention",
     "write_views", "format_decoding", "plot_curves_of", "plot_bleu_by_length_of", "report", "serve",
     "series_study", "format_series_study", "demo", "pretrained_models", "pretrained_names", "pretrained_card",
+    "run_path",
     # what the command line shares with the library: names, limits, text
     "AttnlabError", "CHECKPOINTS", "DecodeConfig", "ENGLISH_MODULES", "Exploration", "PACKAGED_CONFIGS",
     "SERIES_VARIANTS", "SPLITS", "VIEWS", "cache_dir", "normalize", "one_line",
@@ -257,6 +259,12 @@ def pretrained_models() -> list[Shipped]:
 
 def pretrained_names() -> list[str]:
     return shipped_names()
+
+
+def run_path(value: str | Path) -> Path:
+    """A run directory from what a user typed: `pretrained:NAME` is a shipped model's (copied once into the cache),
+    anything else a path."""
+    return shipped_run_path(as_path("run_dir", value))
 
 
 def pretrained_card(name: str) -> str:

@@ -85,6 +85,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         family = api.typed_config(args.config, sets)[0]
         if "translate" not in family.abilities:
             raise AttnlabError(f"--init fine-tunes a translation run; {args.config} is a {family.title} config")
+        init = api.run_path(init)  # pretrained:NAME is a shipped model's run directory
         sets.append(f"pretrained.init={json.dumps(str(init))}")  # a JSON string is a YAML string: any path
     family, cfg, name = api.typed_config(args.config, sets)  # checked before any slow work
     if getattr(args, "require_ability", None) and args.require_ability not in family.abilities:
