@@ -21,10 +21,15 @@ HEAD_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
 
 def _pyplot():
     """matplotlib.pyplot on the Agg backend (files only, no display). Imported when a plot is drawn: it costs
-    about half a second, which every `attnlab` command (even --help) would pay at start if imported above."""
+    about half a second, which every `attnlab` command (even --help) would pay at start if imported above. Where
+    pyplot is already in use (a notebook's inline backend) its backend stays: switching it would stop the
+    notebook's own figures from showing, and the figures drawn here are saved and closed, never shown."""
+    import sys
+
     import matplotlib
 
-    matplotlib.use("Agg")
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
