@@ -142,6 +142,9 @@ def main() -> int:
     ap.add_argument("--max-sentences", type=int, default=0, help="the split's first N only (0: all)")
     ap.add_argument("--alpha0", action="store_true", help="beam 5 also with alpha = 0 on both sides")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--beam-alone", action="store_true",
+                    help="transformers' beam search one sentence at a time, each at its own length limit (batched, "
+                         "a batch shares its longest sentence's limit)")
     ap.add_argument("--hf", type=Path, metavar="DIR",
                     help="compare with this Hugging Face folder instead of the run's own export (the import "
                          "direction: RUN_DIR made by `attnlab import DIR`, whose ids are DIR's)")
@@ -239,12 +242,12 @@ def main() -> int:
                                      "cpu")
         ours5 = attnlab_outputs(beam_translator, src, 5)[1]
         t1 = time.perf_counter()
-        theirs5 = hf_generate(hf, batches, hf_src, limits, num_beams=5, length_penalty=hf_alpha,
-                              early_stopping="never")
+        theirs5 = hf_generate(hf, [[i] for i in range(n)] if args.beam_alone else batches, hf_src, limits,
+                              num_beams=5, length_penalty=hf_alpha, early_stopping="never")
         t2 = time.perf_counter()
         theirs5_text = tok.batch_decode([theirs5[i] for i in range(n)], skip_special_tokens=True)
         a, b = corpus_scores(ours5, refs), corpus_scores(theirs5_text, refs)
-        row = {"attnlab_alpha_gnmt": ours_alpha, "hf_length_penalty": hf_alpha, "hf_early_stopping": "never",
+        row = {"hf_one_sentence_per_call": args.beam_alone, "attnlab_alpha_gnmt": ours_alpha, "hf_length_penalty": hf_alpha, "hf_early_stopping": "never",
                "bleu_attnlab": round(a.bleu, 2), "bleu_hf": round(b.bleu, 2),
                "bleu_difference": round(b.bleu - a.bleu, 2),
                "chrf_attnlab": round(a.chrf, 2), "chrf_hf": round(b.chrf, 2),
