@@ -176,3 +176,23 @@ def test_the_demo_scores_the_other_rendering_too(bible, tmp_path, capsys):
     assert ("== the same test verses in the WEB wording (not trained on) ==\n"
             "test (web source): 9 sentences, beam 1") in out
     assert (tmp_path / "demo" / "eval" / "test.web.json").is_file()
+
+
+def test_an_imported_run_claims_no_english_rendering(tiny_runs, tmp_path):
+    """A run `attnlab import` made was trained elsewhere: its config's Bible data section is only attnlab's
+    default, so neither the server nor `Run` may say what English it was trained on."""
+    import json
+    import shutil
+
+    from attnlab.app.runs import load
+    from attnlab.app.server import served_info
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_runs["transformer"], run_dir)
+    cfg = json.loads((run_dir / "config.json").read_text())
+    cfg["data"] = {**cfg["data"], "corpus": "bible", "english": ["kjv", "web"], "train": [], "dev": [], "test": []}
+    (run_dir / "config.json").write_text(json.dumps(cfg))
+    assert load(run_dir).renderings == ["kjv", "web"]
+    assert served_info("run", load(run_dir).loaded, 100).trained_on == ["kjv", "web"]
+    (run_dir / "imported.json").write_text(json.dumps({"from": "x", "architecture": "MarianMTModel"}))
+    assert load(run_dir).renderings == [] and served_info("run", load(run_dir).loaded, 100).trained_on == []

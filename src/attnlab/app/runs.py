@@ -295,9 +295,9 @@ class Run:
 
     @property
     def renderings(self) -> list[str]:
-        """The English renderings a Bible translation run was trained on, the headline first ([] otherwise)."""
-        data = getattr(self.config, "data", None)
-        return list(data.renderings) if "translate" in self.loaded.family.abilities and data is not None else []
+        """The English renderings a Bible translation run was trained on, the headline first ([] otherwise, and for
+        an imported run: `attnlab.families.base.LoadedRun.renderings`)."""
+        return self.loaded.renderings
 
     def format_eval(self, result: dict) -> str:
         """An evaluation result as the text `attnlab evaluate` prints."""

@@ -180,7 +180,7 @@ def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:
     explorer hooks (series) is refused."""
     facts = explorer(run.family, run.run_dir).facts(run)
     parameters = sum(p.numel() for p in {id(p): p for p in run.model.parameters()}.values())
-    trained_on = list(run.cfg.data.renderings) if "translate" in run.family.abilities else []
+    trained_on = run.renderings
     return ModelInfo(name=name, family=facts.model, kind=facts.kind, attention=facts.attention, layers=facts.layers,
                      heads=facts.heads, beam=facts.beam, max_src_tokens=facts.max_tokens, max_chars=max_chars,
                      parameters=parameters, trained_on=trained_on)

@@ -47,6 +47,16 @@ class LoadedRun:
     checkpoint: str
     device: torch.device
 
+    @property
+    def renderings(self) -> list[str]:
+        """The English renderings a Bible translation run was trained on, the headline first; [] for other runs
+        and for a run `attnlab import` made (imported.json: trained elsewhere, its config's data section is only
+        attnlab's default)."""
+        data = getattr(self.cfg, "data", None)
+        if "translate" not in self.family.abilities or data is None or (Path(self.run_dir) / "imported.json").is_file():
+            return []
+        return list(getattr(data, "renderings", []))
+
 
 RunLoader = Callable[..., LoadedRun]  # `attnlab.app.workflow.load_run`(run_dir, checkpoint, device, ability)
 
