@@ -184,8 +184,8 @@ def execute(path: Path, quick: bool, runs: Path, out: Path | None = None, timeou
         client = NotebookClient(nb, km=km, timeout=timeout, kernel_name=KERNEL_NAME, coalesce_streams=True,
                                 resources={"metadata": {"path": str(path.parent.resolve())}})
         try:
-            client.execute()
-            record["ok"] = True
+            client.execute(cleanup_kc=True)  # the kernel is shut down after the notebook (nbclient would keep a
+            record["ok"] = True              # kernel it did not start alive until this process exits)
         except Exception as exc:  # noqa: BLE001 - any failure of the notebook is reported, not raised
             record["error"] = failing_cell(nb, exc)
     record["seconds"] = round(time.perf_counter() - t0, 2)

@@ -5,6 +5,7 @@ model a notebook loads (`pretrained:NAME`) ships with attnlab."""
 
 import importlib.util
 import json
+import os
 import re
 from pathlib import Path
 
@@ -88,6 +89,19 @@ def test_strip_removes_outputs_and_counts(tmp_path):
     assert run_notebooks.main(["--strip", str(path)]) == 0
     assert run_notebooks.has_outputs(nbformat.read(path, as_version=4)) == []
     assert run_notebooks.main(["--check-stripped", str(path)]) == 0
+
+
+def test_each_notebook_s_kernel_is_shut_down_after_it(tmp_path):
+    """A full `make notebooks` runs six kernels one after the other: each is gone when its notebook ends (nbclient
+    keeps a kernel it did not start alive until the runner exits, each holding its notebook's models)."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import os\nprint(os.getpid())")])
+    path = tmp_path / "pid.ipynb"
+    nbformat.write(nb, path)
+    record = run_notebooks.execute(path, quick=True, runs=tmp_path / "runs", out=tmp_path / "executed")
+    assert record["ok"], record["error"]
+    pid = int(nbformat.read(tmp_path / "executed" / path.name, as_version=4).cells[0].outputs[0].text)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 def test_a_failing_notebook_fails_the_runner(tmp_path, capsys):
