@@ -121,6 +121,8 @@ def test_pretrained_names_work_where_run_directories_go(fake_package, tmp_path, 
     assert not list(fake_package.rglob("eval/*.hyp.txt"))  # nothing written into the package
     assert main(["evaluate", "pretrained:tiny", "--max-sentences", "3"]) == 0
     assert not list(fake_package.rglob("*.hyp.txt")) and list(copies[0].rglob("*.hyp.txt"))
+    assert main(["plot", "curves", "pretrained:tiny", "--out", str(tmp_path / "curves.png")]) == 0  # the names too
+    assert (tmp_path / "curves.png").stat().st_size > 0
 
 
 def test_an_unknown_pretrained_name_lists_the_shipped_ones(fake_package, capsys):

@@ -342,9 +342,9 @@ def plot_attention(run: Run, sentence: str, out: str | Path | None = None, beam:
 def _run_names(run_dirs: Sequence[str | Path]) -> dict[str, Path]:
     """Each run directory by its name (its full path where two names clash)."""
     names: dict[str, Path] = {}
-    for i, run in enumerate(run_dirs):
-        run = as_path(f"run_dirs[{i}]", run)
-        names[run.name if run.name not in names else str(run)] = run
+    for i, given in enumerate(run_dirs):
+        given = as_path(f"run_dirs[{i}]", given)
+        names[given.name if given.name not in names else str(given)] = shipped_run_path(given)  # pretrained:NAME
     return names
 
 
