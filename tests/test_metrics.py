@@ -37,6 +37,7 @@ def test_plot_attention_checks_labels(tmp_path):
     out = plot_attention(w, ["\u2581a", "b", "</s>"], ["\u2581x", "</s>"], tmp_path / "a.svg", title="t")
     assert out.read_text().count("<svg") == 1
     assert clean_piece("\u2581house") == "_house"
+    assert clean_piece("<0x27>") == "'" and clean_piece("<0xC3>") == "<0xC3>"  # a byte of a longer character stays
     with pytest.raises(ValueError, match="do not match"):
         plot_attention(w, ["a", "b"], ["x", "y"], tmp_path / "b.png")
 

@@ -61,6 +61,15 @@ def test_strips_show_no_word_marks():
     assert word_labels(pieces, [0, 1, 1, 1, 2, 2, 3]) == ["In", "thebeginning", ",", "</s>"]
 
 
+def test_byte_fallback_pieces_read_as_their_characters():
+    """SentencePiece's byte fallback: "'" as <0x27>, "ñ" as the two UTF-8 bytes <0xC3><0xB1> (independently: the
+    bytes of the string's own UTF-8 encoding)."""
+    pieces = [f"{MARK}Naomi", f"<0x{ord(chr(39)):02X}>", "s", f"{MARK}se"] + [f"<0x{b:02X}>" for b in "ñ".encode()] + ["or"]
+    assert word_labels(pieces, [0, 0, 0, 1, 1, 1, 1]) == ["Naomi's", "señor"]
+    assert [strip_label(p) for p in pieces[:3]] == [" Naomi", "'", "s"]
+    assert strip_label("<0xC3>") == "<0xC3>"  # one byte of a longer character is no character
+
+
 def test_translations_log_a_degenerate_batch_once(monkeypatch, caplog):
     class Fake:
         def translate(self, sentences, **kw):

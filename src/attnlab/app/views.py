@@ -30,7 +30,8 @@ from torch import Tensor
 
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import atomic_write_text
-from attnlab.core.plotting import clean_piece, plot_attention, plot_attention_grid, plot_head_view, plot_neuron_view
+from attnlab.core.plotting import (clean_piece, piece_byte, plot_attention, plot_attention_grid, plot_head_view,
+                                   plot_neuron_view)
 from attnlab.data.tokenizers import EOS_ID, SPECIALS
 from attnlab.families.explorer import AttentionMap, DecodingSteps, Recording
 
@@ -80,10 +81,25 @@ def word_groups(pieces: Sequence[str], scheme: str) -> list[int]:
 
 def word_labels(pieces: Sequence[str], groups: Sequence[int]) -> list[str]:
     """One readable label per word: its pieces joined (word marks and ## removed)."""
-    words = [""] * (groups[-1] + 1 if groups else 0)
+    words: list[list[str]] = [[] for _ in range(groups[-1] + 1 if groups else 0)]
     for p, g in zip(pieces, groups):
-        words[g] += clean_piece(p) if p.isspace() or p in SPECIAL_PIECES else p.replace("\u2581", "").removeprefix("##")
-    return [w or "_" for w in words]
+        words[g].append(p)
+    return [_word_text(w) or "_" for w in words]
+
+
+def _word_text(pieces: Sequence[str]) -> str:
+    """A word's pieces as text: word marks and ## removed, runs of byte-fallback pieces decoded together as UTF-8
+    ("<0xC3><0xB1>" -> "ñ"), specials and spaces as `clean_piece` shows them."""
+    text, raw = "", b""
+    for p in pieces:
+        byte = piece_byte(p)
+        if byte is not None:
+            raw += bytes([byte])
+            continue
+        text += raw.decode("utf-8", errors="replace")
+        raw = b""
+        text += clean_piece(p) if p.isspace() or p in SPECIAL_PIECES else p.replace("\u2581", "").removeprefix("##")
+    return text + raw.decode("utf-8", errors="replace")
 
 
 def map_groups(m: AttentionMap, scheme: str) -> tuple[list[int], list[int]]:
@@ -111,8 +127,8 @@ def merge_words(weights: Tensor, row_groups: Sequence[int], col_groups: Sequence
 def strip_label(piece: str) -> str:
     """A piece as the page's token strips show it, words joined: a sentencepiece word mark (U+2581) becomes the
     space it stands for (never a visible "_" or "\u2581"), a character-level space stays visible, specials as
-    they are."""
-    if piece.isspace() or piece in SPECIAL_PIECES:
+    they are, a byte-fallback piece of a printable ASCII character that character (`clean_piece`)."""
+    if piece.isspace() or piece in SPECIAL_PIECES or piece_byte(piece) is not None:
         return clean_piece(piece)
     return piece.replace("\u2581", " ")
 

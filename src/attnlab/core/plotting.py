@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import textwrap
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -79,10 +80,24 @@ def plot_bleu_by_length(runs: Mapping[str, Sequence[dict]], path: Path | str, ti
     return save_figure(fig, path, dpi=120)
 
 
+BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte fallback: one UTF-8 byte of an unknown char
+
+
+def piece_byte(piece: str) -> int | None:
+    """The byte a byte-fallback piece ("<0x27>") stands for; None for any other piece."""
+    m = BYTE_PIECE.fullmatch(piece)
+    return int(m.group(1), 16) if m else None
+
+
 def clean_piece(piece: str) -> str:
-    """A readable label for a subword piece: the sentencepiece word mark becomes a leading space marker."""
+    """A readable label for a subword piece: the sentencepiece word mark becomes a leading space marker, and a
+    byte-fallback piece of a printable ASCII character is that character ("<0x27>" -> "'"; the bytes of a longer
+    UTF-8 character stay as they are, since one alone is no character)."""
     if piece.isspace():
         return "\u2423"  # a character-level space, visible
+    byte = piece_byte(piece)
+    if byte is not None and 0x21 <= byte <= 0x7E:
+        return chr(byte)
     return piece.replace("\u2581", "_")
 
 
