@@ -273,8 +273,9 @@ def pretrained_card(name: str) -> str:
 
 
 def import_run(src: str | Path, out: str | Path) -> Path:
-    """A run directory `out` made from a Hugging Face MarianMT model (a save_pretrained folder, or a hub name with
-    internet), which `load` and every command then use like a trained run."""
+    """A run directory `out` made from a Hugging Face model: MarianMT (a translation run), GPT-2-class (a language
+    model) or BERT-class (an encoder to explore); a save_pretrained folder, or a hub name with internet. `load` and
+    every command then use it like a trained run."""
     return workflow.import_run(src if isinstance(src, str) else as_path("src", src), as_path("out", out))
 
 

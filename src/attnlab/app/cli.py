@@ -280,7 +280,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "--to huggingface: write a folder that transformers' "
                                     "AutoModelForSeq2SeqLM.from_pretrained and AutoTokenizer.from_pretrained load "
                                     "with no attnlab (post-norm: MarianMT, pre-norm: Pegasus; MarianTokenizer "
-                                    "files, a model card); a setting neither class expresses is refused, naming it.")
+                                    "files, a model card); a language-model run becomes a causal LM for "
+                                    "AutoModelForCausalLM (GPT2LMHeadModel, or BioGptForCausalLM for tied, scaled "
+                                    "embeddings); a setting no class expresses is refused, naming it. --to attnlab: "
+                                    "a compact run of any family (`attnlab pretrained` models are such runs).")
     ex.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     ex.add_argument("--to", choices=("ctranslate2", "huggingface", "attnlab"), default="ctranslate2",
                     help="the target format (default ctranslate2; attnlab: a compact run of any family, weights "

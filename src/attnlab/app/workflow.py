@@ -269,8 +269,9 @@ def export_run(run_dir: Path | str, out: Path | str | None = None, quantization:
 
 
 def import_run(src: Path | str, out: Path | str) -> Path:
-    """A run directory made from a Hugging Face MarianMT model (`attnlab.interop.huggingface.import_huggingface`:
-    a save_pretrained folder, or a hub name with internet), which every command then loads like a trained run."""
+    """A run directory made from a Hugging Face model (`attnlab.interop.huggingface.import_huggingface`: MarianMT,
+    GPT-2-class or BERT-class; a save_pretrained folder, or a hub name with internet), which every command then
+    loads like a trained run."""
     out = import_huggingface(src, out)
     load_run(out)  # what every command will do with it: refuse here, not later
     return out
