@@ -328,7 +328,7 @@ def init_seq2seq(cfg: ExperimentConfig, model: nn.Module, load_run: RunLoader) -
             raise AttnlabError(f"{where}: its weights do not fit this model ({str(e).splitlines()[-1].strip()})"
                                ) from None
         log.info("fine-tuning %s (%s checkpoint, %s parameters)", p.init, p.checkpoint,
-                 f"{sum(t.numel() for t in run.model.state_dict().values()):,}")
+                 f"{sum(t.numel() for t in run.model.parameters()):,}")  # a tied weight once, as "model:" counts
     if cfg.pretrained.decoder and cfg.pretrained.init_weights:
         lm_run = load_run(cfg.pretrained.decoder, cfg.pretrained.checkpoint, "cpu", ability="generate")
         n = init_decoder_from_lm(model, lm_run)
