@@ -62,7 +62,7 @@ from attnlab.core.errors import AttnlabError
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, ImportedTokenizer
 from attnlab.families.base import LoadedRun
 from attnlab.interop.hf_folder import (Imported, architecture, dead_bias, dead_rows, export_order, gather_rows,
-                                       json_bytes, parse_tokenizer, read_weights, setting, special_rows, tensor)
+                                       TensorReader, json_bytes, parse_tokenizer, read_weights, setting, special_rows)
 
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
                "silu": "silu", "swish": "silu"}  # Hugging Face -> attnlab
@@ -136,14 +136,10 @@ def gpt2_settings(hf: dict, where: Path) -> dict:
 def gpt2_state(sd: dict[str, Tensor], s: dict, rows: list[int], where: Path) -> dict[str, Tensor]:
     """attnlab's TransformerLM state dict of GPT-2's tensors (the table of the module docstring), the vocabulary
     in `rows`' order; a tensor the model has not is refused, named."""
-    sd = {k.removeprefix("transformer."): v for k, v in sd.items() if not k.endswith(IGNORED)}
+    reader = TensorReader({k.removeprefix("transformer."): v for k, v in sd.items() if not k.endswith(IGNORED)},
+                          where)
+    get = reader.get
     D, F = s["d_model"], s["d_ff"]
-    used: set[str] = set()
-
-    def get(name: str, *shape: int) -> Tensor:
-        used.add(name)
-        return tensor(sd, name, where, shape)
-
     V = get("wte.weight").size(0)
     out = {"embed.weight": gather_rows(get("wte.weight", V, D), rows),
            "pos.learned.weight": get("wpe.weight", s["max_len"], D).clone(),
@@ -162,12 +158,9 @@ def gpt2_state(sd: dict[str, Tensor], s: dict, rows: list[int], where: Path) -> 
         out[q + "ff.linear2.bias"] = get(p + "mlp.c_proj.bias", D)
         for n, ln in (("norm1", "ln_1"), ("norm2", "ln_2")):
             out[q + f"{n}.weight"], out[q + f"{n}.bias"] = get(p + f"{ln}.weight", D), get(p + f"{ln}.bias", D)
-    used.add("lm_head.weight")  # tied: a folder may store it, wte again
+    reader.skip("lm_head.weight")  # tied: a folder may store it, wte again
     output_layer(out, s, rows, None if s["tie_embeddings"] else get("lm_head.weight", V, D))
-    extra = sorted(set(sd) - used)
-    if extra:
-        raise AttnlabError(f"{where}: unexpected tensor {extra[0]} ({len(extra)} in all); a GPT2LMHeadModel has no "
-                           "such weight")
+    reader.refuse_unread("GPT2LMHeadModel")
     return out
 
 
@@ -201,13 +194,9 @@ def biogpt_settings(hf: dict, where: Path) -> dict:
 def biogpt_state(sd: dict[str, Tensor], s: dict, rows: list[int], where: Path) -> dict[str, Tensor]:
     """attnlab's TransformerLM state dict of BioGPT's tensors (Linear weights, as attnlab's); the position table's
     first BIOGPT_OFFSET rows, which BioGPT never reads, are left out."""
+    reader = TensorReader(sd, where)
+    get = reader.get
     D, F = s["d_model"], s["d_ff"]
-    used: set[str] = set()
-
-    def get(name: str, *shape: int) -> Tensor:
-        used.add(name)
-        return tensor(sd, name, where, shape)
-
     V = get("biogpt.embed_tokens.weight").size(0)
     out = {"embed.weight": gather_rows(get("biogpt.embed_tokens.weight", V, D), rows),
            "pos.learned.weight": get("biogpt.embed_positions.weight", s["max_len"] + BIOGPT_OFFSET, D)[BIOGPT_OFFSET:],
@@ -222,12 +211,9 @@ def biogpt_state(sd: dict[str, Tensor], s: dict, rows: list[int], where: Path) -
                                           ("norm1", "self_attn_layer_norm", D, 0), ("norm2", "final_layer_norm", D, 0)):
             out[q + ours + ".weight"] = get(p + theirs + ".weight", *((n_out, n_in) if n_in else (n_out,)))
             out[q + ours + ".bias"] = get(p + theirs + ".bias", n_out)
-    used.add("output_projection.weight")
+    reader.skip("output_projection.weight")
     output_layer(out, s, rows, None if s["tie_embeddings"] else get("output_projection.weight", V, D))
-    extra = sorted(set(sd) - used)
-    if extra:
-        raise AttnlabError(f"{where}: unexpected tensor {extra[0]} ({len(extra)} in all); a BioGptForCausalLM has "
-                           "no such weight")
+    reader.refuse_unread("BioGptForCausalLM")
     return {k: v.clone() for k, v in out.items()}
 
 

@@ -121,6 +121,28 @@ def tensor(sd: dict[str, Tensor], name: str, where: Path, shape: tuple | None = 
     return t.float()
 
 
+class TensorReader:
+    """A folder's tensors read by name (`tensor`: float32, shape checked), each read recorded, so that a mapping
+    can refuse what it never read (`refuse_unread`): a weight the target model has not."""
+
+    def __init__(self, sd: dict[str, Tensor], where: Path) -> None:
+        self.sd, self.where, self.used = sd, where, set()
+
+    def get(self, name: str, *shape: int) -> Tensor:
+        self.used.add(name)
+        return tensor(self.sd, name, self.where, shape)
+
+    def skip(self, name: str) -> None:
+        """A tensor a folder may hold that the mapping does not need (a tied output layer stored again)."""
+        self.used.add(name)
+
+    def refuse_unread(self, model: str) -> None:
+        extra = sorted(set(self.sd) - self.used)
+        if extra:
+            raise AttnlabError(f"{self.where}: unexpected tensor {extra[0]} ({len(extra)} in all); a {model} has no "
+                               "such weight")
+
+
 # ---------------------------------------------------------------------------------------------- vocabulary
 def special_rows(vocab: int, pad: int | None, bos: int | None, eos: int | None, unk: int | None,
                  where: Path) -> list[int]:

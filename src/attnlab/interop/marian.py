@@ -52,7 +52,7 @@ from attnlab.core.fileio import read_json
 from attnlab.core.logs import read_metrics
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, MarianVocabTokenizer, TokenizerPair
 from attnlab.families.base import LoadedRun
-from attnlab.interop.hf_folder import DEAD_LOGIT, MANIFEST, Imported, read_weights
+from attnlab.interop.hf_folder import DEAD_LOGIT, MANIFEST, Imported, read_weights, tensor
 from attnlab.nn.transformer import PositionalEncoding
 
 HF_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, fixed in Marian's and Pegasus' layers (no config key)
@@ -342,10 +342,7 @@ def marian_state(hf: dict, sd: dict[str, Tensor], rows: list[int], where: Path) 
     idx, dead = torch.tensor(rows).clamp(min=0), torch.tensor(rows) < 0
 
     def get(name: str) -> Tensor:
-        if name not in sd:
-            raise AttnlabError(f"{where}: model.safetensors has no tensor {name}; the weights disagree with "
-                               "config.json")
-        return sd[name].float()
+        return tensor(sd, name, where)  # float32; a missing one named
 
     for side in ("encoder", "decoder"):  # older conversions store the table; HF then uses the stored one
         table = sd.get(f"model.{side}.embed_positions.weight")
