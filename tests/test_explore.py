@@ -39,6 +39,17 @@ def char_pair() -> TokenizerPair:
     return TokenizerPair(tok, tok, joint=True)
 
 
+def tiny_decomposable_run() -> SimpleNamespace:
+    """A loaded-run stand-in of a tiny random decomposable model (intra-sentence attention on, seed 0) on
+    `char_pair`: what the pair explorer reads (model, tokenizers, device, cfg)."""
+    torch.manual_seed(0)
+    tok = char_pair()
+    cfg = ParaphraseConfig()
+    cfg.model.decomposable = DecomposableConfig(emb_dim=8, hidden_dim=8, intra_attention=True)
+    model = DecomposableAttention(tok.src.vocab_size, cfg.model.decomposable).eval()
+    return SimpleNamespace(model=model, tokenizers=tok, device=torch.device("cpu"), cfg=cfg)
+
+
 def tiny_translator(norm: str = "post", seed: int = 0) -> Translator:
     torch.manual_seed(seed)
     tok = char_pair()
@@ -214,12 +225,8 @@ def test_language_model_causal_self_attention_and_probabilities():
 
 
 def test_decomposable_pair_alignment():
-    torch.manual_seed(0)
-    tok = char_pair()
-    cfg = ParaphraseConfig()
-    cfg.model.decomposable = DecomposableConfig(emb_dim=8, hidden_dim=8, intra_attention=True)
-    model = DecomposableAttention(tok.src.vocab_size, cfg.model.decomposable).eval()
-    run = SimpleNamespace(model=model, tokenizers=tok, device=torch.device("cpu"), cfg=cfg)
+    run = tiny_decomposable_run()
+    tok, model = run.tokenizers, run.model
     ex = explore_pair(run, "jesus wept", "jesus cried")
     a, b = torch.tensor([tok.src.encode("jesus wept")]), torch.tensor([tok.src.encode("jesus cried")])
     logits, w = model.forward_with_weights(a, a > 0, b, b > 0)

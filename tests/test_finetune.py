@@ -24,7 +24,7 @@ from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from attnlab.families.table import load_family_config  # noqa: E402
 from attnlab.families.translation import ExperimentConfig, PretrainedConfig  # noqa: E402
 from conftest import make_pairs, one_thread  # noqa: E402
-from test_huggingface import opus_like_folder  # noqa: E402
+from test_huggingface import imported_opus  # noqa: E402
 
 TRAIN = {"max_tokens": 600, "lr": 0.003, "eval_every": 3, "log_every": 1, "seed": 5, "progress": False,
          "keep_last": 1, "eval_max_sentences": 4, "num_threads": 1}
@@ -33,12 +33,7 @@ TRAIN = {"max_tokens": 600, "lr": 0.003, "eval_every": 3, "log_every": 1, "seed"
 @pytest.fixture(scope="module")
 def marian(tmp_path_factory):
     """(the MarianMT folder, the run `attnlab import` made of it)."""
-    root = tmp_path_factory.mktemp("finetune")
-    pairs = make_pairs(300, seed=4)
-    with one_thread():
-        folder = opus_like_folder(root, [a for a, _ in pairs], [b for _, b in pairs])
-        assert main(["import", str(folder), "--out", str(root / "imported")]) == 0
-    return folder, root / "imported"
+    return imported_opus(tmp_path_factory.mktemp("finetune"), "imported")
 
 
 def pad(seqs: list[list[int]], value: int = PAD_ID) -> torch.Tensor:

@@ -29,6 +29,7 @@ from attnlab.core.checkpoint import resolve_checkpoint, save_weights  # noqa: E4
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 from attnlab.families.lm import generate, load_lm_config  # noqa: E402
 from conftest import make_pairs, one_thread  # noqa: E402
+from test_huggingface import assert_import_refused  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 TEXTS = ["the red house", "my old door opens", "a cat sees the big green window", "x", "Zürich 東京 naïve",
@@ -362,9 +363,4 @@ def test_import_refusals_are_one_line(gpt2, bert, tmp_path, capsys):
     cases["tokenizer"] = (variant("g", bert_dir, lambda d: (d / "tokenizer.json").unlink()), "no tokenizer")
     cases["tokenizer-json"] = (variant("h", gpt2_dir, lambda d: (d / "tokenizer.json").write_text('{"model": ')),
                                "not a readable tokenizer.json")
-    for name, (folder, expected) in cases.items():
-        capsys.readouterr()
-        assert main(["import", str(folder), "--out", str(tmp_path / f"run-{name}")]) == 2, name
-        err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and expected in err and "Traceback" not in err, (name, err)
-        assert not (tmp_path / f"run-{name}").exists()
+    assert_import_refused(cases, tmp_path, capsys)

@@ -201,6 +201,27 @@ def opus_like_folder(root, en: list[str], es: list[str]):
     return folder
 
 
+def imported_opus(root, name: str):
+    """(an `opus_like_folder` of the synthetic task, the run directory `attnlab import` made of it as root/name),
+    for the tests that use an imported Marian (fine-tuning, the browser)."""
+    pairs = make_pairs(300, seed=4)
+    with one_thread():
+        folder = opus_like_folder(root, [a for a, _ in pairs], [b for _, b in pairs])
+        assert main(["import", str(folder), "--out", str(root / name)]) == 0
+    return folder, root / name
+
+
+def assert_import_refused(cases: dict, tmp_path, capsys) -> None:
+    """Each {name: (folder, expected)}: `attnlab import` exits 2 with one line holding `expected`, no traceback,
+    and leaves no run directory."""
+    for name, (folder, expected) in cases.items():
+        capsys.readouterr()
+        assert main(["import", str(folder), "--out", str(tmp_path / f"run-{name}")]) == 2, name
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and expected in err and "Traceback" not in err, (name, err)
+        assert not (tmp_path / f"run-{name}").exists()
+
+
 @pytest.fixture(scope="module")
 def opus(tmp_path_factory):
     pairs = make_pairs(300, seed=4)
@@ -285,9 +306,4 @@ def test_import_refusals_are_one_line(opus, tmp_path, capsys):
         shutil.copytree(opus, tmp_path / name)
         edit(tmp_path / name)
         cases[name] = (tmp_path / name, expected)
-    for name, (folder, expected) in cases.items():
-        capsys.readouterr()
-        assert main(["import", str(folder), "--out", str(tmp_path / f"run-{name}")]) == 2, name
-        err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and expected in err and "Traceback" not in err, (name, err)
-        assert not (tmp_path / f"run-{name}").exists()
+    assert_import_refused(cases, tmp_path, capsys)

@@ -43,10 +43,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 transformers = pytest.importorskip("transformers")
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/ (not a package): the Marian the import tests make
-from conftest import make_pairs, one_thread  # noqa: E402
-from test_huggingface import opus_like_folder, quiet  # noqa: E402
+from conftest import one_thread  # noqa: E402
+from test_huggingface import imported_opus, quiet  # noqa: E402
 
-from attnlab.app.cli import main  # noqa: E402
 
 NAME = "marian"  # the run directory's name: the served model's
 SENTENCE = "my old cat sees the green windows"  # "windows": two pieces (_window, s), one word
@@ -57,12 +56,7 @@ SPECIAL = {"</s>", "<s>", "<unk>", "<pad>"}
 @pytest.fixture(scope="module")
 def marian(tmp_path_factory):
     """(the local MarianMT folder, the run directory `attnlab import` made of it)."""
-    root = tmp_path_factory.mktemp("imported")
-    pairs = make_pairs(300, seed=4)
-    with one_thread():
-        folder = opus_like_folder(root, [a for a, _ in pairs], [b for _, b in pairs])
-        assert main(["import", str(folder), "--out", str(root / NAME)]) == 0
-    return folder, root / NAME
+    return imported_opus(tmp_path_factory.mktemp("imported"), NAME)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import re
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -29,8 +28,7 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
 from attnlab.app.views import Exploration, attention_exploration, summary
-from attnlab.families.pairs import ParaphraseConfig, explore_pair
-from attnlab.nn.decomposable import DecomposableAttention, DecomposableConfig
+from attnlab.families.pairs import explore_pair
 
 VERSE = ("And Elimelech Naomi's husband died and she was left and her two sons And they took them wives of the women "
          "of Moab the name of the one was Orpah and the name of the other Ruth and they dwelled there about ten "
@@ -208,14 +206,10 @@ def decomposable():
     """A tiny random decomposable model (intra-sentence attention on) explored on one pair, and its own soft
     alignments (`forward_with_weights`): the reference for each block."""
     sys.path.insert(0, str(Path(__file__).parents[1]))
-    from test_explore import char_pair  # the tests' character tokenizer (tests/ is not a package)
+    from test_explore import tiny_decomposable_run  # the explorer tests' tiny model (tests/ is not a package)
 
-    torch.manual_seed(0)
-    tok = char_pair()
-    cfg = ParaphraseConfig()
-    cfg.model.decomposable = DecomposableConfig(emb_dim=8, hidden_dim=8, intra_attention=True)
-    model = DecomposableAttention(tok.src.vocab_size, cfg.model.decomposable).eval()
-    run = SimpleNamespace(model=model, tokenizers=tok, device=torch.device("cpu"), cfg=cfg)
+    run = tiny_decomposable_run()
+    tok, model = run.tokenizers, run.model
     ex = Exploration.of(explore_pair(run, A, B))
     a, b = torch.tensor([tok.src.encode(A)]), torch.tensor([tok.src.encode(B)])
     with torch.no_grad():
