@@ -4,6 +4,7 @@ to torch's own rounding, float32 exact; `pretrained:NAME` wherever a run directo
 holds them, the shipped models themselves."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -158,3 +159,43 @@ def test_a_shipped_model_is_fine_tuned_by_name(fake_package, tiny_tsv, tmp_path,
     assert main(["train", str(cfg), "--init", "pretrained:tiny", "--out", str(tmp_path / "ft")]) == 0
     init = json.loads((tmp_path / "ft" / "config.json").read_text())["pretrained"]["init"]
     assert init.startswith(str(tmp_path / "cache" / "pretrained" / "tiny-"))
+
+
+def test_many_first_uses_at_once_make_one_copy_and_all_load(fake_package, tmp_path):
+    """A class sharing one cache, starting together: 8 first uses at the same moment each get a complete copy that
+    loads (none is moved away under another's feet), and one copy is left, with no temporary folders."""
+    import threading
+
+    from attnlab.app.workflow import load_run as load
+
+    start, errors, done = threading.Barrier(8), [], []
+
+    def first_use():
+        try:
+            start.wait()
+            run = load(shipped.shipped_run("tiny"))
+            done.append(sum(p.numel() for p in run.model.parameters()))
+        except Exception as e:  # collected: a thread's exception would not fail the test
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=first_use) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(done) == 8
+    left = sorted(p.name for p in (tmp_path / "cache" / "pretrained").iterdir())
+    assert len(left) == 1 and left[0].startswith("tiny-"), left
+
+
+def test_a_damaged_cache_copy_is_replaced_and_a_planted_link_refused(fake_package, tmp_path, capsys):
+    first = shipped.shipped_run("tiny")
+    (first / "config.json").unlink()  # damaged: the copy is made again
+    assert shipped.shipped_run("tiny") == first and (first / "config.json").is_file()
+    shutil.rmtree(first)
+    (tmp_path / "elsewhere").mkdir()
+    first.symlink_to(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(["translate", "pretrained:tiny"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "symlink" in err and not list((tmp_path / "elsewhere").iterdir())

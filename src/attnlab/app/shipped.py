@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.resources
 import json
 import logging
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from pathlib import Path
 from attnlab.core.checkpoint import QUANTIZATIONS, STEP_NAME, resolve_checkpoint, save_weights, step_name, write_best
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import (atomic_write_text, check_replaceable_folder, file_sha256, new_folder, read_json,
-                                 replace_folder, write_json)
+                                 replace_folder, sync_path, write_json)
 from attnlab.data.corpus import cache_dir
 from attnlab.families.base import LoadedRun
 
@@ -93,17 +94,29 @@ def shipped_run(name: str) -> Path:
     src = trained_folder() / name
     key = file_sha256(resolve_checkpoint(src, "best"))[:12]
     dest = cache_dir() / "pretrained" / f"{name}-{key}"
-    if not (dest / "config.json").is_file():
+    if not _complete_copy(dest):
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = new_folder(dest.parent, dest.name)
         try:
             shutil.copytree(src, tmp, dirs_exist_ok=True)
-            replace_folder(tmp, dest)
-        except BaseException:
+            for f in tmp.rglob("*"):
+                if f.is_file():
+                    sync_path(f)
+            try:  # one atomic rename that never replaces a folder already there: several first uses at once (a
+                os.rename(tmp, dest)  # class sharing a cache) each find a complete copy, none moved while read
+            except OSError:
+                if not _complete_copy(dest):  # a damaged copy is replaced; a link or a file refused, named
+                    replace_folder(tmp, dest)
+            log.info("pretrained:%s: in %s", name, dest)
+        finally:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        log.info("pretrained:%s: copied to %s", name, dest)
     return dest
+
+
+def _complete_copy(dest: Path) -> bool:
+    """Whether the cache holds the copy: a real folder (never a link) with its config.json (the rename that
+    publishes it moves a complete folder)."""
+    return dest.is_dir() and not dest.is_symlink() and (dest / "config.json").is_file()
 
 
 def _evaluations(run_dir: Path) -> dict[str, tuple[str, dict]]:
