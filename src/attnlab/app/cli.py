@@ -98,9 +98,17 @@ def _formats(text: str) -> list[str]:
 
 def _option_groups() -> dict[str, argparse.ArgumentParser]:
     """The options several commands share, defined once (argparse parent parsers)."""
-    device = argparse.ArgumentParser(add_help=False)
-    device.add_argument("--device", choices=DEVICES, default="auto",
-                        help="where the model runs (default: auto = a GPU if there is one)")
+    def device_group(default: str) -> argparse.ArgumentParser:
+        # a group of its own per default: argparse's parents share their action objects, so a child's
+        # set_defaults(device=...) would change the default of every command built from the same parent (it made
+        # `attnlab evaluate` decode on the CPU beside a GPU, 10x slower: docs/results.md, "GPU")
+        group = argparse.ArgumentParser(add_help=False)
+        group.add_argument("--device", choices=DEVICES, default=default,
+                           help="where the model runs (default: " + ("auto = a GPU if there is one)" if default ==
+                                                                     "auto" else f"{default})"))
+        return group
+
+    device, device_cpu = device_group("auto"), device_group("cpu")
     checkpoint = argparse.ArgumentParser(add_help=False)
     checkpoint.add_argument("--checkpoint", choices=("best", "last"), default="best",
                             help="which weights of the run (default best)")
@@ -119,6 +127,8 @@ def _option_groups() -> dict[str, argparse.ArgumentParser]:
                             "(default 1)")
     run = argparse.ArgumentParser(add_help=False, parents=[checkpoint, device])
     run.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    run_cpu = argparse.ArgumentParser(add_help=False, parents=[checkpoint, device_cpu])
+    run_cpu.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     amp = argparse.ArgumentParser(add_help=False)  # translate and evaluate
     amp.add_argument("--amp", choices=DecodeConfig.CHOICES["amp"], default=None,
                      help="translation: the precision of the search: none (fp32), auto (bf16 where the device "
@@ -129,8 +139,8 @@ def _option_groups() -> dict[str, argparse.ArgumentParser]:
     evaluate = argparse.ArgumentParser(add_help=False, parents=[run])
     evaluate.add_argument("--split", choices=("train", "dev", "test"), default="test")
     evaluate.add_argument("--json", action="store_true", help="print the result as JSON")
-    return {"device": device, "checkpoint": checkpoint, "overrides": overrides, "train": train, "run": run,
-            "evaluate": evaluate, "amp": amp}
+    return {"device": device, "device_cpu": device_cpu, "checkpoint": checkpoint, "overrides": overrides,
+            "train": train, "run": run, "run_cpu": run_cpu, "evaluate": evaluate, "amp": amp}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -241,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="evaluate on these hard negatives instead of the run's: random (a random verse of the "
                             "chapter) or overlap (the verse of the chapter sharing the most words with a)")
     peval.set_defaults(func=cmd_evaluate)
-    pplot = psub_para.add_parser("plot", parents=[opts["run"]],
+    pplot = psub_para.add_parser("plot", parents=[opts["run_cpu"]],
                                  help="heatmaps of the soft alignment of one pair (decomposable)",
                                  description="The soft alignment matrix of a pair: rows = tokens of a, columns = "
                                              "tokens of b; OUT.png (each row a softmax over b) and OUT_b.png (each "
@@ -250,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     pplot.add_argument("--b", required=True, help="sentence b (e.g. a WEB verse)")
     pplot.add_argument("--out", type=Path, help="output path without suffix (default RUN_DIR/plots/alignment)")
     pplot.add_argument("--formats", type=_formats, default="png,svg", help="comma-separated formats (default png,svg)")
-    pplot.set_defaults(func=cmd_paraphrase_plot, device="cpu")
+    pplot.set_defaults(func=cmd_paraphrase_plot)
 
     tr = sub.add_parser("translate", parents=[opts["run"], opts["amp"]],
                         help="translate text with a trained run (stdin to stdout, or files)",
@@ -405,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     summ.add_argument("--tgt-len", type=_int(1, MAX_SUMMARY_LEN), default=6, help="dummy target length (default 6)")
     summ.set_defaults(func=cmd_summary)
 
-    rep = sub.add_parser("report", parents=[opts["checkpoint"], opts["device"]],
+    rep = sub.add_parser("report", parents=[opts["checkpoint"], opts["device_cpu"]],
                          help="one self-contained HTML page comparing runs",
                          description="One self-contained HTML page (figures inlined, no external assets) comparing "
                                      "runs: configs, parameter summaries, training curves, BLEU/chrF (from "
@@ -420,9 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="translate this sentence instead of split samples (repeatable)")
     rep.add_argument("--beam", type=_int(1, MAX_BEAM), default=None,
                      help="beam size of the samples (default: each run's)")
-    rep.set_defaults(func=cmd_report, device="cpu")
+    rep.set_defaults(func=cmd_report)
 
-    srv = sub.add_parser("serve", parents=[opts["checkpoint"], opts["device"]],
+    srv = sub.add_parser("serve", parents=[opts["checkpoint"], opts["device_cpu"]],
                          help="web app: translate and explore attention in the browser",
                          description="Serve runs in a local web app (FastAPI + uvicorn): type a sentence, pick "
                                      "models side by side, get the translation and an interactive attention "
@@ -456,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch",
                      help="decode Transformer runs with their CTranslate2 export (exported on first use; attention: "
                           "the last layer's, mean of heads)")
-    srv.set_defaults(func=cmd_serve, device="cpu")
+    srv.set_defaults(func=cmd_serve)
 
     ser = sub.add_parser("series", parents=[opts["overrides"]],
                          help="many-to-one RNN regression with vs without the IF3270 attention layer",
