@@ -9,8 +9,8 @@
 #   4. with VARIANT="--set KEY=VALUE ...": the 2-minute training and evaluation again with those overrides;
 #   5. unless SKIP_HARNESS=1: the harness table at base dims: benchmarks/transformer_bench.py as the H100 table of
 #      docs/results.md ran it (attnlab against torch.nn.Transformer, bf16, batches of 256 x 48 tokens, eager with
-#      decoding, then compiled), and benchmarks/train_bench.py on real Bible batches (eager, bucketed and packed; MFU
-#      against the measured bf16 peak). The compiled harness on real batches is left out: its bucketed shapes
+#      decoding, then compiled), and benchmarks/train_bench.py on real Bible batches (eager, bucketed, packed and with
+#      train.fused_loss; MFU against the measured bf16 peak). The compiled harness on real batches is left out: its bucketed shapes
 #      recompile.
 #   6. whether CTranslate2's GPU decode can run on this image (its wheels load cuBLAS 12).
 # Each step has its own time limit cut to what is left of BUDGET seconds, so a step that fails or hangs leaves the
@@ -83,7 +83,7 @@ if [[ -z "${SKIP_HARNESS:-}" ]]; then
   step bench-compiled 150 $py benchmarks/transformer_bench.py --device "$device" --amp bf16 --batch 256 \
       --src-len 48 --tgt-len 48 --steps 20 --peak-tflops 989 --compile --skip-decode
   step harness-eager 90 $py benchmarks/train_bench.py --config "$config" \
-      --device "$device" --amp bf16 --pack --steps 20 --warmup 3 --json "$out/harness_eager.json"
+      --device "$device" --amp bf16 --pack --fused-loss --steps 20 --warmup 3 --json "$out/harness_eager.json"
 fi
 # the first meeting of each batch shape (cuDNN's attention, which plans per shape, is kept out since a886aaa)
 step trainer-steps 90 $py benchmarks/trainer_steps.py "$config" --device "$device" --first 80 --block 25 \

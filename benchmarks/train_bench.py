@@ -12,10 +12,12 @@ given (--peak-tflops) or measured here (`matmul_peak`: the best fp32 and bf16 ma
 reaches at the model's own shapes, batch tokens x d_model x d_ff, x vocab, ..., and at 2048^3), peak memory (CUDA
 only). --amp both runs every variant in fp32 and under bf16 autocast, side by side. With --pack, attnlab also runs
 on packed batches (`train.pack`: several sentences per row with per-sentence masks, `PackedBatchSampler` under the same
-token budget): other batches than the bucketed ones, so each variant reports its own real tokens and padding.
+token budget): other batches than the bucketed ones, so each variant reports its own real tokens and padding. With
+--fused-loss, attnlab also runs with `train.fused_loss` (the output layer and the loss in one, never the whole
+logits: `attnlab.kernels.linear_ce`) on the bucketed batches.
 
     python benchmarks/train_bench.py [--config configs/bible-transformer-small.toml] [--steps 30] [--compile]
-        [--pack] [--amp none|bf16|fp16|both] [--device cuda --peak-tflops 989] [--json OUT.json]
+        [--pack] [--fused-loss] [--amp none|bf16|fp16|both] [--device cuda --peak-tflops 989] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ def main() -> int:
                     help="autocast precision of the variants; both: each variant in fp32 and in bf16")
     ap.add_argument("--compile", action="store_true", help="also torch.compile both models (dynamic shapes)")
     ap.add_argument("--pack", action="store_true", help="also attnlab on packed batches (train.pack)")
+    ap.add_argument("--fused-loss", action="store_true",
+                    help="also attnlab with the output layer and the loss in one (train.fused_loss)")
     ap.add_argument("--pack-length", type=int, default=0, help="tokens per packed row (0: the longest example)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--peak-tflops", type=float, default=0.0,
@@ -117,11 +121,15 @@ def main() -> int:
     base_variants = {"attnlab eager": ours, "torch.nn.Transformer eager": theirs}
     if args.pack:
         base_variants["attnlab eager packed"] = ours
+    if args.fused_loss:
+        base_variants["attnlab eager fused-loss"] = ours
     if args.compile:
         base_variants["attnlab compiled"] = torch.compile(ours, dynamic=True)
         base_variants["torch.nn.Transformer compiled"] = torch.compile(theirs, dynamic=True)
         if args.pack:
             base_variants["attnlab compiled packed"] = torch.compile(ours, dynamic=True)
+        if args.fused_loss:
+            base_variants["attnlab compiled fused-loss"] = torch.compile(ours, dynamic=True)
     # every variant in each precision: "attnlab eager" (the first precision) and "attnlab eager bf16"
     variants, dtypes = {}, {}
     for i, dt in enumerate(precisions):
@@ -137,8 +145,13 @@ def main() -> int:
         dtype = dtypes[name]
         segments = () if b.src_segments is None else (b.src_segments, b.tgt_segments)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            logits = model(b.src, b.src_lengths, b.tgt_in, *segments)  # (B, T, V)
-        loss = sequence_loss(logits, b.tgt_out, cfg.train.label_smoothing) / b.num_tgt_tokens
+            if "fused-loss" in name:  # the model's own loss from its output layer (train.fused_loss)
+                loss = model(b.src, b.src_lengths, b.tgt_in, *segments, targets=b.tgt_out,
+                             label_smoothing=cfg.train.label_smoothing) / b.num_tgt_tokens
+            else:
+                logits = model(b.src, b.src_lengths, b.tgt_in, *segments)  # (B, T, V)
+        if "fused-loss" not in name:
+            loss = sequence_loss(logits, b.tgt_out, cfg.train.label_smoothing) / b.num_tgt_tokens
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optims[name].step()

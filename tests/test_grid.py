@@ -105,7 +105,7 @@ def test_loss_and_gradients_do_not_depend_on_the_grid(family):
         for multiple in (0, 16):
             batch = collate_seq2seq([DATA[i] for i in idx], multiple)
             model.zero_grad(set_to_none=True)
-            loss, n = Seq2SeqTask.loss(model, batch, 0.1)
+            loss, n = Seq2SeqTask().loss(model, batch, 0.1)
             loss.backward()
             results.append((loss.detach(), n, [p.grad.clone() for p in model.parameters()], batch.src.size(1)))
         (plain, n0, g0, S0), (grid, n1, g1, S1) = results
@@ -151,7 +151,7 @@ def test_warm_up_needs_the_grid_and_a_task_that_takes_it(tmp_path):
     class NoGrid:
         perplexity = True
         collate = staticmethod(collate_seq2seq)
-        loss = staticmethod(Seq2SeqTask.loss)
+        loss = Seq2SeqTask().loss
 
     with pytest.raises(AttnlabError, match="train.length_multiple: the batches of NoGrid cannot be padded"):
         Trainer(_model("rnn"), TrainConfig(length_multiple=8, device="cpu", progress=False), DATA, DATA, tmp_path,

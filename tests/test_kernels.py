@@ -163,10 +163,10 @@ def test_the_transformer_loss_with_the_kernels_off_equals_it_with_them_on():
     for on in (True, False):
         with kernels.override(on):
             model.zero_grad()
-            loss, n = Seq2SeqTask.loss(model.train(), batch, 0.1)
+            loss, n = Seq2SeqTask().loss(model.train(), batch, 0.1)
             loss.backward()
             with torch.no_grad():
-                dev, _ = Seq2SeqTask.loss(model.eval(), batch, 0.1)
+                dev, _ = Seq2SeqTask().loss(model.eval(), batch, 0.1)
         values[on] = (loss.item(), n, dev.item(), [p.grad.clone() for p in model.parameters()])
     assert values[True][1] == values[False][1] == 15
     assert values[False][0] == pytest.approx(values[True][0], rel=1e-6)

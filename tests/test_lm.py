@@ -408,5 +408,5 @@ def test_packed_rows_equal_the_padded_batch(positions):
         alone = per_sentence(padded)
         assert per_sentence(packed) == pytest.approx([alone[i] for i in order], rel=1e-10)
         model = model.float()
-        (a, n_a), (b, n_b) = LMTask.loss(model, padded, 0.0), LMTask.loss(model, packed, 0.0)
+        (a, n_a), (b, n_b) = LMTask().loss(model, padded, 0.0), LMTask().loss(model, packed, 0.0)
     assert n_a == n_b and abs(a.item() - b.item()) <= 1e-5 * abs(a.item())

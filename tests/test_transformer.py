@@ -458,8 +458,8 @@ def test_packed_rows_equal_the_padded_batch(norm, positions):
         for i in range(12):
             assert exact["packed"][i] == pytest.approx(exact["padded"][i], rel=1e-10)
         model = model.float()
-        loss_padded, n_padded = Seq2SeqTask.loss(model, padded, 0.1)
-        loss_packed, n_packed = Seq2SeqTask.loss(model, packed, 0.1)
+        loss_padded, n_padded = Seq2SeqTask().loss(model, padded, 0.1)
+        loss_packed, n_packed = Seq2SeqTask().loss(model, packed, 0.1)
     assert n_padded == n_packed
     assert loss_packed.dtype == torch.float32
     assert abs(loss_packed.item() - loss_padded.item()) <= 1e-5 * abs(loss_padded.item())

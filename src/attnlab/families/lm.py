@@ -50,6 +50,7 @@ from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun
 from attnlab.families.explorer import (AttentionMap, Recording, capture, scheme_of, stacked_qk, token_choices,
                                        with_rollout)
 from attnlab.kernels.dropout import Dropout
+from attnlab.kernels.linear_ce import linear_cross_entropy
 from attnlab.nn.attention import Segments, segment_mask
 from attnlab.nn.transformer import (DecoderLayer, PositionalEncoding, TransformerConfig, TransformerSeq2Seq,
                                     TransformerState, decoder_step, empty_state,
@@ -232,8 +233,15 @@ class TransformerLM(nn.Module):
             weights.append(w)
         return self.norm(x), weights
 
-    def forward(self, tokens: Tensor, segments: Segments | None = None) -> Tensor:
-        return self.generator(self.hidden(tokens, segments=segments)[0])  # (B, T, V)
+    def forward(self, tokens: Tensor, segments: Segments | None = None, targets: Tensor | None = None,
+                label_smoothing: float = 0.0, ignore_index: int = PAD_ID) -> Tensor:
+        """Logits (B, T, V); with targets (B, T) the summed label-smoothed cross-entropy instead, from the output
+        layer and the loss in one (`linear_cross_entropy`, `train.fused_loss`)."""
+        y = self.hidden(tokens, segments=segments)[0]  # (B, T, D)
+        if targets is not None:
+            return linear_cross_entropy(y.flatten(0, 1), self.generator.weight, self.generator.bias,
+                                        targets.flatten(), label_smoothing, ignore_index)  # ()
+        return self.generator(y)  # (B, T, V)
 
     def init_state(self, batch: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
                    ) -> TransformerState:
@@ -287,10 +295,13 @@ class LMBatch:
                        None if self.segments is None else self.segments.to(device, non_blocking=non_blocking))
 
 
+@dataclass
 class LMTask:
-    """Next-token prediction for the trainer: loss summed over non-pad target tokens (EOS included)."""
+    """Next-token prediction for the trainer: loss summed over non-pad target tokens (EOS included). fused_loss
+    (`train.fused_loss`): the model computes the loss with its output layer, never the whole logits."""
 
-    perplexity = True
+    fused_loss: bool = False
+    perplexity: ClassVar[bool] = True
 
     @staticmethod
     def collate(examples: list[tuple[int, list[int]]]) -> LMBatch:
@@ -305,11 +316,13 @@ class LMTask:
                        pad_sequences([[t for k in row for t in [*examples[k][1], EOS_ID]] for row in rows]),
                        Segments.of_rows([[len(examples[k][1]) + 1 for k in row] for row in rows]))
 
-    @staticmethod
-    def loss(model: nn.Module, batch: LMBatch, label_smoothing: float) -> tuple[Tensor, int]:
+    def loss(self, model: nn.Module, batch: LMBatch, label_smoothing: float) -> tuple[Tensor, int]:
         packed = {} if batch.segments is None else {"segments": batch.segments}
+        count = int((batch.targets != PAD_ID).sum())
+        if self.fused_loss:
+            return model(batch.inputs, **packed, targets=batch.targets, label_smoothing=label_smoothing), count
         logits = model(batch.inputs, **packed)  # (B, T, V)
-        return sequence_loss(logits, batch.targets, label_smoothing), int((batch.targets != PAD_ID).sum())
+        return sequence_loss(logits, batch.targets, label_smoothing), count
 
 
 @dataclass
@@ -392,7 +405,7 @@ def lm_training(cfg: LMExperimentConfig, text: TextSplits, tokenizers: Tokenizer
     if too_long > cfg.model.lm.max_len:
         raise AttnlabError(f"model.lm.max_len ({cfg.model.lm.max_len}) is shorter than the longest training "
                            f"sentence ({too_long} tokens with BOS)")
-    return Training(LMTask(), LMDataset(train_ids), LMDataset([tok.encode(s) for s in text.dev]),
+    return Training(LMTask(cfg.train.fused_loss), LMDataset(train_ids), LMDataset([tok.encode(s) for s in text.dev]),
                     dev_eval=None, d_model=cfg.model.lm.d_model,
                     sizes=f"train sentences {len(text.train):,}, dev {len(text.dev):,}")
 

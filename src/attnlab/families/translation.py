@@ -357,7 +357,7 @@ def seq2seq_training(cfg: ExperimentConfig, store: Store, tokenizers: TokenizerP
     train = store.train_data()
     dev_data = Seq2SeqDataset(tokenizers.src.encode_batch([p.src for p in dev]),
                               tokenizers.tgt.encode_batch([p.tgt for p in dev]))
-    return Training(Seq2SeqTask(), train, dev_data, dev_eval=dev_bleu, d_model=d_model,
+    return Training(Seq2SeqTask(cfg.train.fused_loss and cfg.model.family == "transformer"), train, dev_data, dev_eval=dev_bleu, d_model=d_model,
                     sizes=f"train pairs {len(train):,} (prepared store {store.path}), dev {len(dev):,}",
                     score_name="BLEU")
 

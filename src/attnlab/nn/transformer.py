@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from attnlab.core.config import MAX_DIM, MAX_LAYERS, MAX_LEN
 from attnlab.core.errors import AttnlabError
 from attnlab.kernels.dropout import Dropout
+from attnlab.kernels.linear_ce import linear_cross_entropy
 from attnlab.nn.attention import MultiHeadAttention, Segments, padding_mask, segment_mask
 
 
@@ -516,14 +517,20 @@ class TransformerSeq2Seq(nn.Module):
 
     # ------------------------------------------------------------------------------------------ interface
     def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, src_segments: Segments | None = None,
-                tgt_segments: Segments | None = None) -> Tensor:
+                tgt_segments: Segments | None = None, targets: Tensor | None = None, label_smoothing: float = 0.0,
+                ignore_index: int = 0) -> Tensor:
         """Teacher forcing: logits (B, T, V) for target inputs tgt_in (B, T) (BOS-prefixed); packed rows pass
-        both segments."""
+        both segments. With targets (B, T): the label-smoothed cross-entropy summed over the targets that are not
+        ignore_index, from the output layer and the loss in one (`linear_cross_entropy`: the (B, T, V) logits
+        never exist whole; `train.fused_loss`)."""
         if (src_segments is None) != (tgt_segments is None):
             raise AttnlabError("packed rows need both src_segments and tgt_segments")
         memory, mask, _ = self._encode(src, src_lengths, segments=src_segments)
         y, _, _ = self._decode(tgt_in, memory, mask,
                                segments=None if src_segments is None else (src_segments, tgt_segments))
+        if targets is not None:
+            return linear_cross_entropy(y.flatten(0, 1), self.generator.weight, self.generator.bias,
+                                        targets.flatten(), label_smoothing, ignore_index)  # ()
         return self.generator(y)  # (B, T, V)
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> TransformerEncoderOutput:

@@ -76,6 +76,7 @@ class TrainConfig:
     amp: str = "auto"  # auto (bf16 where the device computes it natively, else fp32) | none | bf16 | fp16 (CUDA)
     num_threads: int = 0  # CPU threads for torch (0: torch's default)
     compile: bool = False  # torch.compile the model (dynamic shapes; worth it for long GPU runs)
+    fused_loss: bool = False  # Transformer, LM: output layer and loss in one, never the whole logits (kernels.linear_ce)
     progress: bool = True  # a progress bar on a terminal; elsewhere one plain line every log_every steps
 
     CHOICES: ClassVar[dict] = {"optimizer": ("adam", "adamw"),
@@ -150,11 +151,14 @@ class Task(Protocol):
     def loss(self, model: nn.Module, batch: Any, label_smoothing: float) -> tuple[torch.Tensor, int]: ...
 
 
+@dataclass
 class Seq2SeqTask:
     """Teacher-forced sequence-to-sequence: model(src, src_lengths, tgt_in) -> logits (B, T, V); loss summed over
-    non-pad target tokens."""
+    non-pad target tokens. fused_loss (`train.fused_loss`, a Transformer): the model computes the loss with its
+    output layer, model(..., targets=, label_smoothing=, ignore_index=) -> loss, never the whole logits."""
 
-    perplexity = True
+    fused_loss: bool = False
+    perplexity: ClassVar[bool] = True
 
     @staticmethod
     def collate(examples: list) -> Seq2SeqBatch:
@@ -168,10 +172,12 @@ class Seq2SeqTask:
     def collate_packed(examples: list, row_len: int, length_multiple: int = 0) -> Seq2SeqBatch:
         return collate_packed_seq2seq(examples, row_len, length_multiple)
 
-    @staticmethod
-    def loss(model: nn.Module, batch: Seq2SeqBatch, label_smoothing: float) -> tuple[torch.Tensor, int]:
+    def loss(self, model: nn.Module, batch: Seq2SeqBatch, label_smoothing: float) -> tuple[torch.Tensor, int]:
         packed = {} if batch.src_segments is None else {"src_segments": batch.src_segments,
                                                          "tgt_segments": batch.tgt_segments}
+        if self.fused_loss:
+            return model(batch.src, batch.src_lengths, batch.tgt_in, **packed, targets=batch.tgt_out,
+                         label_smoothing=label_smoothing, ignore_index=PAD_ID), batch.num_tgt_tokens
         logits = model(batch.src, batch.src_lengths, batch.tgt_in, **packed)  # (B, T, V)
         return sequence_loss(logits, batch.tgt_out, label_smoothing), batch.num_tgt_tokens
 
@@ -264,14 +270,18 @@ class Trainer:
         dev_eval: optional callable(model) -> dict of extra dev metrics, e.g. {"bleu", "chrf"} (decodes the dev
             set) or {"accuracy"}. The model-selection score is bleu if present, else accuracy, else -dev_loss.
         d_model: for the noam schedule.
-        task: a `Task`; default `Seq2SeqTask()`.
+        task: a `Task`; default `Seq2SeqTask(cfg.fused_loss)`.
     """
 
     def __init__(self, model: nn.Module, cfg: TrainConfig, train_data, dev_data, run_dir: Path,
                  dev_eval: Callable[[nn.Module], dict] | None = None, d_model: int = 512,
                  task: Task | None = None) -> None:
         self.cfg, self.run_dir, self.dev_eval, self.d_model = cfg, Path(run_dir), dev_eval, d_model
-        self.task = task if task is not None else Seq2SeqTask()
+        self.task = task if task is not None else Seq2SeqTask(cfg.fused_loss)
+        if cfg.fused_loss and not getattr(self.task, "fused_loss", False):
+            raise AttnlabError("train.fused_loss = true needs a model whose forward computes its loss with the output "
+                               "layer: the Transformer (model.family = 'transformer') or the language model; this "
+                               "run's loss takes the logits, so leave train.fused_loss out")
         self.world = int(os.environ.get("WORLD_SIZE", 1))
         self.rank = int(os.environ.get("RANK", 0))
         self.is_main = self.rank == 0
