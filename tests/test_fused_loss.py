@@ -75,7 +75,7 @@ def test_the_lm_loss_equals_the_loss_of_its_logits(tie):
     examples = [(i, torch.randint(4, V, (int(torch.randint(1, 12, (1,), generator=g)),), generator=g).tolist())
                 for i in range(10)]
     for batch in (LMTask.collate(examples), LMTask.collate_packed(examples, row_len=24)):
-        assert batch.inputs[0, 0] == BOS_ID
+        assert batch.inputs[0, 0] == BOS_ID and batch.num_targets == int((batch.targets != PAD_ID).sum())
         results = [(loss.detach(), _grads(model, loss)) for loss in
                    (LMTask(fused).loss(model, batch, 0.1)[0] for fused in (True, False))]
         _assert_same(*results)

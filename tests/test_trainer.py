@@ -499,6 +499,7 @@ def test_compiled_step_equals_eager_step(tiny_tsv, tmp_path):
         results.append((float(loss), ntok, [p.grad.clone() for p in model.parameters()]))
     (l1, n1, g1), (l2, n2, g2) = results
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # the step really ran compiled
+    assert not torch._dynamo.utils.counters["graph_break"]  # and whole (the kernels step aside while tracing)
     assert n1 == n2 == 13 and l1 == pytest.approx(l2, rel=1e-5)
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)

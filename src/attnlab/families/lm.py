@@ -283,16 +283,19 @@ class LMDataset(torch.utils.data.Dataset):
 @dataclass
 class LMBatch:
     """inputs = [BOS] + ids, targets = ids + [EOS], right-padded with PAD_ID. Shape: (B, T) each; segments
-    (B, T) for packed rows (several sentences per row, `LMTask.collate_packed`)."""
+    (B, T) for packed rows (several sentences per row, `LMTask.collate_packed`). num_targets: the targets that are
+    not padding, counted when collating, so the loss never reads it back from the device."""
 
     inputs: Tensor
     targets: Tensor
     segments: Segments | None = None
+    num_targets: int = 0
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> LMBatch:
         return LMBatch(self.inputs.to(device, non_blocking=non_blocking),
                        self.targets.to(device, non_blocking=non_blocking),
-                       None if self.segments is None else self.segments.to(device, non_blocking=non_blocking))
+                       None if self.segments is None else self.segments.to(device, non_blocking=non_blocking),
+                       self.num_targets)
 
 
 @dataclass
@@ -306,7 +309,8 @@ class LMTask:
     @staticmethod
     def collate(examples: list[tuple[int, list[int]]]) -> LMBatch:
         return LMBatch(pad_sequences([[BOS_ID] + list(s) for _, s in examples]),
-                       pad_sequences([list(s) + [EOS_ID] for _, s in examples]))
+                       pad_sequences([list(s) + [EOS_ID] for _, s in examples]), None,
+                       sum(len(s) + 1 for _, s in examples))
 
     @staticmethod
     def collate_packed(examples: list[tuple[int, list[int]]], row_len: int) -> LMBatch:
@@ -314,15 +318,16 @@ class LMTask:
         rows = pack_rows([(len(s) + 1,) for _, s in examples], row_len)
         return LMBatch(pad_sequences([[t for k in row for t in [BOS_ID, *examples[k][1]]] for row in rows]),
                        pad_sequences([[t for k in row for t in [*examples[k][1], EOS_ID]] for row in rows]),
-                       Segments.of_rows([[len(examples[k][1]) + 1 for k in row] for row in rows]))
+                       Segments.of_rows([[len(examples[k][1]) + 1 for k in row] for row in rows]),
+                       sum(len(s) + 1 for _, s in examples))
 
     def loss(self, model: nn.Module, batch: LMBatch, label_smoothing: float) -> tuple[Tensor, int]:
         packed = {} if batch.segments is None else {"segments": batch.segments}
-        count = int((batch.targets != PAD_ID).sum())
         if self.fused_loss:
-            return model(batch.inputs, **packed, targets=batch.targets, label_smoothing=label_smoothing), count
+            return model(batch.inputs, **packed, targets=batch.targets,
+                         label_smoothing=label_smoothing), batch.num_targets
         logits = model(batch.inputs, **packed)  # (B, T, V)
-        return sequence_loss(logits, batch.targets, label_smoothing), count
+        return sequence_loss(logits, batch.targets, label_smoothing), batch.num_targets
 
 
 @dataclass

@@ -5,6 +5,10 @@ Every kernel site asks `enabled()` when it runs (never at import), so the enviro
 subprocesses a run starts (torchrun ranks, data workers) and a test may change it. The override is a contextvar:
 it holds in the thread or asyncio task that set it and in nothing else, so a test that turns the kernels off in
 one thread leaves a server's other requests as they were.
+
+Inside a region `torch.compile` traces, every kernel steps aside for its plain twin: the compiler fuses the plain
+expressions itself, while a kernel's Python (the contextvar read, `random_`, loops over blocks) would break the
+graph at every site (a Transformer training step: 29 graphs instead of one; `tests/test_trainer.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import contextvars
 import functools
 import os
 from collections.abc import Iterator
+
+import torch
 
 from attnlab.core.errors import AttnlabError
 
@@ -37,7 +43,10 @@ def _parse(value: str) -> bool:
 
 def enabled() -> bool:
     """Whether the kernels run: the innermost `override` / `disabled` block around this call decides, else
-    ``ATTNLAB_KERNELS`` (unset: on). A value that is neither on nor off is a user's mistake (`AttnlabError`)."""
+    ``ATTNLAB_KERNELS`` (unset: on). A value that is neither on nor off is a user's mistake (`AttnlabError`).
+    Off while `torch.compile` traces (see the module docstring)."""
+    if torch.compiler.is_compiling():
+        return False
     forced = _OVERRIDE.get()
     if forced is not None:
         return forced
