@@ -7,7 +7,8 @@ same copy, not another.
 
 The budgets, per unit of the loop (the docstrings of `attnlab.training.trainer` and `attnlab.decode.search` say
 why):
-- the trainer, between two log records: 0 per update for the Transformer; the loss is summed on the device and read
+- the trainer, between two log records: 0 per update for the Transformer (with or without train.fused_loss) and
+  the LM; the loss is summed on the device and read
   once per record. The RNN's encoder reads its lengths on the host every update (`attnlab.nn.rnn`: torch's
   `pack_padded_sequence` takes them on the CPU): RNN_UPDATE_READS.
 - greedy search: 1 per step (the rows still going on).
@@ -28,6 +29,7 @@ import attnlab
 from attnlab.data.batching import Seq2SeqDataset
 from attnlab.data.tokenizers import EOS_ID
 from attnlab.decode.search import beam_search, greedy_search
+from attnlab.families.lm import LMDataset, LMModelConfig, LMTask, TransformerLM
 from attnlab.nn.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
 from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
 from attnlab.training.trainer import TrainConfig, Trainer
@@ -122,6 +124,31 @@ def test_the_trainer_does_not_wait_between_log_records(tmp_path, monkeypatch, fa
     for calls in steps:
         assert len(calls) <= 2 * budget, calls  # accum_steps 2: two forward passes per update
         assert all(c[2].startswith("rnn.py") for c in calls), calls
+
+
+@pytest.mark.parametrize("family", ["transformer", "lm"])
+def test_the_fused_loss_and_the_lm_do_not_wait_either(tmp_path, monkeypatch, family):
+    """train.fused_loss (the loss computed with the output layer, blocks of rows) and the language model's updates:
+    no read at all between two log records (the LM read its target count back from the device every update
+    before its batches counted them when collating)."""
+    cfg = TrainConfig(max_steps=6, max_tokens=60, device="cpu", amp="none", progress=False, log_every=1000,
+                      eval_every=1000, fused_loss=family == "transformer")
+    data = _data()
+    if family == "lm":
+        torch.manual_seed(0)
+        model = TransformerLM(V, LMModelConfig(d_model=16, h=2, d_ff=32, layers=2, max_len=32))
+        ids = LMDataset(data.tgt_ids)
+        trainer = Trainer(model, cfg, ids, LMDataset(data.tgt_ids[:4]), tmp_path, task=LMTask())
+    else:
+        trainer = Trainer(_model(family), cfg, data, Seq2SeqDataset(data.src_ids[:4], data.tgt_ids[:4]), tmp_path)
+        assert trainer.task.fused_loss
+    reads, marks = HostReads(), []
+    real_step = trainer.train_step
+    monkeypatch.setattr(trainer, "train_step", lambda batches: marks.append(reads.mark()) or real_step(batches))
+    with reads.counting():
+        trainer.fit()
+    steps = _per_step(reads, marks)
+    assert len(steps) == 5 and all(calls == [] for calls in steps), steps
 
 
 # ---------------------------------------------------------------------------------------------- decoding
