@@ -8,9 +8,8 @@ same copy, not another.
 The budgets, per unit of the loop (the docstrings of `attnlab.training.trainer` and `attnlab.decode.search` say
 why):
 - the trainer, between two log records: 0 per update for the Transformer (with or without train.fused_loss) and
-  the LM; the loss is summed on the device and read
-  once per record. The RNN's encoder reads its lengths on the host every update (`attnlab.nn.rnn`: torch's
-  `pack_padded_sequence` takes them on the CPU): RNN_UPDATE_READS.
+  the LM; the loss is summed on the device and read once per record. The RNN's encoder reads its lengths on the
+  host every update (`attnlab.nn.rnn`: torch's `pack_padded_sequence` takes them on the CPU): RNN_UPDATE_READS.
 - greedy search: 1 per step (the rows still going on).
 - beam search: 1 per step (the step's bookkeeping in one copy), 2 on a step where a hypothesis finishes or a
   sentence reaches its limit (its tokens).
