@@ -10,8 +10,8 @@
 #   5. unless SKIP_HARNESS=1: the harness table at base dims: benchmarks/transformer_bench.py as the H100 table of
 #      docs/results.md ran it (attnlab against torch.nn.Transformer, bf16, batches of 256 x 48 tokens, eager with
 #      decoding, then compiled), and benchmarks/train_bench.py on real Bible batches (eager, bucketed, packed and with
-#      train.fused_loss; MFU against the measured bf16 peak). The compiled harness on real batches is left out: its bucketed shapes
-#      recompile.
+#      train.fused_loss; MFU against the measured bf16 peak); near the end, the same compiled beside
+#      torch.nn.Transformer compiled on the grid of shapes (--length-multiple 16: few shapes to compile).
 #   6. whether CTranslate2's GPU decode can run on this image (its wheels load cuBLAS 12).
 # Each step has its own time limit cut to what is left of BUDGET seconds, so a step that fails or hangs leaves the
 # others their time; everything goes to OUT_DIR (a handful of files: the limits of the device tool).
@@ -88,6 +88,12 @@ fi
 # the first meeting of each batch shape (cuDNN's attention, which plans per shape, is kept out since a886aaa)
 step trainer-steps 90 $py benchmarks/trainer_steps.py "$config" --device "$device" --first 80 --block 25 \
     --rounds 4 --json "$out/trainer_steps.json"
+# the must-show's own comparison: real Bible batches, compiled, against torch.nn.Transformer compiled; on the grid of
+# shapes (train.length_multiple = 16), so that the compiled variants meet a few shapes (last: it may be cut)
+if [[ -z "${SKIP_HARNESS:-}" ]]; then
+  step harness-compiled 150 $py benchmarks/train_bench.py --config "$config" --device "$device" --amp bf16 \
+      --compile --length-multiple 16 --steps 20 --warmup 5 --json "$out/harness_compiled.json"
+fi
 # CTranslate2 on this GPU: its wheels load cuBLAS 12 at run time (libcublas.so.12); say whether this image has it
 step ct2-cublas 20 $py -c "import ctypes
 try:

@@ -17,7 +17,7 @@ token budget): other batches than the bucketed ones, so each variant reports its
 logits: `attnlab.kernels.linear_ce`) on the bucketed batches.
 
     python benchmarks/train_bench.py [--config configs/bible-transformer-small.toml] [--steps 30] [--compile]
-        [--pack] [--fused-loss] [--amp none|bf16|fp16|both] [--device cuda --peak-tflops 989] [--json OUT.json]
+        [--pack] [--fused-loss] [--length-multiple 16] [--amp none|bf16|fp16|both] [--device cuda --peak-tflops 989] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ from attnlab.training.trainer import sequence_loss  # noqa: E402
 from attnlab.nn.transformer import TransformerSeq2Seq  # noqa: E402
 
 
-def real_batches(cfg, n: int, max_tokens: int, seed: int = 0, pack_length: int = -1):
+def real_batches(cfg, n: int, max_tokens: int, seed: int = 0, pack_length: int = -1, length_multiple: int = 0):
     """The first n training batches of the config's corpus as the trainer makes them (packed into rows of
-    pack_length tokens when pack_length >= 0, 0 meaning the longest example), and the tokenizer's vocab."""
+    pack_length tokens when pack_length >= 0, 0 meaning the longest example; on the grid of shapes with
+    length_multiple > 0, `train.length_multiple`), and the tokenizer's vocab."""
     store = prepare_corpus(cfg)
     toks = store.tokenizers()
     data = store.train_data()
@@ -53,8 +54,9 @@ def real_batches(cfg, n: int, max_tokens: int, seed: int = 0, pack_length: int =
         sampler = PackedBatchSampler(data.lengths(), max_tokens, pack_length, shuffle=True, seed=seed)
         return [collate_packed_seq2seq([data[i] for i in idx], sampler.row_len)
                 for idx in list(sampler)[:n]], toks.tgt.vocab_size
-    sampler = TokenBudgetBatchSampler(data.lengths(), max_tokens, shuffle=True, seed=seed)
-    batches = [collate_seq2seq([data[i] for i in idx]) for idx in list(sampler)[:n]]
+    sampler = TokenBudgetBatchSampler(data.lengths(), max_tokens, shuffle=True, seed=seed,
+                                      length_multiple=length_multiple)
+    batches = [collate_seq2seq([data[i] for i in idx], length_multiple) for idx in list(sampler)[:n]]
     return batches, toks.tgt.vocab_size
 
 
@@ -95,6 +97,9 @@ def main() -> int:
     ap.add_argument("--fused-loss", action="store_true",
                     help="also attnlab with the output layer and the loss in one (train.fused_loss)")
     ap.add_argument("--pack-length", type=int, default=0, help="tokens per packed row (0: the longest example)")
+    ap.add_argument("--length-multiple", type=int, default=0,
+                    help="bucketed batches on the grid of shapes (train.length_multiple, e.g. 16): few shapes, so "
+                         "the compiled variants compile a few times instead of at every new length")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--peak-tflops", type=float, default=0.0,
                     help="the device's peak dense TFLOP/s for the precision run (default: measured, `matmul_peak`)")
@@ -107,7 +112,7 @@ def main() -> int:
     tcfg = cfg.model.transformer
     max_tokens = args.max_tokens or cfg.train.max_tokens
     n = args.warmup + args.steps
-    bucketed, vocab = real_batches(cfg, n, max_tokens)
+    bucketed, vocab = real_batches(cfg, n, max_tokens, length_multiple=args.length_multiple)
     packed = real_batches(cfg, n, max_tokens, pack_length=args.pack_length)[0] if args.pack else []
     bucketed, packed = [b.to(device) for b in bucketed], [b.to(device) for b in packed]
     precisions = {"none": [None], "bf16": [torch.bfloat16], "fp16": [torch.float16],
@@ -203,7 +208,8 @@ def main() -> int:
     result = {"config": args.config, "device": str(device), "cpu": platform.processor() or platform.machine(),
               "threads": torch.get_num_threads(), "torch": torch.__version__, "amp": args.amp,
               "dims": {k: getattr(tcfg, k) for k in ("d_model", "h", "d_ff", "enc_layers", "dec_layers", "norm")},
-              "vocab": vocab, "max_tokens": max_tokens, "steps": args.steps, "matmul_tflops": peaks,
+              "vocab": vocab, "max_tokens": max_tokens, "length_multiple": args.length_multiple,
+              "shapes": len({tuple(b.src.shape) + tuple(b.tgt_in.shape) for b in bucketed}), "steps": args.steps, "matmul_tflops": peaks,
               "peak_memory_gib": {k: round(v, 2) for k, v in peak.items()}, "variants": {}}
     for name, s in seconds.items():
         measured = batches[name][args.warmup:]
