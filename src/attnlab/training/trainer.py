@@ -308,7 +308,7 @@ class Trainer:
             raise AttnlabError(f"train.accum_steps ({cfg.accum_steps}) exceeds the {len(self.sampler)} batches of "
                                f"an epoch (train.max_tokens {cfg.max_tokens}); lower it or the batch size")
         self.optimizer = make_optimizer(self.raw_model, cfg.optimizer, cfg.lr, (cfg.adam_beta1, cfg.adam_beta2),
-                                        cfg.weight_decay, fused=self.device.type == "cuda")
+                                        cfg.weight_decay, fused=self.device.type in ("cuda", "cpu"))
         self.amp_dtype = amp_dtype(cfg.amp, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         if self.is_main and cfg.amp != "none":
