@@ -57,12 +57,11 @@ train_and_evaluate() {  # train_and_evaluate RUN_DIR TAG [train overrides...]: t
 faulthandler.dump_traceback_later(20, repeat=True)
 sys.argv = [\"attnlab\", \"evaluate\", \"$run\", \"--split\", \"test\", \"--json\"]
 runpy.run_module(\"attnlab\", run_name=\"__main__\")' > '$out/eval_test$tag.json'"
-  # the same evaluation through the Python API in a fresh process, and the command with --device cuda: on the H200
-  # (f14274c) the command decoded at 36 verses/s and the API at 350 (docs/results.md, "GPU")
+  # the same evaluation through the Python API in a fresh process: on the H200 (f14274c) the command decoded at 36
+  # verses/s and the API at 350, because the command's --device default had become cpu (fixed 2d97175)
   step "evaluate-api$tag" 45 $py -c "import time; t = time.perf_counter(); import attnlab
 r = attnlab.load('$run', device='auto').evaluate('test')
 print('api evaluate: %.2f s, %.1f verses/s' % (time.perf_counter() - t, r['sentences_per_s']))"
-  step "evaluate-cuda$tag" 45 sh -c "$py -m attnlab evaluate '$run' --split test --device cuda --json > '$out/eval_test_cuda$tag.json'"
 }
 run=runs/gpu/base-${minutes}min
 train_and_evaluate "$run" "" "$@"
@@ -85,15 +84,15 @@ if [[ -z "${SKIP_HARNESS:-}" ]]; then
   step harness-eager 90 $py benchmarks/train_bench.py --config "$config" \
       --device "$device" --amp bf16 --pack --fused-loss --steps 20 --warmup 3 --json "$out/harness_eager.json"
 fi
-# the first meeting of each batch shape (cuDNN's attention, which plans per shape, is kept out since a886aaa)
-step trainer-steps 90 $py benchmarks/trainer_steps.py "$config" --device "$device" --first 80 --block 25 \
-    --rounds 4 --json "$out/trainer_steps.json"
 # the must-show's own comparison: real Bible batches, compiled, against torch.nn.Transformer compiled; on the grid of
-# shapes (train.length_multiple = 16), so that the compiled variants meet a few shapes (last: it may be cut)
+# shapes (train.length_multiple = 16), so that the compiled variants meet a few shapes (before the diagnostics below)
 if [[ -z "${SKIP_HARNESS:-}" ]]; then
   step harness-compiled 150 $py benchmarks/train_bench.py --config "$config" --device "$device" --amp bf16 \
       --compile --length-multiple 16 --steps 20 --warmup 5 --json "$out/harness_compiled.json"
 fi
+# the first meeting of each batch shape (cuDNN's attention, which plans per shape, is kept out since a886aaa)
+step trainer-steps 90 $py benchmarks/trainer_steps.py "$config" --device "$device" --first 80 --block 25 \
+    --rounds 4 --json "$out/trainer_steps.json"
 # CTranslate2 on this GPU: its wheels load cuBLAS 12 at run time (libcublas.so.12); say whether this image has it
 step ct2-cublas 20 $py -c "import ctypes
 try:
