@@ -25,6 +25,8 @@ TIE_ALL_SEPARATE = ["model.family=transformer", "model.transformer.tie_embedding
     (["train.pack_length=64"], "train: pack_length = 64 sizes packed rows, but pack = false"),
     (TIE_ALL_SEPARATE, "model.transformer.tie_embeddings = 'all' shares one embedding between source and target "
                        "ids, but tokenizer.joint = false"),
+    (["train.pack=true"], "train.pack needs model.family = 'transformer'"),  # the demo is an RNN
+    (["train.fused_loss=true"], "train.fused_loss = true needs model.family = 'transformer'"),
 ])
 def test_silent_combinations_are_refused_naming_the_keys(capsys, overrides, message):
     with pytest.raises(AttnlabError, match=message.replace("(", r"\(")):
@@ -39,7 +41,8 @@ def test_language_model_budget_too():
 
 
 @pytest.mark.parametrize("overrides", [
-    ["train.max_tokens=2"], ["train.pack=true", "train.pack_length=64"], ["train.pack=true"],
+    ["train.max_tokens=2"], ["model.family=transformer", "train.pack=true", "train.pack_length=64"],
+    ["model.family=transformer", "train.pack=true", "train.fused_loss=true"],
     TIE_ALL_SEPARATE[:2], ["model.family=transformer", "model.transformer.tie_embeddings=decoder",
                            "tokenizer.joint=false"],
     ["model.family=rnn", "model.transformer.tie_embeddings=all", "tokenizer.joint=false"],  # the section unused

@@ -129,3 +129,16 @@ def test_a_model_whose_loss_takes_logits_is_refused(tmp_path):
     with pytest.raises(AttnlabError, match="train.fused_loss = true needs a model whose forward computes its loss"):
         Trainer(rnn, TrainConfig(device="cpu", progress=False, fused_loss=True), DATA, DATA, tmp_path / "rnn",
                 task=Seq2SeqTask(False))
+
+
+@pytest.mark.parametrize("key, message", [("fused_loss", "train.fused_loss = true needs model.family = 'transformer'"),
+                                          ("pack", "train.pack needs model.family = 'transformer'")])
+def test_an_rnn_config_is_refused_before_any_work(tmp_path, capsys, key, message):
+    """With an RNN config, `attnlab train` refuses train.fused_loss (and train.pack) as the config is read: exit 2,
+    one line, no corpus built and no run directory left behind."""
+    from attnlab.app.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "demo", "--out", str(out), "--set", f"train.{key}=true"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and not out.exists()

@@ -2,7 +2,6 @@
 exact, and the CLI's train / translate / evaluate work with clear errors."""
 
 import contextlib
-import dataclasses
 import io
 import json
 import subprocess
@@ -23,12 +22,13 @@ from attnlab.app.workflow import evaluate, train
 from conftest import run_or_dump
 
 
-def tiny_config(tiny_tsv, **train):
+def tiny_config(tiny_tsv, model=None, **train):
     return experiment_from_dict({
         "data": {"corpus": "files", "train": [str(tiny_tsv / "train.tsv")], "dev": [str(tiny_tsv / "dev.tsv")],
                  "test": [str(tiny_tsv / "test.tsv")]},
         "tokenizer": {"kind": "char"},
-        "model": {"rnn": {"cell": "gru", "emb_dim": 32, "hidden_dim": 64, "attention": "bahdanau", "dropout": 0.1}},
+        "model": model or {"rnn": {"cell": "gru", "emb_dim": 32, "hidden_dim": 64, "attention": "bahdanau",
+                                   "dropout": 0.1}},
         "train": {"max_steps": 40, "max_tokens": 2000, "lr": 0.003, "eval_every": 20, "log_every": 10,
                   "seed": 3, "progress": False, "keep_last": 1, **train},
         "decode": {"beam_size": 3},
@@ -461,10 +461,8 @@ def test_two_ranks_equal_one_rank_with_both_batches(torchrun_run, tmp_path):
 
 
 def _tiny_transformer(tiny_tsv, **train):
-    cfg = tiny_config(tiny_tsv, **train)
-    return experiment_from_dict({**dataclasses.asdict(cfg), "model": {
-        "family": "transformer", "transformer": {"d_model": 32, "h": 4, "d_ff": 64, "enc_layers": 2, "dec_layers": 2,
-                                                 "dropout": 0.0, "norm": "pre"}}})
+    return tiny_config(tiny_tsv, {"family": "transformer", "transformer": {
+        "d_model": 32, "h": 4, "d_ff": 64, "enc_layers": 2, "dec_layers": 2, "dropout": 0.0, "norm": "pre"}}, **train)
 
 
 def test_packed_training_learns_and_an_rnn_refuses_it(tiny_tsv, tmp_path):

@@ -142,6 +142,12 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         check_sentence_budget(self.train)
+        if self.train.pack and self.model.family != "transformer":
+            raise AttnlabError("train.pack needs model.family = 'transformer': an RNN reads a row left to right and "
+                               "cannot keep packed sentences apart")
+        if self.train.fused_loss and self.model.family != "transformer":
+            raise AttnlabError("train.fused_loss = true needs model.family = 'transformer': an RNN's loss takes its "
+                               "logits; leave train.fused_loss out")
         tie = self.model.transformer.tie_embeddings
         if self.model.family == "transformer" and tie == "all" and not self.tokenizer.joint:
             raise AttnlabError("model.transformer.tie_embeddings = 'all' shares one embedding between source and "
@@ -350,14 +356,11 @@ def seq2seq_training(cfg: ExperimentConfig, store: Store, tokenizers: TokenizerP
         s = corpus_scores(hyps, [p.tgt for p in dev_pairs])
         return {"bleu": s.bleu, "chrf": s.chrf}
 
-    if cfg.train.pack and cfg.model.family != "transformer":
-        raise AttnlabError("train.pack needs model.family = 'transformer': an RNN reads a row left to right and "
-                           "cannot keep packed sentences apart")
     d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else cfg.model.rnn.hidden_dim
     train = store.train_data()
     dev_data = Seq2SeqDataset(tokenizers.src.encode_batch([p.src for p in dev]),
                               tokenizers.tgt.encode_batch([p.tgt for p in dev]))
-    return Training(Seq2SeqTask(cfg.train.fused_loss and cfg.model.family == "transformer"), train, dev_data, dev_eval=dev_bleu, d_model=d_model,
+    return Training(Seq2SeqTask(cfg.train.fused_loss), train, dev_data, dev_eval=dev_bleu, d_model=d_model,
                     sizes=f"train pairs {len(train):,} (prepared store {store.path}), dev {len(dev):,}",
                     score_name="BLEU")
 
