@@ -98,6 +98,12 @@ class Explorer:
     empty_input: bool = False
 
 
+def model_family(raw: Any) -> Any:
+    """The model.family of a raw config dict (a file's, or RUN_DIR/config.json's); None where it has none."""
+    model = raw.get("model") if isinstance(raw, dict) else None
+    return model.get("family") if isinstance(model, dict) else None
+
+
 @dataclass(frozen=True)
 class Family:
     """One model family. Every callable takes the family's typed config first.

@@ -27,7 +27,7 @@ from torch import Tensor
 from attnlab.core.config import MAX_LAYERS, from_dict, load_config, to_dict
 from attnlab.core.errors import AttnlabError
 from attnlab.data.tokenizers import PAD_ID, TokenizerConfig, TokenizerPair
-from attnlab.families.base import ExplorerFacts, LoadedRun
+from attnlab.families.base import ExplorerFacts, LoadedRun, model_family
 from attnlab.families.explorer import AttentionMap, Recording, capture, stacked_qk, with_rollout
 from attnlab.families.pretrained import BertConfig, BertEncoder
 from attnlab.nn.transformer import TransformerConfig
@@ -90,8 +90,7 @@ class BertExperimentConfig:
 
 def is_bert_config(data: dict) -> bool:
     """Whether a raw config dict (file or RUN_DIR/config.json) is a BERT-class encoder's."""
-    model = data.get("model")
-    return isinstance(model, dict) and model.get("family") == "bert"
+    return model_family(data) == "bert"
 
 
 def load_bert_config(path: Path | str | None, overrides: list[str] | None = None) -> BertExperimentConfig:

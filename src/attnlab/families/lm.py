@@ -46,7 +46,7 @@ from attnlab.data.corpus import holdout, normalize, subsample
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair, build_tokenizers
 # Sample, filter_logits and sample_next are re-exported: the LM's sampling, named where the LM is
 from attnlab.decode.sampling import Sample, check_sampling, filter_logits, generate, sample_next  # noqa: F401
-from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun
+from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun, model_family
 from attnlab.families.explorer import (AttentionMap, Recording, capture, scheme_of, stacked_qk, token_choices,
                                        with_rollout)
 from attnlab.kernels.dropout import Dropout
@@ -164,8 +164,7 @@ class LMExperimentConfig:
 
 def is_lm_config(data: dict) -> bool:
     """Whether a raw config dict (file or RUN_DIR/config.json) is a language-model experiment."""
-    model = data.get("model")
-    return isinstance(model, dict) and model.get("family") == "lm"
+    return model_family(data) == "lm"
 
 
 def load_lm_config(path: Path | str | None, overrides: list[str] | None = None) -> LMExperimentConfig:

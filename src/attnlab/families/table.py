@@ -26,17 +26,12 @@ from typing import Any, Callable
 from attnlab.core.config import apply_overrides, read_config_file, to_dict
 from attnlab.core.errors import AttnlabError
 from attnlab.families import bert, lm, pairs, series, translation
-from attnlab.families.base import Explorer, Family
-
-
-def _model_family(raw: dict) -> Any:
-    model = raw.get("model")
-    return model.get("family") if isinstance(model, dict) else None
+from attnlab.families.base import Explorer, Family, model_family
 
 
 def _is_rnn(raw: dict) -> bool:
     """model.family = "rnn", or no model.family at all (ModelConfig's default) in a config of no other family."""
-    return _model_family(raw) in (None, "rnn") and not pairs.is_paraphrase_config(raw) \
+    return model_family(raw) in (None, "rnn") and not pairs.is_paraphrase_config(raw) \
         and not series.is_series_config(raw)
 
 
@@ -84,7 +79,7 @@ FAMILIES: tuple[Family, ...] = (
            abilities=frozenset(),  # explored only: `attnlab serve`, `plot explore`, Run.explore
            explorer=Explorer(bert.explore_bert, bert.bert_explorer_facts, bert.bert_tokens, sentences=2),
            hf_kind="encoder", hf_import=bert.imported_bert_config),
-    _seq2seq("transformer", "Transformer encoder-decoder", lambda raw: _model_family(raw) == "transformer",
+    _seq2seq("transformer", "Transformer encoder-decoder", lambda raw: model_family(raw) == "transformer",
              export="translator", hf_kind="seq2seq", hf_import=translation.imported_config),
     _seq2seq("rnn", "RNN encoder-decoder", _is_rnn, export=None),  # CTranslate2 has no RNN models
 )

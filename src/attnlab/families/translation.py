@@ -34,7 +34,7 @@ from attnlab.data.store import Store
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, SPECIALS, TokenizerConfig, TokenizerPair, load_tokenizers, one_line
 from attnlab.decode.search import trace_tokens
 from attnlab.decode.translate import DecodeConfig, Translator, encode_source
-from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun, RunLoader
+from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun, RunLoader, model_family
 from attnlab.families.explorer import (MAX_NBEST, AttentionMap, DecodingSteps, Recording, capture, captured, scheme_of,
                                        stacked_qk, token_choices, with_rollout)
 from attnlab.families.lm import init_decoder_from_lm, is_lm_config
@@ -198,8 +198,7 @@ def resolve_init(raw: dict) -> dict:
     if not (run_dir / "config.json").is_file():
         raise AttnlabError(f"{where}: not a run directory ({run_dir / 'config.json'} missing)")
     theirs = read_json(run_dir / "config.json")
-    model = theirs.get("model") if isinstance(theirs, dict) else None
-    family = model.get("family") if isinstance(model, dict) else None
+    family = model_family(theirs)
     if is_lm_config(theirs):
         raise AttnlabError(f"{where} is a language-model run; fine-tuning starts from a translation run (rnn or "
                            "transformer); an LM's weights start a translation decoder with pretrained.decoder")
