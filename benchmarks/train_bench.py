@@ -149,14 +149,11 @@ def main() -> int:
         model = variants[name]
         dtype = dtypes[name]
         segments = () if b.src_segments is None else (b.src_segments, b.tgt_segments)
+        fused_loss = "fused-loss" in name  # the model's own loss from its output layer (train.fused_loss)
+        targets = {"targets": b.tgt_out, "label_smoothing": cfg.train.label_smoothing} if fused_loss else {}
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            if "fused-loss" in name:  # the model's own loss from its output layer (train.fused_loss)
-                loss = model(b.src, b.src_lengths, b.tgt_in, *segments, targets=b.tgt_out,
-                             label_smoothing=cfg.train.label_smoothing) / b.num_tgt_tokens
-            else:
-                logits = model(b.src, b.src_lengths, b.tgt_in, *segments)  # (B, T, V)
-        if "fused-loss" not in name:
-            loss = sequence_loss(logits, b.tgt_out, cfg.train.label_smoothing) / b.num_tgt_tokens
+            out = model(b.src, b.src_lengths, b.tgt_in, *segments, **targets)  # the loss, or logits (B, T, V)
+        loss = (out if fused_loss else sequence_loss(out, b.tgt_out, cfg.train.label_smoothing)) / b.num_tgt_tokens
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optims[name].step()
