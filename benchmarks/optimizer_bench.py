@@ -24,15 +24,14 @@ import torch
 from attnlab.families.translation import build_translation_model, load_experiment
 from attnlab.training.optim import make_optimizer
 
-VOCAB = 8000  # the Bible configs' joint unigram vocabulary
-
 
 def bench(config: str, device: torch.device, steps: int) -> dict:
     cfg = load_experiment(config)
     copies = {}
     for fused in (False, True):
         torch.manual_seed(0)
-        model = build_translation_model(cfg.model, VOCAB, VOCAB).to(device)
+        vocab = cfg.tokenizer.vocab_size  # the config's (joint) vocabulary: the model a run of it trains
+        model = build_translation_model(cfg.model, vocab, vocab).to(device)
         g = torch.Generator(device=device).manual_seed(1)
         for p in model.parameters():
             p.grad = torch.randn(p.shape, generator=g, device=device) * 1e-3
