@@ -6,7 +6,8 @@ import os
 import pytest
 
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import append_line, atomic_write_text, new_file, real_dir, replace_folder, write_json
+from attnlab.core.fileio import (append_line, atomic_write_text, new_file, new_folder, real_dir, replace_folder,
+                                 write_json)
 
 
 @pytest.fixture
@@ -67,3 +68,24 @@ def test_replace_folder_swaps_whole_folders_and_refuses_a_link(tmp_path, decoys)
     with pytest.raises(AttnlabError, match="link: is a symlink"):
         replace_folder(tmp_path / ".x.tmp", tmp_path / "link")
     assert untouched(decoys)
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_users_linked_folder_is_followed_and_the_finished_write_stands(tmp_path, depth):
+    """The user's own paths (the cache's corpora folder, `--out` and its parents) may be links: a write there lands
+    in the link's target and flushing the linked parent folder is no error (issue 47: `sync_path` opened the parent
+    with O_NOFOLLOW, and the finished corpus write failed with ELOOP)."""
+    target = tmp_path / "other-disk"
+    target.mkdir()
+    link = tmp_path / "cache"
+    link.symlink_to(target, target_is_directory=True)
+    for i in range(depth - 1):  # a link to a link
+        link, prev = tmp_path / f"cache{i}", link
+        link.symlink_to(prev, target_is_directory=True)
+    atomic_write_text(link / "corpus.tsv", "a\tb\n")
+    assert (target / "corpus.tsv").read_text() == "a\tb\n"
+    new = new_folder(link, "store")
+    (new / "manifest.json").write_text("{}")
+    replace_folder(new, link / "store")
+    assert (target / "store" / "manifest.json").read_text() == "{}"
+    assert sorted(p.name for p in target.iterdir()) == ["corpus.tsv", "store"]  # no temporary left

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from attnlab.core.errors import AttnlabError
+
+log = logging.getLogger("attnlab")
 
 # a new file: created here or not at all, never through a link, not inherited by child processes
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -123,7 +126,7 @@ def replace(tmp: Path | str, path: Path | str) -> None:
         if Path(tmp).is_file():
             Path(tmp).unlink(missing_ok=True)
         raise AttnlabError(f"{path}: cannot write there ({e.strerror or e})") from None
-    sync_path(Path(path).parent)
+    sync_dir(Path(path).parent)
 
 
 def new_folder(parent: Path | str, name: str) -> Path:
@@ -164,7 +167,7 @@ def replace_folder(new: Path | str, path: Path | str) -> None:
         if old is not None:
             os.rename(old, path)
         raise AttnlabError(f"{path}: cannot write there ({e.strerror or e})") from None
-    sync_path(path.parent)
+    sync_dir(path.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -183,10 +186,29 @@ def make_dirs(path: Path | str) -> Path:
 
 
 def sync_path(path: Path | str) -> None:
-    """Flushes a file's (or a directory's entries') data to the disk; a symlink is refused, never followed."""
+    """Flushes a file's data to the disk; a symlink is refused, never followed (the files attnlab writes into a
+    run, export or store folder)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_dir(path: Path | str) -> None:
+    """Flushes a folder's entries (a rename just made in it) to the disk, after the write itself is complete. The
+    folder is the one the user named or its parent (the cache, `--out`), which may be a link and is followed like any
+    tool follows it (docs/architecture.md, "Links"); a folder that cannot be flushed (a filesystem without directory
+    fsync, a link gone meanwhile) is logged, never an error: the write it follows has already succeeded."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as e:
+        log.debug("%s: not flushed (%s)", path, e.strerror or e)
+        return
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        log.debug("%s: not flushed (%s)", path, e.strerror or e)
     finally:
         os.close(fd)
 

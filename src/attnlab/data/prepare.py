@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import CREATE_FLAGS, atomic_write_text, file_sha256, make_dirs, write_json
+from attnlab.core.fileio import CREATE_FLAGS, atomic_write_text, file_sha256, make_dirs, sync_dir, write_json
 from attnlab.data.bible import iter_bible
 from attnlab.data.corpus import (Pair, ReadCounts, cache_dir, chunks, holdout_indices, parse_lines, raw_lines,
                                  spec_name, subsample_indices)
@@ -526,11 +526,7 @@ def prepare(spec: StoreSpec, out: Path | str | None = None, tokenizers: Tokenize
                 _remove(old)
             else:
                 os.rename(staging, place)
-            fd = os.open(place.parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            sync_dir(place.parent)
         finally:
             _remove(staging)
     store = open_store(place, verify=False)
