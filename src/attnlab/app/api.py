@@ -272,6 +272,14 @@ def pretrained_card(name: str) -> str:
     return (shipped_run(as_text("name", name)) / "README.md").read_text(encoding="utf-8")
 
 
+def average_run(run_dir: str | Path, last: int = 5, out: str | Path | None = None) -> Path:
+    """A compact float32 run whose weights are the mean of the run's `last` newest checkpoints (checkpoint
+    averaging, Vaswani et al. 2017; train with train.keep_last >= last); default RUN_DIR-avgN beside the run.
+    `load` and every command use it like the run; returns the folder."""
+    return workflow.average_run(as_path("run_dir", run_dir), as_int("last", last, 1, MAX_COUNT),
+                                as_optional_path("out", out))
+
+
 def import_run(src: str | Path, out: str | Path) -> Path:
     """A run directory `out` made from a Hugging Face model: MarianMT (a translation run), GPT-2-class (a language
     model) or BERT-class (an encoder to explore); a save_pretrained folder, or a hub name with internet. `load` and

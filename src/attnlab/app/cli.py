@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.app.commands import (cmd_configs, cmd_data, cmd_data_paraphrase, cmd_data_prepare, cmd_demo, cmd_evaluate,
+from attnlab.app.commands import (cmd_average, cmd_configs, cmd_data, cmd_data_paraphrase, cmd_data_prepare, cmd_demo, cmd_evaluate,
                                   cmd_export, cmd_generate, cmd_import, cmd_paraphrase_plot,
                                   cmd_plot_attention, cmd_plot_explore, cmd_plot_runs,
                                   cmd_pretrained, cmd_report, cmd_series, cmd_serve, cmd_summary,
@@ -304,6 +304,17 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", type=Path, metavar="DIR", help="default: RUN_DIR/ctranslate2-<checkpoint>-<quantization>, "
                     "RUN_DIR/huggingface-<checkpoint>, or RUN_DIR-<quantization> beside the run (--to attnlab)")
     ex.set_defaults(func=cmd_export)
+
+    avg = sub.add_parser("average", help="average the weights of a run's last N checkpoints (Vaswani et al. 2017)",
+                         description="Write a compact float32 run whose weights are the element-wise mean of the "
+                                     "run's N newest checkpoints, as Vaswani et al. (2017) averaged their last 5; "
+                                     "every command loads it like the run. The run keeps train.keep_last "
+                                     "checkpoints (default 2): train with --set train.keep_last=N to average N.")
+    avg.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    avg.add_argument("--last", type=_int(1, 1000), default=5, metavar="N",
+                     help="how many of the newest checkpoints (default 5)")
+    avg.add_argument("--out", type=Path, metavar="DIR", help="default: RUN_DIR-avgN beside the run")
+    avg.set_defaults(func=cmd_average)
 
     im = sub.add_parser("import", help="make a run directory of a Hugging Face model (MarianMT, GPT-2, BERT)",
                         description="Read a Hugging Face model (a transformers save_pretrained folder with "

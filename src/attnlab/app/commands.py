@@ -201,6 +201,10 @@ def cmd_export(args: argparse.Namespace) -> None:
     print(api.export_run(args.run_dir, args.out, args.quantization, args.checkpoint, args.to))
 
 
+def cmd_average(args: argparse.Namespace) -> None:
+    print(api.average_run(args.run_dir, args.last, args.out))
+
+
 def cmd_import(args: argparse.Namespace) -> None:
     print(api.import_run(args.src, args.out))
 

@@ -173,10 +173,12 @@ def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, m
 
 
 def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", title: str | None = None,
-                name: str = "") -> Path:
+                name: str = "", averaged: list[int] | None = None) -> Path:
     """Writes the compact run of `run` (its best or last weights, as loaded) to `out`: config.json, tokenizer/,
     checkpoints/ with one step (the original's number) stored in `quantization`, eval/*.json, README.md and
-    card.json. `out` must be new, empty, or an earlier compact run. Returns out."""
+    card.json. `averaged`: the steps whose mean `run.model` holds (`attnlab.core.checkpoint.average_into`), named in
+    the card; the run's evaluations, which belong to other weights, are then left out. `out` must be new, empty, or
+    an earlier compact run. Returns out."""
     if quantization not in QUANTIZATIONS:
         raise AttnlabError(f"--quantization {quantization!r}: a compact run is one of {', '.join(QUANTIZATIONS)}")
     out = Path(out)
@@ -184,7 +186,7 @@ def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", tit
     src = Path(run.run_dir)
     match = STEP_NAME.fullmatch(resolve_checkpoint(src, run.checkpoint).stem)
     step = int(match.group(1)) if match else 0  # a legacy best.safetensors: step 0
-    evaluations = _evaluations(src)
+    evaluations = {} if averaged else _evaluations(src)
     updates, minutes = _training(src)
     parameters = sum(p.numel() for p in run.model.parameters())
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -209,9 +211,14 @@ def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", tit
                 "megabytes": round(megabytes, 2), "bleu": {s: round(r["bleu"], 2) for s, r in evaluations.items()},
                 "chrf": {s: round(float(r.get("chrf", 0.0)), 2) for s, r in evaluations.items()},
                 "updates": updates, "minutes": round(minutes, 1), "made": time.strftime("%Y-%m-%d")}
+        if averaged:
+            card["averaged_steps"] = list(averaged)
         write_json(tmp / "card.json", card, tmp)
-        atomic_write_text(tmp / "README.md", model_card(run, title, quantization, parameters, megabytes, evaluations,
-                                                        updates, minutes, name, out), tmp)
+        readme = model_card(run, title, quantization, parameters, megabytes, evaluations, updates, minutes, name, out)
+        if averaged:
+            readme = readme.replace("## Test scores", f"The weights are the mean of the checkpoints of steps "
+                                    f"{', '.join(map(str, averaged))}.\n\n## Test scores", 1)
+        atomic_write_text(tmp / "README.md", readme, tmp)
         replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

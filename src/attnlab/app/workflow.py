@@ -23,7 +23,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from attnlab.app.shipped import compact_run, run_path
-from attnlab.core.checkpoint import load_weights, resolve_checkpoint
+from attnlab.core.checkpoint import average_into, load_weights, resolve_checkpoint
 from attnlab.core.config import MAX_PARAMETERS, apply_overrides, to_dict
 from attnlab.core.devices import resolve_device
 from attnlab.core.errors import AttnlabError
@@ -266,6 +266,19 @@ def export_run(run_dir: Path | str, out: Path | str | None = None, quantization:
                                "converts on load: from_pretrained(DIR, dtype=...))")
         return export_huggingface(load_run(run_dir, checkpoint, "cpu"), out, source)
     return export_ctranslate2(load_run(run_dir, checkpoint, "cpu"), out, quantization, source)
+
+
+def average_run(run_dir: Path | str, last: int, out: Path | str | None = None) -> Path:
+    """A compact float32 run (`attnlab.app.shipped.compact_run`; default RUN_DIR-avgN beside the run) whose weights
+    are the mean of the run's `last` newest checkpoints (`attnlab.core.checkpoint.average_into`), named in its
+    card; it loads like any run. Returns the folder."""
+    run_dir = run_path(run_dir)
+    run = load_run(run_dir, "last", "cpu")
+    steps = average_into(run.model, Path(run_dir) / "checkpoints", last)
+    log.info("%s: averaged the weights of steps %s", run_dir, ", ".join(map(str, steps)))
+    if out is None:
+        out = Path(run_dir).with_name(f"{Path(run_dir).name}-avg{last}")
+    return compact_run(run, out, "float32", averaged=steps)
 
 
 def import_run(src: Path | str, out: Path | str) -> Path:

@@ -266,6 +266,41 @@ def _step_files(ckpt_dir: Path) -> dict[int, list[Path]]:
     return files
 
 
+def complete_steps(ckpt_dir: Path, latest: int) -> list[int]:
+    """The steps up to `latest` whose three files are all there, oldest first."""
+    return sorted(n for n, paths in _step_files(ckpt_dir).items() if n <= latest and
+                  {p.name for p in paths} >= {step_name(n) + suffix for suffix in STEP_SUFFIXES})
+
+
+def average_into(model: nn.Module, ckpt_dir: Path, last: int) -> list[int]:
+    """Loads into `model` the element-wise mean of the weights of the `last` newest complete checkpoints of
+    `ckpt_dir` (up to the one latest.json names), as Vaswani et al. (2017, sec. 6.1) did with their last 5 or 20
+    checkpoints. Each file is loaded and checked by `load_weights`; the sum is kept in float64. Integer buffers (none
+    in attnlab's models) would be taken from the newest. Returns the averaged steps, oldest first; fewer than `last`
+    complete checkpoints is an AttnlabError saying how many there are (train.keep_last keeps that many)."""
+    latest = read_pointer(ckpt_dir, "latest.json") if ckpt_dir.is_dir() else None
+    if latest is None:
+        raise AttnlabError(f"{ckpt_dir}: no checkpoints to average (latest.json missing)")
+    if last < 1:
+        raise AttnlabError(f"--last {last}: average at least 1 checkpoint")
+    steps = complete_steps(ckpt_dir, latest["step"])[-last:]
+    if len(steps) < last:
+        raise AttnlabError(f"{ckpt_dir}: holds {len(steps)} complete checkpoint(s), not {last} (train with "
+                           f"train.keep_last >= {last} to keep them)")
+    module = _unwrap(model)
+    total: dict[str, torch.Tensor] = {}
+    for n in steps:
+        load_weights(module, ckpt_dir / f"{step_name(n)}.safetensors")
+        for name, t in module.state_dict().items():
+            if t.is_floating_point():
+                total[name] = total[name] + t.double() if name in total else t.double()
+    with torch.no_grad():
+        own = module.state_dict()
+        for name, t in total.items():
+            own[name].copy_((t / len(steps)).to(own[name].dtype))
+    return steps
+
+
 def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
                     trainer_state: dict, keep_last: int, best: bool = False) -> Path:
     """Writes the checkpoint of `step` as a transaction: weights, optimizer/RNG tensors, trainer state (each
@@ -304,8 +339,7 @@ def prune(ckpt_dir: Path, keep_last: int) -> None:
         return
     best = read_pointer(ckpt_dir, "best.json")
     files = _step_files(ckpt_dir)
-    complete = sorted(n for n, paths in files.items() if n <= latest["step"] and
-                      {p.name for p in paths} >= {step_name(n) + suffix for suffix in STEP_SUFFIXES})
+    complete = complete_steps(ckpt_dir, latest["step"])
     keep = set(complete[-keep_last:] if keep_last > 0 else []) | {latest["step"]}
     if best is not None and "name" in best:
         keep.add(best["step"])
