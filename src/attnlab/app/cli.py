@@ -267,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Translate text with a trained run, one sentence a line. The input FILE may "
                                     "stand before or after the options.")
     tr.add_argument("input", nargs="?", type=Path, metavar="FILE",
-                    help="input file, one sentence a line (default or -: stdin)")
+                    help="input file, one sentence a line (default or -: stdin; typed at a terminal, each "
+                         "line is answered when entered)")
     tr.add_argument("--beam", type=_int(1, MAX_BEAM), default=None,
                     help="beam size; 1 = greedy (default: the run's config)")
     tr.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")

@@ -159,14 +159,22 @@ def cmd_configs(args: argparse.Namespace) -> None:
     print(f"edit it, then: attnlab train {dest}", file=sys.stderr)
 
 
+def _stdin(args: argparse.Namespace) -> bool:
+    return args.input is None or str(args.input) == "-"
+
+
+def _decode_line(data: bytes, line: int) -> str:
+    """One or more input lines as UTF-8 text; invalid bytes are an AttnlabError naming the line of stdin."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line += data[: e.start].count(b"\n")
+        raise AttnlabError(f"<stdin>:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
+
+
 def _read_inputs(args: argparse.Namespace) -> list[str]:
-    if args.input is None or str(args.input) == "-":
-        data = sys.stdin.buffer.read()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            line = data[: e.start].count(b"\n") + 1
-            raise AttnlabError(f"<stdin>:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
+    if _stdin(args):
+        text = _decode_line(sys.stdin.buffer.read(), 1)
         # as read_lines splits a file: at "\n" only (splitlines also breaks at \x0b, \x1c, \x85, \u2028, ...), so
         # every input line gets one output line
         lines = text.split("\n")
@@ -176,21 +184,34 @@ def _read_inputs(args: argparse.Namespace) -> list[str]:
     return read_lines(args.input)
 
 
+def _translation_rows(run: api.Run, lines: list[str], args: argparse.Namespace, first: int = 0) -> list[str]:
+    """The output lines for input lines: one each (control characters escaped, `attnlab.data.tokenizers.one_line`),
+    or with --n-best N, N lines "index<TAB>score<TAB>text" each (index counted from `first`)."""
+    rows = []
+    for i, nbest in enumerate(run.translations(lines, beam=args.beam, n_best=args.n_best), start=first):
+        if args.n_best == 1:
+            rows.append(api.one_line(nbest[0].text) if nbest else "")
+        else:
+            rows += [f"{i}\t{t.score:.4f}\t{api.one_line(t.text)}" for t in nbest]
+    return rows
+
+
 def cmd_translate(args: argparse.Namespace) -> None:
     run = api.load(args.run_dir, args.checkpoint, args.device, args.engine, args.ct2_model, args.amp,
                    args.batch_size)
     run.require("translate")
-    if run.renderings and sys.stdin.isatty() and (args.input is None or str(args.input) == "-"):
-        print(f"{args.run_dir}: trained on English {' + '.join(run.renderings)}; type sentences, end with Ctrl-D",
-              file=sys.stderr, flush=True)
-    lines = _read_inputs(args)
-    rows = []
-    for i, nbest in enumerate(run.translations(lines, beam=args.beam, n_best=args.n_best)):
-        if args.n_best == 1:  # one line per input line: control characters escaped (attnlab.data.tokenizers.one_line)
-            rows.append(api.one_line(nbest[0].text) if nbest else "")
-        else:
-            rows += [f"{i}\t{t.score:.4f}\t{api.one_line(t.text)}" for t in nbest]
-    text = "".join(row + "\n" for row in rows)
+    if _stdin(args) and sys.stdin.isatty() and not args.output:
+        # a person typing: each line is answered when it is entered (files and pipes, and --output, are read whole
+        # and batched; the search gives each sentence the same translation alone or in a batch)
+        if run.renderings:
+            print(f"{args.run_dir}: trained on English {' + '.join(run.renderings)}; type a sentence and press "
+                  "Enter, Ctrl-D to end", file=sys.stderr, flush=True)
+        for number, data in enumerate(iter(sys.stdin.buffer.readline, b""), start=1):
+            line = _decode_line(data, number).rstrip("\n").rstrip("\r")
+            sys.stdout.write("".join(row + "\n" for row in _translation_rows(run, [line], args, number - 1)))
+            sys.stdout.flush()
+        return
+    text = "".join(row + "\n" for row in _translation_rows(run, _read_inputs(args), args))
     if args.output:
         atomic_write_text(args.output, text)
     else:
