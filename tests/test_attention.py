@@ -138,6 +138,25 @@ def test_attention_matches_written_out_formula(kind):
     assert torch.all(w.masked_select(~keep[:, None, :].expand_as(w)) == 0)
 
 
+@pytest.mark.parametrize("kind", ["dot", "general", "parameterized"])
+def test_scaled_scores_divide_the_written_out_scores_by_sqrt_of_the_query_size(kind):
+    """Attention(scaled=True): softmax(score / sqrt(d)), d the query's size after W^Q ("parameterized": attn_dim);
+    the unscaled module's written-out scores are the reference."""
+    dq, dk = _dims(kind)
+    plain = Attention(kind, dq, dk, attn_dim=7).double()
+    scaled = Attention(kind, dq, dk, attn_dim=7, scaled=True).double()
+    scaled.load_state_dict(plain.state_dict())
+    query, keys = torch.randn(B, T, dq, dtype=torch.float64) * 3, torch.randn(B, S, dk, dtype=torch.float64)
+    _, keep = _lengths_mask()
+    d = 7 if kind == "parameterized" else dq
+    with torch.no_grad():
+        _, w = scaled(query, keys, mask=keep, need_weights=True)
+        ref_w = (_reference_scores(plain, query, keys) / math.sqrt(d)).masked_fill(~keep[:, None, :], float("-inf"))
+    torch.testing.assert_close(w, ref_w.softmax(-1))
+    with pytest.raises(AttnlabError, match="additive attention has no scale"):
+        Attention("additive", dq, dk, scaled=True)
+
+
 @pytest.mark.parametrize("kind", SCORE_KINDS)
 def test_attention_gradcheck(kind):
     dq, dk = _dims(kind)

@@ -55,7 +55,8 @@ def test_the_average_equals_the_mean_of_the_files_by_hand(run_with_checkpoints, 
 def test_last_1_is_the_last_checkpoint(run_with_checkpoints, tmp_path):
     out = api.average_run(run_with_checkpoints, 1, tmp_path / "one")
     (weights,) = (out / "checkpoints").glob("step_*.safetensors")
-    got, last = load_file(str(weights)), load_file(str(run_with_checkpoints / "checkpoints" / "step_00000020.safetensors"))
+    last = load_file(str(run_with_checkpoints / "checkpoints" / "step_00000020.safetensors"))
+    got = load_file(str(weights))
     for name, t in got.items():
         assert torch.equal(t, last[name])
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from attnlab.app.commands import (cmd_average, cmd_configs, cmd_data, cmd_data_paraphrase, cmd_data_prepare, cmd_demo, cmd_evaluate,
-                                  cmd_export, cmd_generate, cmd_import, cmd_paraphrase_plot,
+from attnlab.app.commands import (cmd_average, cmd_configs, cmd_data, cmd_data_paraphrase, cmd_data_prepare,
+                                  cmd_demo, cmd_evaluate, cmd_export, cmd_generate, cmd_import, cmd_paraphrase_plot,
                                   cmd_plot_attention, cmd_plot_explore, cmd_plot_runs,
                                   cmd_pretrained, cmd_report, cmd_series, cmd_serve, cmd_summary,
                                   cmd_train, cmd_translate)

@@ -283,6 +283,9 @@ class Attention(nn.Module):
         query_dim: Dq. key_dim: Dk (must equal Dq for "dot" and "scaled_dot"). value_dim: Dv (default Dk).
         attn_dim: A, the hidden size of "additive" and the projection size of "parameterized"
             (default Dq).
+        scaled: divide the "dot", "general" and "parameterized" scores by sqrt of the query's size, as
+            "scaled_dot" does (Vaswani et al. 2017, sec. 3.2.1): unscaled scores grow with training until the
+            softmax is one-hot on one source position and learns no more (the Luong models of docs/results.md).
 
     Shape:
         query (B, T, Dq), keys (B, S, Dk), values (B, S, Dv) (default: keys), mask (B, S) or (B, T, S) bool.
@@ -291,13 +294,16 @@ class Attention(nn.Module):
     """
 
     def __init__(self, kind: str, query_dim: int, key_dim: int, value_dim: int | None = None,
-                 attn_dim: int | None = None) -> None:
+                 attn_dim: int | None = None, scaled: bool = False) -> None:
         super().__init__()
         if kind not in SCORE_KINDS:
             raise AttnlabError(f"attention kind {kind!r} is not one of {', '.join(SCORE_KINDS)}")
         if kind in ("dot", "scaled_dot") and query_dim != key_dim:
             raise AttnlabError(f"{kind} attention needs query_dim ({query_dim}) == key_dim ({key_dim})")
+        if scaled and kind == "additive":
+            raise AttnlabError("additive attention has no scale (its scores pass tanh and v_a)")
         self.kind = kind
+        self.scaled = scaled or kind == "scaled_dot"
         value_dim = key_dim if value_dim is None else value_dim
         attn_dim = query_dim if attn_dim is None else attn_dim
         self.out_dim = attn_dim if kind == "parameterized" else value_dim
@@ -338,7 +344,7 @@ class Attention(nn.Module):
         if self.kind == "additive":
             return attend(self.score(query, keys), values, mask)
         q = self.W_Q(query) if self.kind == "parameterized" else query
-        scale = 1.0 / math.sqrt(q.size(-1)) if self.kind == "scaled_dot" else 1.0
+        scale = 1.0 / math.sqrt(q.size(-1)) if self.scaled else 1.0
         heads_mask = None if mask is None else mask[:, None]  # (B, 1, T|1, S)
         context, weights = scaled_dot_product_attention(
             q[:, None], keys[:, None], values[:, None], heads_mask, scale=scale, need_weights=need_weights)

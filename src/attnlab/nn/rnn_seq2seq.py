@@ -6,7 +6,8 @@
   c_t is part of the RNN input and of the output layer (Bahdanau et al. 2015, A.2.2).
 - ``attention = "dot" | "general" | "parameterized"``: Luong et al. (2015): attention queried with the
   current state h_t, attentional hidden state h~_t = tanh(W_c [c_t; h_t]) (eq. 5), input feeding of
-  h~_{t-1} (sec. 3.3).
+  h~_{t-1} (sec. 3.3); ``scaled_scores`` divides the scores by sqrt(H), without which they saturated the softmax
+  on one source position within 300 updates under Adam (docs/results.md, "Trained models in the box").
 
 The seed IF3270's Keras character-level LSTM encoder-decoder is ``cell = "lstm"``, ``attention = "none"``,
 ``feed_context = false``, ``embedding = "onehot"`` (one-hot characters, no embedding layer), ``bridge = "copy"``
@@ -59,6 +60,7 @@ class RNNModelConfig:
     attn_dim: int = 0  # 0: hidden_dim
     feed_context: bool = True  # attention = none: Cho et al. (True) or Sutskever et al. (False)
     input_feeding: bool = True  # Luong attention only
+    scaled_scores: bool = False  # Luong attention only: scores / sqrt(hidden_dim) (`attnlab.nn.attention.Attention`)
     tie_embeddings: bool = False  # target embedding shared with the output layer (needs E == output dim)
     embedding: str = "learned"  # "onehot": one-hot token vectors (E = vocabulary size, no parameters)
     bridge: str = "linear"  # decoder initial state: "linear" tanh(W [summary]), "copy" the encoder's final state
@@ -79,6 +81,9 @@ class RNNModelConfig:
         if self.bridge == "copy" and (self.bidirectional or self.enc_layers != self.dec_layers):
             raise AttnlabError(f"bridge = 'copy' needs a unidirectional encoder (bidirectional = false) and "
                                f"enc_layers ({self.enc_layers}) == dec_layers ({self.dec_layers})")
+        if self.scaled_scores and self.attention not in LUONG_KINDS:
+            raise AttnlabError(f"scaled_scores applies to Luong attention ({', '.join(LUONG_KINDS)}), not "
+                               f"attention = {self.attention!r}")
         if self.embedding == "onehot" and self.tie_embeddings:
             raise AttnlabError("tie_embeddings needs embedding = 'learned' (one-hot vectors have no weights)")
 
@@ -171,7 +176,8 @@ class RNNSeq2Seq(nn.Module):
         else:
             # Luong's dot score needs query and keys of one size: project the encoder outputs to H first.
             self.key_proj = nn.Linear(He, H, bias=False) if kind == "dot" and He != H else None
-            self.attention = Attention(kind, H, H if kind == "dot" else He, He, attn_dim=cfg.attn_dim or H)
+            self.attention = Attention(kind, H, H if kind == "dot" else He, He, attn_dim=cfg.attn_dim or H,
+                                       scaled=cfg.scaled_scores)
             self.W_c = nn.Linear(self.attention.out_dim + H, H, bias=False)  # eq. 5
             feed_dim = H if cfg.input_feeding else 0
         self.feed_dim = feed_dim
