@@ -236,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         tmp = tempfile.mkdtemp(prefix="attnlab-notebook-runs-")
         runs = Path(tmp)
-    if args.json is not None:
+    if args.json is not None:  # its folder may not exist yet (runs/notebooks/ on a fresh clone)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text("", encoding="utf-8")
     try:
         for path in paths:

@@ -1,13 +1,14 @@
 """The exercises that close each lecture notebook (issue 39, item 6): read from the committed .ipynb, their cells
-run here in this process (no kernel, no training), once with each answer cell's intended answer (its metadata
-`attnlab.solution`), once with its recorded mistake (`attnlab.mistake`) and once as committed (`answer = ...`).
-Every check must say right to the first and not yet to the other two, with a hint. The checks compute their
-expected values themselves (`attnlab.app.lessons`), so the answers live in the notebooks only.
+run here in this process (no kernel, no training), once with each answer cell's intended answer, once with its
+recorded mistake and once as committed (`answer = ...`). Every check must say right to the first and not yet to the
+other two, with a hint. The checks compute their expected values themselves (`attnlab.app.lessons`); the intended
+answers and mistakes live here, in tests/exercise_answers.json, never in the notebooks students get (issue 46).
 
 Also: the quick-mode banner is the first thing a notebook shows in quick mode, and nothing in full mode; it says
 what quick mode shrinks in that notebook (a notebook that loads a shipped trained model shows real maps)."""
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from attnlab.app import lessons
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 ANSWER = re.compile(r"^answer = \.\.\.(\s+#.*)?$", re.M)
+ANSWERS = json.loads((ROOT / "tests" / "exercise_answers.json").read_text(encoding="utf-8"))
 
 
 def exercise_cells(path: Path) -> list:
@@ -28,8 +30,8 @@ def exercise_cells(path: Path) -> list:
 
 
 def run_cells(cells: list, choose: str) -> list[lessons.Verdict]:
-    """Runs the exercise cells in one namespace, each answer cell's `answer = ...` line replaced by its metadata's
-    `choose` ("solution" or "mistake"; "as committed": unchanged), as IPython would: a cell's last expression is
+    """Runs the exercise cells in one namespace, each answer cell's `answer = ...` line replaced by its exercise's
+    `choose` in ANSWERS ("solution" or "mistake"; "as committed": unchanged), as IPython would: a cell's last expression is
     its value. Returns the verdicts of the check cells, in order."""
     namespace: dict = {}
     verdicts = []
@@ -38,7 +40,7 @@ def run_cells(cells: list, choose: str) -> list[lessons.Verdict]:
         meta = cell.metadata.get("attnlab", {})
         if meta and choose != "as committed":
             assert len(ANSWER.findall(source)) == 1, source
-            source = ANSWER.sub(lambda _: meta[choose], source)
+            source = ANSWER.sub(lambda _: ANSWERS[meta["exercise"]][choose], source)
         tree = ast.parse(source)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         exec(compile(tree, cell.get("id", "cell"), "exec"), namespace)
@@ -57,7 +59,13 @@ def test_each_notebook_ends_with_two_or_three_checked_exercises(path):
     ids = [c.metadata["attnlab"]["exercise"] for c in answers]
     assert ids == [f"{path.name[1]}.{i}" for i in range(1, len(ids) + 1)]  # 01_...: 1.1, 1.2, ...
     for c in answers:  # the givens and the blank the reader fills, never the answer itself
-        assert len(ANSWER.findall(c.source)) == 1 and c.metadata["attnlab"]["solution"] not in c.source
+        assert len(ANSWER.findall(c.source)) == 1
+        assert c.metadata["attnlab"] == {"exercise": c.metadata["attnlab"]["exercise"]}
+    text = path.read_text(encoding="utf-8")  # nowhere in the handed-out file: no cell, no metadata, no output
+    for exercise in ids:
+        for kind in ("solution", "mistake"):
+            code = ANSWERS[exercise][kind].removeprefix("answer = ")
+            assert code not in text and json.dumps(code)[1:-1] not in text, f"{path.name}: the {kind} of {exercise}"
     nb = nbformat.read(path, as_version=4)
     last_exercise = max(i for i, c in enumerate(nb.cells) if c in cells)
     assert last_exercise == len(nb.cells) - 2  # only the closing "what to try next" comes after them
