@@ -1,14 +1,20 @@
 #!/usr/bin/env python
 """Makes the trained models that ship with attnlab (src/attnlab/trained/NAME) from trained runs.
 
-    python scripts/pack_pretrained.py [--runs runs/pretrained] [--quantization int8] [NAME ...]
+    python scripts/pack_pretrained.py [--runs runs/pretrained] [--quantization int8] [--average 5] [NAME ...]
 
-Each NAME (bahdanau, luong, noattn, transformer) is first trained with its packaged config:
-`attnlab train pretrained/NAME --out runs/pretrained/NAME` (configs/pretrained/NAME.toml: English KJV + WEB to
-Spanish). Then, for each: the compact run (`attnlab.app.shipped.compact_run`) goes to RUNS/NAME-QUANTIZATION, is
-evaluated there on the 918 test verses from both English renderings (beam 5: the scores of the weights as they ship,
-not of the float32 run), and is written again with those scores in its card into the package. The float32 run is
-evaluated too, so the cost of the quantization is on record (printed as JSON lines, one per evaluation).
+Each NAME (bahdanau, luong, noattn, transformer) is first trained with its packaged config by
+`bash scripts/train_pretrained.sh` (configs/pretrained/NAME.toml: English KJV + WEB to Spanish). Then, for each:
+
+1. the weights to ship: the mean of the run's last --average checkpoints (`attnlab average`, Vaswani et al. 2017)
+   or the run's best checkpoint, whichever has the higher dev BLEU (beam 5, the 222 dev verses: the test split
+   chooses nothing); with --test-both, both are also evaluated on the test verses (the averaging's effect);
+2. the compact run (`attnlab.app.shipped.compact_run`) goes to RUNS/NAME-QUANTIZATION and is evaluated there on the
+   918 test verses from both English renderings (beam 5: the scores of the weights as they ship);
+3. it translates the showcase verses (`attnlab.app.shipped.SHOWCASE`, KJV source, beam 5; sentence chrF against
+   the Reina-Valera 1909), and is written again with its scores and showcase into the package.
+
+Every evaluation is printed as one JSON line (--json FILE: also appended there).
 """
 
 from __future__ import annotations
@@ -20,25 +26,58 @@ import sys
 import time
 from pathlib import Path
 
-from attnlab.app.shipped import compact_run, trained_folder
-from attnlab.app.workflow import evaluate, load_run
+from attnlab.app.api import load
+from attnlab.app.shipped import SHOWCASE, compact_run, trained_folder
+from attnlab.app.workflow import average_run, evaluate, load_run
+from attnlab.core.metrics import sentence_chrf
+from attnlab.data.bible import bible_tsv, iter_bible
 from attnlab.families.base import EvalOptions
 
 TITLES = {
     "bahdanau": "Bahdanau (additive) attention, bidirectional GRU encoder-decoder",
-    "luong": "Luong (general) attention with input feeding, GRU encoder-decoder",
+    "luong": "Luong (general) attention, scaled scores, bidirectional GRU encoder-decoder",
     "noattn": "GRU encoder-decoder without attention (Cho et al. 2014)",
     "transformer": "Transformer encoder-decoder, small (3+3 layers, d_model 256, pre-norm)",
 }
 SOURCES = ("kjv", "web")
 
 
-def scores(run_dir: Path, label: str) -> None:
-    for source in SOURCES:
+def emit(record: dict, out: Path | None) -> None:
+    line = json.dumps(record)
+    print(line, flush=True)
+    if out is not None:
+        with out.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+def scores(run_dir: Path, label: str, out: Path | None, split: str = "test", sources=SOURCES) -> dict[str, float]:
+    bleu = {}
+    for source in sources:
         t0 = time.perf_counter()
-        _, r = evaluate(run_dir, "test", "best", "cpu", EvalOptions(source=source))
-        print(json.dumps({"model": label, "source": source, "bleu": round(r["bleu"], 2), "chrf": round(r["chrf"], 2),
-                          "sentences": r["sentences"], "seconds": round(time.perf_counter() - t0, 1)}), flush=True)
+        _, r = evaluate(run_dir, split, "best", "cpu", EvalOptions(source=source))
+        bleu[source] = r["bleu"]
+        emit({"model": label, "split": split, "source": source, "bleu": round(r["bleu"], 2),
+              "chrf": round(r["chrf"], 2), "sentences": r["sentences"],
+              "by_length": [{k: (round(v, 2) if isinstance(v, float) else v) for k, v in b.items()}
+                            for b in r["by_length"]],
+              "seconds": round(time.perf_counter() - t0, 1)}, out)
+    return bleu
+
+
+def showcase_verses() -> list[dict]:
+    """The SHOWCASE verses: reference, KJV source and Reina-Valera 1909 target, from the Bible corpus."""
+    _, rows = iter_bible(bible_tsv("kjv"))
+    found = {ref: (src, tgt) for _, ref, src, tgt in rows if ref in SHOWCASE}
+    missing = [ref for ref in SHOWCASE if ref not in found]
+    if missing:
+        raise SystemExit(f"showcase verses not in the corpus: {missing}")
+    return [{"ref": ref, "source": found[ref][0], "reference": found[ref][1]} for ref in SHOWCASE]
+
+
+def showcase(run_dir: Path, verses: list[dict]) -> list[dict]:
+    run = load(run_dir, device="cpu")
+    outputs = run.translate([v["source"] for v in verses])
+    return [{**v, "output": o, "chrf": round(sentence_chrf(o, v["reference"]), 1)} for v, o in zip(verses, outputs)]
 
 
 def main() -> int:
@@ -46,19 +85,38 @@ def main() -> int:
     ap.add_argument("names", nargs="*", default=sorted(TITLES))
     ap.add_argument("--runs", type=Path, default=Path("runs/pretrained"))
     ap.add_argument("--quantization", default="int8")
-    ap.add_argument("--skip-float32", action="store_true", help="do not evaluate the float32 runs")
+    ap.add_argument("--average", type=int, default=5, help="checkpoints to average (0: never average)")
+    ap.add_argument("--test-both", action="store_true",
+                    help="also evaluate the best checkpoint and the average on the test verses (float32)")
+    ap.add_argument("--json", type=Path, help="append every evaluation's JSON line to this file")
     args = ap.parse_args()
+    verses = showcase_verses()
     for name in args.names:
         run_dir = args.runs / name
-        if not args.skip_float32:
-            scores(run_dir, f"{name} float32")
+        chosen, label = run_dir, "best"
+        if args.average:
+            avg = args.runs / f"{name}-avg{args.average}"
+            shutil.rmtree(avg, ignore_errors=True)
+            average_run(run_dir, args.average, avg)
+            dev_best = scores(run_dir, f"{name} best float32", args.json, "dev", ("kjv",))["kjv"]
+            dev_avg = scores(avg, f"{name} avg{args.average} float32", args.json, "dev", ("kjv",))["kjv"]
+            if args.test_both:
+                scores(run_dir, f"{name} best float32", args.json)
+                scores(avg, f"{name} avg{args.average} float32", args.json)
+            if dev_avg > dev_best:
+                chosen, label = avg, f"avg{args.average}"
+            emit({"model": name, "chosen": label, "dev_bleu_best": round(dev_best, 2),
+                  "dev_bleu_avg": round(dev_avg, 2)}, args.json)
         compact = args.runs / f"{name}-{args.quantization}"
         shutil.rmtree(compact, ignore_errors=True)
-        compact_run(load_run(run_dir), compact, args.quantization, TITLES[name], name)
-        scores(compact, f"{name} {args.quantization}")
-        out = compact_run(load_run(compact), trained_folder() / name, args.quantization, TITLES[name], name)
-        print(json.dumps({"model": name, "packed": str(out),
-                          "bytes": sum(p.stat().st_size for p in out.rglob("*") if p.is_file())}), flush=True)
+        compact_run(load_run(chosen), compact, args.quantization, TITLES[name], name)
+        scores(compact, f"{name} {args.quantization}", args.json)
+        shown = showcase(compact, verses)
+        emit({"model": name, "showcase": shown}, args.json)
+        out = compact_run(load_run(compact), trained_folder() / name, args.quantization, TITLES[name], name,
+                          showcase=shown)
+        emit({"model": name, "packed": str(out), "weights": label,
+              "bytes": sum(p.stat().st_size for p in out.rglob("*") if p.is_file())}, args.json)
     return 0
 
 

@@ -20,7 +20,7 @@ def test_bleu_by_length_buckets(tmp_path):
     hyps = ["x y", "same words here", "good", "a b c d"]
     refs = ["x y", "same words here", "bad", "a b c d"]
     rows = bleu_by_length(src, hyps, refs)
-    assert [(r["bucket"], r["sentences"]) for r in rows] == [("1-10", 2), ("11-20", 1), ("60+", 1)]
+    assert [(r["bucket"], r["sentences"]) for r in rows] == [("1-10", 2), ("11-20", 1), ("31+", 1)]
     assert rows[0]["bleu"] == sacrebleu.corpus_bleu(["x y", "a b c d"], [["x y", "a b c d"]]).score
     assert rows[2]["bleu"] == 0.0
     out = plot_bleu_by_length({"run": rows}, tmp_path / "p.png")

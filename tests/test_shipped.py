@@ -199,3 +199,26 @@ def test_a_damaged_cache_copy_is_replaced_and_a_planted_link_refused(fake_packag
     assert main(["translate", "pretrained:tiny"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "symlink" in err and not list((tmp_path / "elsewhere").iterdir())
+
+
+@pytest.mark.skipif(not SHIPPED, reason="this checkout has no shipped models (src/attnlab/trained)")
+@pytest.mark.parametrize("name", SHIPPED)
+def test_each_card_shows_what_its_model_translates_for_the_showcase_verses(name, tmp_path, monkeypatch):
+    """The card's showcase (issue 46, item 3) is the model's own output: every SHOWCASE verse, in order, translated
+    again here to the same text, its chrF the sentence chrF of that text against the card's reference; the README
+    shows the table and the BLEU by source length."""
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    import sacrebleu
+
+    import attnlab
+    folder = shipped.trained_folder() / name
+    card = json.loads((folder / "card.json").read_text())
+    rows = card["showcase"]
+    assert [r["ref"] for r in rows] == list(shipped.SHOWCASE)
+    run = attnlab.load(f"pretrained:{name}")
+    assert run.translate([r["source"] for r in rows]) == [r["output"] for r in rows]
+    for r in rows:
+        assert abs(sacrebleu.sentence_chrf(r["output"], [r["reference"]]).score - r["chrf"]) < 0.051
+    readme = (folder / "README.md").read_text()
+    assert "## The verses a class types first" in readme and "| John 11:35 |" in readme
+    assert "BLEU by source length" in readme and "31+" in readme

@@ -36,7 +36,7 @@ from attnlab.app.checks import as_bool, as_int, as_optional_int, as_optional_pat
 from attnlab.app.report import build_report
 from attnlab.app.runs import (CHECKPOINTS, SPLITS, ConfigInfo, Run, config_path, configs, corpus, load, override_list,
                               show, train, typed_config)
-from attnlab.app.server import EXPLORE_MEMORY
+from attnlab.app.server import EXPLORE_MEMORY, START_VIEWS
 from attnlab.app.shipped import Shipped, shipped_models, shipped_names, shipped_run
 from attnlab.app.shipped import run_path as shipped_run_path
 from attnlab.app.server import serve as serve_runs
@@ -409,9 +409,11 @@ def report(run_dirs: Sequence[str | Path], out: str | Path | None = None, split:
 def serve(run_dirs: Sequence[str | Path], host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
           checkpoint: str = "best", max_chars: int = 1000, max_connections: int = 4096,
           header_timeout: float = 10.0, timeout: float = 60.0, engine: str = "torch", body_timeout: float = 10.0,
-          max_connections_per_client: int = 256, explore_memory: int = EXPLORE_MEMORY) -> None:
+          max_connections_per_client: int = 256, explore_memory: int = EXPLORE_MEMORY,
+          start: str = "explorer") -> None:
     """Serves runs in the web app (`attnlab.app.server`: translate and explore in the browser, a JSON API) until
-    Ctrl-C or SIGTERM. explore_memory: bytes of explorations kept for the page's follow-up fetches."""
+    Ctrl-C or SIGTERM. explore_memory: bytes of explorations kept for the page's follow-up fetches; start: the view
+    the page opens on, "explorer" or "compare" (every translation model side by side)."""
     run_dirs = [as_path(f"run_dirs[{i}]", r) for i, r in enumerate(run_dirs)]
     for name, value in (("header_timeout", header_timeout), ("timeout", timeout), ("body_timeout", body_timeout)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
@@ -421,7 +423,8 @@ def serve(run_dirs: Sequence[str | Path], host: str = "127.0.0.1", port: int = 8
                as_int("max_connections", max_connections, 1, MAX_CONNECTIONS), header_timeout, timeout,
                _choice("engine", engine, ("torch", "ctranslate2")), body_timeout,
                as_int("max_connections_per_client", max_connections_per_client, 1, MAX_CONNECTIONS),
-               explore_memory=as_int("explore_memory", explore_memory, 1, 2**40))
+               explore_memory=as_int("explore_memory", explore_memory, 1, 2**40),
+               start=_choice("start", start, START_VIEWS))
 
 
 def series_study(target: str, overrides: Mapping[str, Any] | Sequence[str] | None = None, seeds: int = 5,

@@ -453,7 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("run_dirs", type=Path, nargs="*", metavar="RUN_DIR",
                      help="run directories, or pretrained:NAME (a model that ships with attnlab: attnlab pretrained)")
     srv.add_argument("--pretrained", action="store_true",
-                     help="serve every model that ships with attnlab too (no training needed; attnlab pretrained)")
+                     help="serve every model that ships with attnlab too (no training needed; attnlab pretrained); the "
+                          "page opens on the compare view: one sentence through every model side by side")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     srv.add_argument("--port", type=_int(0, 65535), default=8000, help="TCP port (default 8000)")
     srv.add_argument("--max-chars", type=_int(1, MAX_CHARS), default=1000,

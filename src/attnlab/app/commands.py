@@ -315,4 +315,5 @@ def cmd_serve(args: argparse.Namespace) -> None:
         raise AttnlabError("serve needs a RUN_DIR, pretrained:NAME or --pretrained")
     api.serve(run_dirs, args.host, args.port, args.device, args.checkpoint, args.max_chars,
               args.max_connections, args.header_timeout, args.timeout, args.engine, args.body_timeout,
-              args.max_connections_per_client, explore_memory=args.explore_memory * 2**20)
+              args.max_connections_per_client, explore_memory=args.explore_memory * 2**20,
+              start="compare" if args.pretrained else "explorer")

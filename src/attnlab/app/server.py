@@ -57,7 +57,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -67,6 +67,7 @@ from attnlab.app.runs import Run, load
 from attnlab.app.shipped import run_path
 from attnlab.app.workflow import run_config
 from attnlab.core.errors import AttnlabError
+from attnlab.core.fileio import read_json
 from attnlab.core.plotting import clean_piece
 from attnlab.data.corpus import normalize
 from attnlab.decode.serving import (MAX_LINGERING, BodyLimit, Busy, ConcurrencyLimit, HttpMethods, Lane, RateLimit,
@@ -86,6 +87,7 @@ EXPLORE_MEMORY = 256 * 2**20  # bytes of explorations kept for their weights (a 
 MAX_DROPPED = 100_000  # ids of dropped explorations remembered, to answer 410 rather than 404
 LIGHT_COST = 5 * 64  # beam x source tokens: up to beam 5 on a 64-token sentence is a light request
 STATIC_DIR = Path(str(files("attnlab") / "static"))
+START_VIEWS = ("explorer", "compare")  # what the page opens on (`create_app`)
 
 
 # ---------------------------------------------------------------------------------------------- schema
@@ -136,6 +138,12 @@ class ExploreRequest(BaseModel):
     max_new: int = Field(40, ge=1, le=MAX_NEW, description="language model: new tokens at most (greedy)")
 
 
+class LengthScore(BaseModel):
+    bucket: str = Field(description="source length in words, e.g. 11-20 or 31+")
+    bleu: float
+    sentences: int
+
+
 class ModelInfo(BaseModel):
     name: str
     family: str
@@ -152,6 +160,9 @@ class ModelInfo(BaseModel):
     trained_on: list[str] = Field(default_factory=list,
                                   description="a Bible translation run's English renderings (data.english: kjv, "
                                               "web), the headline first; [] for other corpora and families")
+    bleu_by_length: list[LengthScore] = Field(
+        default_factory=list, description="test BLEU by source length from the run's evaluation (eval/test.json: "
+                                          "`attnlab evaluate RUN`); [] when the run has none")
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -175,6 +186,21 @@ class ServedModel:
         return each_alone(lambda item: self.run.explore(*item), items)
 
 
+def bleu_by_length(run_dir: Path) -> list[LengthScore]:
+    """The test BLEU by source length of a run's evaluation (eval/test.json), or [] when it has none or the file
+    is not an evaluation (a run folder may come from someone else: anything else is ignored, with a warning)."""
+    path = Path(run_dir) / "eval" / "test.json"
+    if not path.is_file():
+        return []
+    try:
+        rows = read_json(path).get("by_length", [])
+        return [LengthScore(bucket=str(r["bucket"]), bleu=float(r["bleu"]), sentences=int(r["sentences"]))
+                for r in rows]
+    except (AttnlabError, AttributeError, TypeError, KeyError, ValueError) as e:
+        log.warning("%s: not an evaluation with BLEU by length (%s); the compare view leaves it out", path, e)
+        return []
+
+
 def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:
     """The ModelInfo of a loaded run of a family the explorer shows (its `Explorer.facts`); a family without
     explorer hooks (series) is refused."""
@@ -183,7 +209,7 @@ def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:
     trained_on = run.renderings
     return ModelInfo(name=name, family=facts.model, kind=facts.kind, attention=facts.attention, layers=facts.layers,
                      heads=facts.heads, beam=facts.beam, max_src_tokens=facts.max_tokens, max_chars=max_chars,
-                     parameters=parameters, trained_on=trained_on)
+                     parameters=parameters, trained_on=trained_on, bleu_by_length=bleu_by_length(run.run_dir))
 
 
 def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "cpu", max_chars: int = 1000,
@@ -337,8 +363,9 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONResp
 # ---------------------------------------------------------------------------------------------- app
 def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: int = 64 * 1024,
                timeout: float = 60.0, explore_memory: int = EXPLORE_MEMORY, body_timeout: float = 10.0,
-               max_requests: int = 4096) -> FastAPI:
-    """The FastAPI app serving `models` (see `load_models`) and the static explorer page; `timeout`: seconds a
+               max_requests: int = 4096, start: str = "explorer") -> FastAPI:
+    """The FastAPI app serving `models` (see `load_models`) and the static explorer page, which opens on `start`
+    ("explorer", or "compare": every translation model side by side, compare.js); `timeout`: seconds a
     translation request may take, queueing included; `explore_memory`: bytes of explorations kept for the
     page's follow-up fetches (`Explorations`); `body_timeout`: seconds a request body may take to arrive (408);
     `max_requests`: requests in progress at once (beyond: 503 with Retry-After)."""
@@ -484,9 +511,13 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
     def favicon() -> Response:  # the page carries its icon inline; a tool asking for the file gets no 404
         return Response(status_code=204)
 
+    if start not in START_VIEWS:
+        raise AttnlabError(f"start view {start!r}: choose one of {', '.join(START_VIEWS)}")
+    page = (STATIC_DIR / "index.html").read_text(encoding="utf-8").replace("<body>", f'<body data-start="{start}">', 1)
+
     @app.get("/", include_in_schema=False)
-    def index() -> FileResponse:
-        return FileResponse(STATIC_DIR / "index.html")
+    def index() -> HTMLResponse:
+        return HTMLResponse(page)
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.openapi = lambda: openapi_with_models(app, models, max_chars)
@@ -520,13 +551,15 @@ def openapi_with_models(app: FastAPI, models: dict[str, ServedModel], max_chars:
 def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
           checkpoint: str = "best", max_chars: int = 1000, max_connections: int = 4096,
           header_timeout: float = 10.0, timeout: float = 60.0, engine: str = "torch", body_timeout: float = 10.0,
-          max_connections_per_client: int = 256, explore_memory: int = EXPLORE_MEMORY) -> None:
-    """Load the runs and serve them with uvicorn until Ctrl-C or SIGTERM (in-flight requests finish first).
+          max_connections_per_client: int = 256, explore_memory: int = EXPLORE_MEMORY,
+          start: str = "explorer") -> None:
+    """Load the runs and serve them with uvicorn until Ctrl-C or SIGTERM (in-flight requests finish first); the
+    page opens on `start` (`create_app`).
     Connections are guarded by `serving.guarded_h11` (per client and in all, request heads); uvicorn's own
     concurrency limit is off: `serving.ConcurrencyLimit` answers its 503 in JSON with Retry-After."""
     models = load_models(run_dirs, checkpoint, device, max_chars, engine)
     app = create_app(models, max_chars=max_chars, timeout=timeout, body_timeout=body_timeout,
-                     max_requests=max_connections, explore_memory=explore_memory)
+                     max_requests=max_connections, explore_memory=explore_memory, start=start)
     sock = listen(host, port)
     port = sock.getsockname()[1]
     raise_fd_limit(max_connections + MAX_LINGERING + 256)

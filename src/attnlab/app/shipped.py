@@ -32,6 +32,10 @@ from attnlab.families.base import LoadedRun
 log = logging.getLogger("attnlab")
 
 PREFIX = "pretrained:"
+# the verses a class types first (issue 46): each shipped model's card shows its output for them, and the notebooks
+# show only those it gets right. Bible references as the corpus writes them; the last two are test verses.
+SHOWCASE = ("Gen 1:1", "Gen 1:3", "Exod 20:13", "Ps 23:1", "Matt 5:9", "Luke 2:14", "John 1:1", "John 3:16",
+            "John 11:35", "Rom 6:23", "Ruth 1:16", "Mark 12:31")
 CARD_FILES = ("README.md", "card.json")
 COMPACT_ENTRIES = ("config.json", "tokenizer", "checkpoints", "eval", "metrics.jsonl", *CARD_FILES)
 
@@ -146,7 +150,8 @@ def _training(run_dir: Path) -> tuple[int, float]:
 
 
 def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, megabytes: float,
-               evaluations: dict[str, dict], updates: int, minutes: float, name: str, out: Path) -> str:
+               evaluations: dict[str, dict], updates: int, minutes: float, name: str, out: Path,
+               showcase: list[dict] | None = None) -> str:
     """The README.md of a compact run: what the model is, its data, training budget, test scores, how to load."""
     data = getattr(run.cfg, "data", None)
     lines = [f"# {title}", "",
@@ -165,6 +170,25 @@ def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, m
         lines.append(f"| {source} | {r.get('sentences')} | {r['bleu']:.2f} | {r.get('chrf', float('nan')):.2f} |")
     if not evaluations:
         lines.append("| (not evaluated) | | | |")
+    by_length = {source: r["by_length"] for source, r in evaluations.items() if r.get("by_length")}
+    if by_length:
+        buckets = list(dict.fromkeys(b["bucket"] for rows in by_length.values() for b in rows))
+        lines += ["", "BLEU by source length (words; the chart of the four shipped models: docs/img/"
+                      "pretrained_bleu_by_length.png in attnlab's repository):", "",
+                  "| English source | " + " | ".join(buckets) + " |", "|---|" + "---|" * len(buckets)]
+        for source, rows in by_length.items():
+            scores = {b["bucket"]: f"{b['bleu']:.2f} ({b['sentences']})" for b in rows}
+            lines.append(f"| {source} | " + " | ".join(scores.get(b, "") for b in buckets) + " |")
+    if showcase:
+        def cell(text: str) -> str:
+            return text.replace("|", "\\|")
+
+        lines += ["", "## The verses a class types first", "",
+                  "KJV source, this model's translation (beam 5), the Reina-Valera 1909 verse and the sentence chrF:",
+                  "", "| verse | English | translation | RV 1909 | chrF |", "|---|---|---|---|---|"]
+        for v in showcase:
+            lines.append(f"| {v['ref']} | {cell(v['source'])} | {cell(v['output'])} | {cell(v['reference'])} | "
+                         f"{v['chrf']:.1f} |")
     target = f"pretrained:{name}" if name else str(out)
     lines += ["", "## Use", "", "```", f"attnlab translate {target}", f"attnlab serve {target}", "```", "",
               "```python", "import attnlab", f"run = attnlab.load({target!r})",
@@ -173,12 +197,13 @@ def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, m
 
 
 def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", title: str | None = None,
-                name: str = "", averaged: list[int] | None = None) -> Path:
+                name: str = "", averaged: list[int] | None = None, showcase: list[dict] | None = None) -> Path:
     """Writes the compact run of `run` (its best or last weights, as loaded) to `out`: config.json, tokenizer/,
     checkpoints/ with one step (the original's number) stored in `quantization`, eval/*.json, README.md and
     card.json. `averaged`: the steps whose mean `run.model` holds (`attnlab.core.checkpoint.average_into`), named in
-    the card; the run's evaluations, which belong to other weights, are then left out. `out` must be new, empty, or
-    an earlier compact run. Returns out."""
+    the card; the run's evaluations, which belong to other weights, are then left out. `showcase`: the model's
+    outputs for the SHOWCASE verses ({ref, source, reference, output, chrf}), in card.json and the README. `out`
+    must be new, empty, or an earlier compact run. Returns out."""
     if quantization not in QUANTIZATIONS:
         raise AttnlabError(f"--quantization {quantization!r}: a compact run is one of {', '.join(QUANTIZATIONS)}")
     out = Path(out)
@@ -187,6 +212,11 @@ def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", tit
     match = STEP_NAME.fullmatch(resolve_checkpoint(src, run.checkpoint).stem)
     step = int(match.group(1)) if match else 0  # a legacy best.safetensors: step 0
     evaluations = {} if averaged else _evaluations(src)
+    if not averaged:  # a compact run of an averaged one (int8 of the float32 average) keeps what it holds
+        earlier = read_json(src / "card.json") if (src / "card.json").is_file() else {}
+        steps = earlier.get("averaged_steps") if isinstance(earlier, dict) else None
+        averaged = [int(n) for n in steps] if isinstance(steps, list) and all(type(n) is int for n in steps) \
+            else None
     updates, minutes = _training(src)
     parameters = sum(p.numel() for p in run.model.parameters())
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -213,8 +243,11 @@ def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", tit
                 "updates": updates, "minutes": round(minutes, 1), "made": time.strftime("%Y-%m-%d")}
         if averaged:
             card["averaged_steps"] = list(averaged)
+        if showcase:
+            card["showcase"] = [{k: v[k] for k in ("ref", "source", "reference", "output", "chrf")} for v in showcase]
         write_json(tmp / "card.json", card, tmp)
-        readme = model_card(run, title, quantization, parameters, megabytes, evaluations, updates, minutes, name, out)
+        readme = model_card(run, title, quantization, parameters, megabytes, evaluations, updates, minutes, name, out,
+                            showcase)
         if averaged:
             readme = readme.replace("## Test scores", f"The weights are the mean of the checkpoints of steps "
                                     f"{', '.join(map(str, averaged))}.\n\n## Test scores", 1)

@@ -262,6 +262,8 @@ def read_json(path: Path | str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:  # JSON syntax, UTF-8, an integer of more than 4,300 digits
         raise AttnlabError(f"{path}: not valid JSON ({str(e).splitlines()[0][:200]})") from None
+    except RecursionError:  # arrays or objects nested thousands deep: no file attnlab reads is
+        raise AttnlabError(f"{path}: not valid JSON here (nested too deeply)") from None
 
 
 def read_lines(path: Path | str) -> list[str]:

@@ -8,7 +8,11 @@
 // thinned (every k-th, each whole, full names on hover). The toggle is each panel's "projector" button (one state
 // for the page) and the URL: ?projector=1, with ?theme=dark (or light, auto) for the dark theme on this page only
 const PAGE_PARAMS = new URLSearchParams(location.search);
-const MAX_FIT_CELL = 36;  // px: a short map is not blown up past this
+const MAX_FIT_CELL = 160;  // px: a short map's cells grow to use the width (issue 46), up to this
+const FIT_FONT = 24;  // px: projector labels read from the back of a room (28 with "large text")
+
+// a piece as a reader writes it on the projector: the word-start mark ("_" or "\u2581") dropped, "</s>" kept
+function spoken(s) { return s.length > 1 && (s[0] === "_" || s[0] === "\u2581") ? s.slice(1) : s; }
 
 function projectorOn() { return document.body.classList.contains("projector"); }
 
@@ -61,7 +65,9 @@ function scrollbarWidth() {
 // or a name outlines its row and column, shows both names whole at their places and prints "row -> column:
 // weight" above the map; the source strip is shaded by the row's weights
 function fittedHeatmap(panel, box, w, rows, cols, vmax) {
-  const R = rows.length, C = cols.length, font = large() ? 17 : 14, line = Math.ceil(font * 1.25);
+  rows = rows.map(spoken);
+  cols = cols.map(spoken);
+  const R = rows.length, C = cols.length, font = large() ? FIT_FONT + 4 : FIT_FONT, line = Math.ceil(font * 1.25);
   const measure = el("canvas").getContext("2d");
   measure.font = `${font}px sans-serif`;
   const widest = ts => Math.ceil(Math.max(0, ...ts.map(t => measure.measureText(t).width)));

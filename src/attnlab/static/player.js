@@ -21,8 +21,14 @@ const PLAYER_CSS = `
 .player .src-tok, .player .out-tok { padding: 1px 4px; border-radius: 3px; white-space: pre;
                                      border: 1px solid var(--border, #ddd); }
 .player .src-tok { display: inline-flex; flex-direction: column; align-items: center; }
-.player .src-tok .bar { display: block; height: 3px; background: var(--bar, #0d47a1); margin-top: 1px;
-                       align-self: stretch; }
+.player .src-tok .track { position: relative; display: block; align-self: stretch; height: 5px; margin-top: 1px; }
+.player .src-tok .bar { display: block; height: 100%; background: var(--bar, #0d47a1); }
+.player .src-tok .u { position: absolute; top: -3px; bottom: -3px; width: 3px; margin-left: -1px;
+                      background: var(--uniform, #e65100); }
+.player .uniform-note { color: var(--uniform, #e65100); font-weight: 600; }
+body.projector .player, body.projector .player h4, body.projector .player .caption { font-size: 24px; }
+body.projector .player .src-tok .track { height: 10px; }
+body.projector .player .src-tok .u { width: 6px; margin-left: -3px; top: -5px; bottom: -5px; }
 .player .src-tok.best { outline: 2px solid #ff6f00; }
 .player .out-tok.current { background: var(--hl-bg, #ffd54f); color: var(--hl-fg, #222); font-weight: 700;
                            border-color: #ff6f00; }
@@ -198,8 +204,12 @@ async function renderPlayer(panel, box) {
   const what = map.layers > 1 || map.heads > 1 ? ` (layer ${layer + 1}${which ? `, ${which}` : ""})` : "";
   const srcBox = el("div", {class: "src-tokens"}), outBox = el("div", {class: "out-tokens"});
   const stripBox = el("div", {class: "strip-box"}), top5 = el("ol", {class: "top5"});
+  const uniform = 1 / Math.max(1, map.cols.length);  // the weight of attention spread evenly
   root.append(controls,
-              el("h4", {}, `attention over the source at this step: ${map.title}${what}`), srcBox,
+              el("h4", {}, `attention over the source at this step: ${map.title}${what}`),
+              el("p", {class: "caption uniform-note"}, `the bars are each weight over the step's largest; the ` +
+                                                       `orange tick is the uniform weight 1/n = ` +
+                                                       `${uniform.toFixed(3)} (n = ${map.cols.length})`), srcBox,
               el("h4", {}, "output so far"), outBox,
               el("h4", {}, `context vector at this step (${ctx.context[0].length} values; blue > 0, red < 0, ` +
                            "scaled to this layer's largest |value|)"), stripBox,
@@ -207,7 +217,9 @@ async function renderPlayer(panel, box) {
               el("h4", {}, "output distribution: the top 5 and the token chosen"), top5);
   (map.col_strip || map.cols).forEach((s, j) => {
     const span = el("span", {class: "src-tok", "data-j": j}, s);
-    span.append(el("span", {class: "bar"}));
+    const track = el("span", {class: "track"});
+    track.append(el("span", {class: "bar"}), el("span", {class: "u", title: `uniform 1/n = ${uniform.toFixed(3)}`}));
+    span.append(track);
     srcBox.append(span);
   });
   r.choices.forEach((c, t) => outBox.append(el("span", {class: "out-tok", "data-t": t}, c.strip ?? c.label)));
@@ -217,6 +229,12 @@ async function renderPlayer(panel, box) {
     ended = endedHypotheses(steps.tree);
     const best = ended.length ? ended[0].path : [];
     treeSvg = beamTreeSVG(steps.tree, best);
+    if (projectorOn()) {  // classroom.js: the tree drawn for 11 px labels, scaled to 24 px ones
+      const k = 24 / 11;
+      treeSvg.style.width = `${(k * Number(treeSvg.getAttribute("width"))).toFixed(0)}px`;
+      treeSvg.style.height = `${(k * Number(treeSvg.getAttribute("height"))).toFixed(0)}px`;
+      treeSvg.dataset.scale = k.toFixed(3);
+    }
     const legend = el("p", {class: "legend caption"});
     for (const [st, color] of Object.entries(STATUS_COLORS)) {
       const item = el("span");
@@ -263,6 +281,7 @@ async function renderPlayer(panel, box) {
       span.title = `${map.cols[j]}: ${row[j].toFixed(3)}`;
       span.classList.toggle("best", j === best);
       span.querySelector(".bar").style.width = `${(100 * row[j] / m).toFixed(1)}%`;
+      span.querySelector(".u").style.left = `${(100 * Math.min(1, uniform / m)).toFixed(1)}%`;
     });
     outBox.querySelectorAll(".out-tok").forEach((span, k) => {
       span.classList.toggle("current", k === t);
