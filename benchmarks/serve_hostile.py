@@ -100,7 +100,7 @@ def attacker(kind: str, port: int, ips: list[str], n: int, seconds: float, resul
                 if kind == "idle":  # sends nothing: waits for the server to answer or close
                     count(status_of(await reader.read(4096)))
                 elif kind == "slow":  # a POST whose 1000-byte body arrives a byte a second
-                    writer.write(b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    writer.write(b"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                                  b"Content-Length: 1000\r\n\r\n{")
                     answer = asyncio.ensure_future(reader.read(4096))
                     answer.add_done_callback(lambda f: f.cancelled() or f.exception())  # read below, or dropped
@@ -110,7 +110,7 @@ def attacker(kind: str, port: int, ips: list[str], n: int, seconds: float, resul
                             writer.write(b" ")
                     count(status_of(answer.result()))
                 else:  # flood: a request head of 9,000 headers, as fast as the server answers
-                    writer.write(b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    writer.write(b"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                                  + FLOOD_HEAD + b"Content-Length: 2\r\n\r\n{}")
                     count(status_of(await reader.read(4096)))
             except (OSError, asyncio.IncompleteReadError) as e:

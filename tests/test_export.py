@@ -6,6 +6,8 @@ rebuilt (the run's own) or refused with one line (one named with --ct2-model).""
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -280,9 +282,13 @@ def test_a_kill_during_the_export_leaves_the_old_export_or_none(run_copy, capsys
     # what a SIGKILL leaves: an export cut short (no manifest, a truncated model.bin) beside a staging folder
     (out / "attnlab.json").unlink()
     (out / "model.bin").write_bytes(good["model.bin"][:5000])
-    shutil.copytree(out, run_copy / ".ctranslate2-best-float32.0badcafe.tmp")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a process that has ended
+    staging = run_copy / f".ctranslate2-best-float32.p{dead}.0badcafe.tmp"
+    shutil.copytree(out, staging)
     rc, text, err = translate(run_copy, capsys, "--engine", "ctranslate2")
     assert (rc, text) == (0, reference) and snapshot(out) == good
+    assert not staging.exists()  # the next export of the run cleaned the killed one's staging folder (issue 47)
     # the same export named with --ct2-model: refused with one line naming the file, no traceback
     (out / "model.bin").write_bytes(good["model.bin"][:5000])
     rc, text, err = translate(run_copy, capsys, "--engine", "ctranslate2", "--ct2-model", str(out))

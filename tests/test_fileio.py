@@ -89,3 +89,26 @@ def test_a_users_linked_folder_is_followed_and_the_finished_write_stands(tmp_pat
     replace_folder(new, link / "store")
     assert (target / "store" / "manifest.json").read_text() == "{}"
     assert sorted(p.name for p in target.iterdir()) == ["corpus.tsv", "store"]  # no temporary left
+
+
+def test_staging_folders_of_killed_processes_are_removed_and_nothing_else(tmp_path, decoys):
+    """new_folder removes what a killed export left (`.<name>.p<pid>.<random>.tmp`, its process gone): only that
+    name, only real folders; a live process's staging folder, other names and a link are left alone."""
+    import subprocess
+    import sys
+
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    left = tmp_path / f".out.p{dead}.0badcafe.tmp"
+    (left / "sub").mkdir(parents=True)
+    (left / "sub" / "link").symlink_to(decoys / "folder", target_is_directory=True)  # removed, not followed
+    alive = tmp_path / f".out.p{os.getppid()}.0badcafe.tmp"
+    alive.mkdir()
+    other = tmp_path / f".other.p{dead}.0badcafe.tmp"
+    other.mkdir()
+    linked = tmp_path / f".out.p{dead}.1badcafe.tmp"
+    linked.symlink_to(decoys / "folder", target_is_directory=True)
+    new = new_folder(tmp_path, "out")
+    assert new.name.startswith(f".out.p{os.getpid()}.") and new.is_dir()
+    assert not left.exists() and alive.is_dir() and other.is_dir() and linked.is_symlink()
+    assert untouched(decoys)

@@ -353,7 +353,7 @@ def test_import_refusals_are_one_line(gpt2, bert, tmp_path, capsys):
     cases["layer-scaled"] = (variant("a", gpt2_dir, lambda d: config(d, scale_attn_by_inverse_layer_idx=True)),
                              "scale_attn_by_inverse_layer_idx")
     cases["activation"] = (variant("b", gpt2_dir, lambda d: config(d, activation_function="quick_gelu")),
-                           "activation_function 'quick_gelu'")
+                           "activation_function is \"quick_gelu\"")
     cases["layers"] = (variant("c", gpt2_dir, lambda d: config(d, n_layer=3)), "no tensor h.2")
     cases["vocab"] = (variant("d", gpt2_dir, lambda d: config(d, vocab_size=500)), "vocab_size 500")
     cases["relative"] = (variant("e", bert_dir, lambda d: config(d, position_embedding_type="relative_key")),

@@ -265,7 +265,7 @@ def test_idle_connections_are_closed_and_others_still_served(models):
         t0 = time.monotonic()  # before connecting: the server's timer starts after this
         idle = socket.create_connection(("127.0.0.1", port))
         slow = socket.create_connection(("127.0.0.1", port))
-        slow.sendall(b"POST /api/translate HTTP/1.1\r\nHost: x\r\n")  # never finishes its head
+        slow.sendall(b"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never finishes its head
         status, data = _post(f"http://127.0.0.1:{port}/api/translate", b'{"model": "rnn", "sentence": "the cat"}')
         assert status == 200 and data["translation"]
         for conn in (idle, slow):
@@ -553,7 +553,7 @@ def _answer(conn: socket.socket) -> tuple[int, dict, bytes]:
 
 
 TRANSLATE = b'{"model": "rnn", "sentence": "the cat"}'
-POST_HEAD = (b"POST /api/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+POST_HEAD = (b"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
              b"Connection: close\r\n")
 
 
@@ -681,7 +681,7 @@ def test_a_slow_head_after_a_response_is_closed_too(models):
     gets a JSON 400."""
     with _uvicorn(_guarded(models, header_timeout=0.5)) as (server, port):
         conn = _connect(port)
-        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         first = b""
         while not first.endswith(b"}"):  # the whole response (its head and body may come in two reads)
             first += conn.recv(65536)
@@ -694,3 +694,20 @@ def test_a_slow_head_after_a_response_is_closed_too(models):
         bad.sendall(b"NOT HTTP AT ALL\r\n\r\n")
         status, headers, body = _answer(bad)
         assert status == 400 and json.loads(body) == {"error": "malformed HTTP request"}
+
+
+def test_a_foreign_host_gets_421_and_an_allowed_one_is_served(models):
+    """DNS rebinding (issue 47): a page on evil.example whose name now points at 127.0.0.1 sends Host: evil.example;
+    the server answers 421 before any route runs. Loopback names (any port) and --allowed-host names are served."""
+    from attnlab.app.server import LOOPBACK_HOSTS
+
+    app = create_app(models, max_chars=MAX_CHARS, allowed_hosts=[*LOOPBACK_HOSTS, "classroom.example"])
+    client = TestClient(app, raise_server_exceptions=False)
+    for host in ("evil.example", "evil.example:8000", "127.0.0.1.evil.example", "", "classroom.example.evil"):
+        r = client.get("/api/models", headers={"Host": host})
+        assert r.status_code == 421 and "--allowed-host" in r.json()["error"], (host, r.status_code)
+    r = client.post("/api/translate", json={"model": next(iter(models)), "sentence": "abc"},
+                    headers={"Host": "evil.example"})
+    assert r.status_code == 421
+    for host in ("127.0.0.1:8000", "localhost", "LOCALHOST:1", "[::1]:8000", "classroom.example", "classroom.example:80"):
+        assert client.get("/api/models", headers={"Host": host}).status_code == 200, host

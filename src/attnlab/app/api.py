@@ -410,10 +410,12 @@ def serve(run_dirs: Sequence[str | Path], host: str = "127.0.0.1", port: int = 8
           checkpoint: str = "best", max_chars: int = 1000, max_connections: int = 4096,
           header_timeout: float = 10.0, timeout: float = 60.0, engine: str = "torch", body_timeout: float = 10.0,
           max_connections_per_client: int = 256, explore_memory: int = EXPLORE_MEMORY,
-          start: str = "explorer") -> None:
+          start: str = "explorer", allowed_hosts: Sequence[str] = ()) -> None:
     """Serves runs in the web app (`attnlab.app.server`: translate and explore in the browser, a JSON API) until
     Ctrl-C or SIGTERM. explore_memory: bytes of explorations kept for the page's follow-up fetches; start: the view
-    the page opens on, "explorer" or "compare" (every translation model side by side)."""
+    the page opens on, "explorer" or "compare" (every translation model side by side); allowed_hosts: Host names
+    answered besides this machine's loopback names and the address it listens on (a classroom's name or address:
+    others get 421, against DNS rebinding)."""
     run_dirs = [as_path(f"run_dirs[{i}]", r) for i, r in enumerate(run_dirs)]
     for name, value in (("header_timeout", header_timeout), ("timeout", timeout), ("body_timeout", body_timeout)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
@@ -424,7 +426,7 @@ def serve(run_dirs: Sequence[str | Path], host: str = "127.0.0.1", port: int = 8
                _choice("engine", engine, ("torch", "ctranslate2")), body_timeout,
                as_int("max_connections_per_client", max_connections_per_client, 1, MAX_CONNECTIONS),
                explore_memory=as_int("explore_memory", explore_memory, 1, 2**40),
-               start=_choice("start", start, START_VIEWS))
+               start=_choice("start", start, START_VIEWS), allowed_hosts=as_texts("allowed_hosts", allowed_hosts))
 
 
 def series_study(target: str, overrides: Mapping[str, Any] | Sequence[str] | None = None, seeds: int = 5,

@@ -457,6 +457,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "page opens on the compare view: one sentence through every model side by side")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     srv.add_argument("--port", type=_int(0, 65535), default=8000, help="TCP port (default 8000)")
+    srv.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                     help="a Host name the server answers besides localhost, 127.0.0.1, ::1 and the --host "
+                          "address, e.g. a classroom's DNS name (repeatable; others get 421, which keeps a web page "
+                          "that rebinds its name to this machine from reading it)")
     srv.add_argument("--max-chars", type=_int(1, MAX_CHARS), default=1000,
                      help="longest sentence accepted, in characters (default 1000; tokens: the run's "
                           "decode.max_src_tokens)")

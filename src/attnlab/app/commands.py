@@ -316,4 +316,4 @@ def cmd_serve(args: argparse.Namespace) -> None:
     api.serve(run_dirs, args.host, args.port, args.device, args.checkpoint, args.max_chars,
               args.max_connections, args.header_timeout, args.timeout, args.engine, args.body_timeout,
               args.max_connections_per_client, explore_memory=args.explore_memory * 2**20,
-              start="compare" if args.pretrained else "explorer")
+              start="compare" if args.pretrained else "explorer", allowed_hosts=args.allowed_host)

@@ -51,6 +51,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
+from typing import Sequence
 
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -361,11 +362,43 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONResp
 
 
 # ---------------------------------------------------------------------------------------------- app
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")  # the names of this machine a browser may send as Host
+
+
+def host_name(header: str) -> str:
+    """The host of a Host header without its port ("[::1]:8000" -> "::1"), lower-cased."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class HostCheck:
+    """ASGI middleware: a request whose Host header is not an allowed name gets 421 (Misdirected Request). A page on
+    another site that rebinds its DNS name to 127.0.0.1 sends its own name as Host, so it cannot read a server on
+    a student's laptop (DNS rebinding). `allowed`: host names without ports; loopback names by default
+    (`serve`), a classroom's address added by `--allowed-host`."""
+
+    def __init__(self, app, allowed: Sequence[str]) -> None:
+        self.app, self.allowed = app, {h.lower().strip("[]") for h in allowed}
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+            if host_name(host) not in self.allowed:
+                await json_error(421, f"Host {host[:80]!r} is not served here; start the server with "
+                                      "--allowed-host NAME to serve it")(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: int = 64 * 1024,
                timeout: float = 60.0, explore_memory: int = EXPLORE_MEMORY, body_timeout: float = 10.0,
-               max_requests: int = 4096, start: str = "explorer") -> FastAPI:
+               max_requests: int = 4096, start: str = "explorer",
+               allowed_hosts: Sequence[str] | None = None) -> FastAPI:
     """The FastAPI app serving `models` (see `load_models`) and the static explorer page, which opens on `start`
-    ("explorer", or "compare": every translation model side by side, compare.js); `timeout`: seconds a
+    ("explorer", or "compare": every translation model side by side, compare.js); `allowed_hosts`: the Host names
+    answered (others get 421, `HostCheck`; None: no check); `timeout`: seconds a
     translation request may take, queueing included; `explore_memory`: bytes of explorations kept for the
     page's follow-up fetches (`Explorations`); `body_timeout`: seconds a request body may take to arrive (408);
     `max_requests`: requests in progress at once (beyond: 503 with Retry-After)."""
@@ -377,7 +410,9 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
     app.add_middleware(GZipMiddleware, minimum_size=16 * 1024, compresslevel=1)
     app.add_middleware(BodyLimit, max_bytes=max_body, timeout=body_timeout)
     app.add_middleware(HttpMethods)  # HEAD as GET, OPTIONS
-    app.add_middleware(ConcurrencyLimit, max_requests=max_requests)  # the outermost: refuses before anything runs
+    app.add_middleware(ConcurrencyLimit, max_requests=max_requests)  # refuses before anything runs
+    if allowed_hosts is not None:  # `serve` always passes them; a test's app may leave the check out
+        app.add_middleware(HostCheck, allowed=allowed_hosts)  # the outermost: a foreign Host reaches nothing
     app.add_exception_handler(RequestValidationError, _validation_error)
     store = Explorations(explore_memory)
 
@@ -552,14 +587,17 @@ def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8000, devic
           checkpoint: str = "best", max_chars: int = 1000, max_connections: int = 4096,
           header_timeout: float = 10.0, timeout: float = 60.0, engine: str = "torch", body_timeout: float = 10.0,
           max_connections_per_client: int = 256, explore_memory: int = EXPLORE_MEMORY,
-          start: str = "explorer") -> None:
+          start: str = "explorer", allowed_hosts: Sequence[str] = ()) -> None:
     """Load the runs and serve them with uvicorn until Ctrl-C or SIGTERM (in-flight requests finish first); the
-    page opens on `start` (`create_app`).
+    page opens on `start` (`create_app`). Requests must name this machine as Host: a loopback name, the address
+    it listens on (unless 0.0.0.0 or ::), or one of `allowed_hosts` (421 otherwise, `HostCheck`).
     Connections are guarded by `serving.guarded_h11` (per client and in all, request heads); uvicorn's own
     concurrency limit is off: `serving.ConcurrencyLimit` answers its 503 in JSON with Retry-After."""
     models = load_models(run_dirs, checkpoint, device, max_chars, engine)
     app = create_app(models, max_chars=max_chars, timeout=timeout, body_timeout=body_timeout,
-                     max_requests=max_connections, explore_memory=explore_memory, start=start)
+                     max_requests=max_connections, explore_memory=explore_memory, start=start,
+                     allowed_hosts=[*LOOPBACK_HOSTS, *([] if host in ("0.0.0.0", "::", "") else [host]),
+                                    *allowed_hosts])
     sock = listen(host, port)
     port = sock.getsockname()[1]
     raise_fd_limit(max_connections + MAX_LINGERING + 256)

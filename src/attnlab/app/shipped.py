@@ -14,7 +14,6 @@ so the installed package is never written.
 from __future__ import annotations
 
 import importlib.resources
-import json
 import logging
 import os
 import shutil
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from attnlab.core.checkpoint import QUANTIZATIONS, STEP_NAME, resolve_checkpoint, save_weights, step_name, write_best
 from attnlab.core.errors import AttnlabError
+from attnlab.core.logs import read_metrics
 from attnlab.core.fileio import (atomic_write_text, check_replaceable_folder, file_sha256, new_folder, read_json,
                                  replace_folder, sync_path, write_json)
 from attnlab.data.corpus import cache_dir
@@ -125,27 +125,32 @@ def _complete_copy(dest: Path) -> bool:
 
 def _evaluations(run_dir: Path) -> dict[str, tuple[str, dict]]:
     """The run's test evaluations by English source rendering: {source: (file name, result)} of eval/test*.json."""
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
     out = {}
     for path in sorted((run_dir / "eval").glob("test*.json")):
         result = read_json(path)
-        if isinstance(result, dict) and result.get("split") == "test" and "bleu" in result:
-            out[str(result.get("source") or "test")] = (path.name, result)
+        if not (isinstance(result, dict) and result.get("split") == "test" and number(result.get("bleu"))
+                and number(result.get("chrf", 0.0))):
+            log.warning("%s: not a test evaluation with numbers for bleu and chrf; left out of the card", path)
+            continue
+        rows = result.get("by_length", [])
+        if not (isinstance(rows, list) and all(isinstance(r, dict) and isinstance(r.get("bucket"), str)
+                                               and number(r.get("bleu")) and type(r.get("sentences")) is int
+                                               for r in rows)):
+            log.warning("%s: its by_length is not a list of {bucket, bleu, sentences}; left out", path)
+            result = {k: v for k, v in result.items() if k != "by_length"}
+        out[str(result.get("source") or "test")] = (path.name, result)
     return out
 
 
 def _training(run_dir: Path) -> tuple[int, float]:
     """(updates, minutes of training) from the run's metrics.jsonl: the last logged step and time."""
     step, seconds = 0, 0.0
-    path = run_dir / "metrics.jsonl"
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                step = max(step, int(row.get("step") or 0))
-                seconds = max(seconds, float(row.get("time_s") or 0.0))
+    for row in read_metrics(run_dir):  # checked records: a corrupt file is one line naming it and the line
+        step = max(step, row["step"])
+        seconds = max(seconds, float(row.get("time_s") or 0.0))
     return step, seconds / 60
 
 

@@ -47,11 +47,55 @@ QUANTIZATIONS = ("float32", "bfloat16", "int8")  # how `save_weights` may store 
 SCALE_SUFFIX = ".int8_scale"  # the per-row scales of an int8 matrix, stored beside it
 
 
+# a safetensors header (JSON: each tensor's name, dtype, shape and offsets) larger than this is refused before it is
+# parsed: the header of a 10,000-tensor model is about 1 MB, and one listing a million empty tensors took 2.4 GB
+MAX_HEADER_BYTES = 16 * 2**20
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+               "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1, "C64": 8}
+
+
+def check_header(path: Path) -> None:
+    """Reads a safetensors file's header alone and checks it against the file before any tensor is built: its
+    length bounded (MAX_HEADER_BYTES) and within the file, every tensor's bytes (shape x dtype size) equal to its
+    offsets' span and inside the data. An AttnlabError names the file and the first problem."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if n < 2 or n > MAX_HEADER_BYTES or 8 + n > size:
+            raise AttnlabError(f"{path}: corrupt checkpoint, not a safetensors file (a header of {n:,} bytes in a file "
+                               f"of {size:,}; at most {MAX_HEADER_BYTES:,})")
+        try:
+            header = json.loads(f.read(n))
+        except (ValueError, RecursionError):
+            header = None
+    if not isinstance(header, dict):
+        raise AttnlabError(f"{path}: corrupt checkpoint, its safetensors header is not a JSON object")
+    data = size - 8 - n
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            shape, (begin, end) = [int(d) for d in entry["shape"]], entry["data_offsets"]
+            width = DTYPE_BYTES[entry["dtype"]]
+            ok = all(d >= 0 for d in shape) and 0 <= begin <= end <= data
+            count = 1
+            for d in shape:
+                count *= d
+            ok = ok and count * width == end - begin
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise AttnlabError(f"{path}: corrupt checkpoint, tensor {name[:80]!r} of the safetensors header does not "
+                               "fit the file (dtype, shape and offsets)")
+
+
 def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """(tensors, metadata) of a safetensors file; a missing, truncated or otherwise corrupt file is an AttnlabError
-    naming it."""
+    naming it. The header is checked first (`check_header`), so a forged one allocates nothing."""
     if not path.is_file():
         raise AttnlabError(f"{path}: no such checkpoint")
+    check_header(path)
     try:
         tensors = load_file(str(path))
         with safe_open(str(path), framework="pt") as f:
@@ -120,7 +164,7 @@ def _dequantized(tensors: dict[str, torch.Tensor], meta: dict[str, str], path: P
         return tensors
     try:
         record = json.loads(meta["attnlab_quantization"])
-    except ValueError:
+    except (ValueError, RecursionError):
         record = None
     names = record.get("int8") if isinstance(record, dict) else None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -144,7 +188,7 @@ def load_weights(model: nn.Module, path: Path) -> None:
     if "attnlab_aliases" in meta:
         try:
             aliases = json.loads(meta["attnlab_aliases"])
-        except ValueError:  # JSON syntax, an integer of more than 4,300 digits
+        except (ValueError, RecursionError):  # JSON syntax, an integer of more than 4,300 digits, deep nesting
             aliases = None
         if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) and v in tensors
                                                     for k, v in aliases.items()):

@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -129,11 +130,44 @@ def replace(tmp: Path | str, path: Path | str) -> None:
     sync_dir(Path(path).parent)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def remove_stale_staging(parent: Path | str, name: str) -> list[Path]:
+    """Removes the staging folders of `name` in `parent` that a killed process left (`new_folder`'s
+    `.<name>.p<pid>.<random>.tmp` whose process is gone): only attnlab's own names, only real folders, their links
+    removed, never followed. Returns what was removed."""
+    pattern = re.compile(rf"\.{re.escape(name)}\.p(\d+)\.[0-9a-f]{{8}}\.tmp")
+    removed = []
+    try:
+        entries = list(Path(parent).iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))) \
+                and stat.S_ISDIR(os.lstat(entry).st_mode):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    if removed:
+        log.info("removed %d staging folder(s) a killed export left in %s", len(removed), parent)
+    return removed
+
+
 def new_folder(parent: Path | str, name: str) -> Path:
-    """A new empty folder `.<name>.<random>.tmp` in `parent` (created by this call, so nothing in it is a link
-    someone else placed), to fill and then move into place with `replace_folder`."""
+    """A new empty folder `.<name>.p<pid>.<random>.tmp` in `parent` (created by this call, so nothing in it is a
+    link someone else placed), to fill and then move into place with `replace_folder`. The staging folders of
+    `name` that killed processes left there are removed first (`remove_stale_staging`)."""
+    remove_stale_staging(parent, name)
     for _ in range(100):
-        folder = Path(parent) / f".{name}.{secrets.token_hex(4)}.tmp"
+        folder = Path(parent) / f".{name}.p{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
             os.mkdir(folder)
             return folder

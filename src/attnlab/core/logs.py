@@ -107,7 +107,7 @@ def read_metrics(run_dir: Path | str) -> list[dict]:
             continue
         try:
             record = json.loads(line)
-        except ValueError:  # JSON syntax, UTF-8, an integer of more than 4,300 digits
+        except (ValueError, RecursionError):  # JSON syntax, UTF-8, a 4,300-digit integer, deep nesting
             if i == len(lines):  # the last line, without its newline: a write cut short
                 continue
             raise AttnlabError(f"{path}:{i}: not a JSON record") from None

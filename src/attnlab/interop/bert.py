@@ -24,11 +24,12 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from torch import Tensor
 
+from attnlab.core.config import MAX_LAYERS, MAX_LEN, MAX_VOCAB
 from attnlab.core.errors import AttnlabError
 from attnlab.data.tokenizers import ImportedTokenizer
 from attnlab.families.pretrained import UNUSED_KEYS, bert_key_map
-from attnlab.interop.hf_folder import (Imported, gather_rows, parse_tokenizer, read_weights, setting, special_rows,
-                                       tensor)
+from attnlab.interop.hf_folder import (Imported, choice, gather_rows, parse_tokenizer, read_weights, setting,
+                                       special_rows, tensor)
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "silu": "silu", "swish": "silu"}  # Hugging Face -> attnlab
@@ -68,16 +69,14 @@ def read_tokenizer(folder: Path) -> str:
 
 def bert_settings(hf: dict, where: Path) -> dict:
     """attnlab's model.bert settings of a BertConfig; a setting the encoder has not is refused, named."""
-    act = hf.get("hidden_act", "gelu")
-    if act not in ACTIVATIONS:
-        raise AttnlabError(f"{where}: hidden_act {act!r}; attnlab has {', '.join(ACTIVATIONS)}")
+    act = choice(hf, "hidden_act", "gelu", ACTIVATIONS, where)
     for key, want in (("position_embedding_type", "absolute"), ("is_decoder", False), ("add_cross_attention", False)):
         if hf.get(key, want) != want:
             raise AttnlabError(f"{where}: {key} = {json.dumps(hf.get(key))}; attnlab's BERT encoder has absolute "
                                f"learned positions and no decoder mode ({key} = {json.dumps(want)})")
     return {"d_model": setting(hf, "hidden_size", where), "h": setting(hf, "num_attention_heads", where),
-            "d_ff": setting(hf, "intermediate_size", where), "layers": setting(hf, "num_hidden_layers", where),
-            "max_len": setting(hf, "max_position_embeddings", where),
+            "d_ff": setting(hf, "intermediate_size", where), "layers": setting(hf, "num_hidden_layers", where, MAX_LAYERS),
+            "max_len": setting(hf, "max_position_embeddings", where, MAX_LEN),
             "type_vocab_size": hf.get("type_vocab_size", 2), "activation": ACTIVATIONS[act],
             "layer_norm_eps": hf.get("layer_norm_eps", 1e-12), "dropout": hf.get("hidden_dropout_prob", 0.1),
             "attn_dropout": hf.get("attention_probs_dropout_prob", 0.1)}
@@ -111,7 +110,7 @@ def import_bert(folder: Path, hf: dict) -> Imported:
     tokenizer_json = read_tokenizer(folder)
     lib = parse_tokenizer(tokenizer_json, folder)[0]
     word = sd.get("embeddings.word_embeddings.weight", sd.get("bert.embeddings.word_embeddings.weight"))
-    V = word.size(0) if word is not None else setting(hf, "vocab_size", folder)
+    V = word.size(0) if word is not None else setting(hf, "vocab_size", folder, MAX_VOCAB)
     if hf.get("vocab_size", V) != V:
         raise AttnlabError(f"{folder}: config.json says vocab_size {hf.get('vocab_size')}, the embedding has {V} "
                            "rows; the weights disagree with config.json")

@@ -58,11 +58,13 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from torch import Tensor
 
+from attnlab.core.config import MAX_LAYERS, MAX_LEN, MAX_VOCAB
 from attnlab.core.errors import AttnlabError
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, ImportedTokenizer
 from attnlab.families.base import LoadedRun
-from attnlab.interop.hf_folder import (Imported, architecture, dead_bias, dead_rows, export_order, gather_rows,
-                                       TensorReader, json_bytes, parse_tokenizer, read_weights, setting, special_rows)
+from attnlab.interop.hf_folder import (Imported, architecture, choice, dead_bias, dead_rows, export_order,
+                                       gather_rows, TensorReader, json_bytes, parse_tokenizer, read_weights, setting,
+                                       special_rows)
 
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
                "silu": "silu", "swish": "silu"}  # Hugging Face -> attnlab
@@ -114,9 +116,7 @@ def unk_id(tokenizer_json: str, where: Path) -> int | None:
 
 def gpt2_settings(hf: dict, where: Path) -> dict:
     """attnlab's model.lm settings of a GPT2Config; a setting attnlab's LM has not is refused, named."""
-    act = hf.get("activation_function", "gelu_new")
-    if act not in ACTIVATIONS:
-        raise AttnlabError(f"{where}: activation_function {act!r}; attnlab has {', '.join(ACTIVATIONS)}")
+    act = choice(hf, "activation_function", "gelu_new", ACTIVATIONS, where)
     for key, want in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
                       ("add_cross_attention", False)):
         if hf.get(key, want) != want:
@@ -124,9 +124,9 @@ def gpt2_settings(hf: dict, where: Path) -> dict:
                                f"softmax(q k / sqrt(d_k)) with no cross-attention ({key} = {json.dumps(want)})")
     D = setting(hf, "n_embd", where)
     inner = hf.get("n_inner")
-    return {"d_model": D, "h": setting(hf, "n_head", where), "layers": setting(hf, "n_layer", where),
+    return {"d_model": D, "h": setting(hf, "n_head", where), "layers": setting(hf, "n_layer", where, MAX_LAYERS),
             "d_ff": 4 * D if inner is None else setting(hf, "n_inner", where),
-            "max_len": setting(hf, "n_positions", where), "activation": ACTIVATIONS[act],
+            "max_len": setting(hf, "n_positions", where, MAX_LEN), "activation": ACTIVATIONS[act],
             "dropout": hf.get("resid_pdrop", 0.1), "attn_dropout": hf.get("attn_pdrop", 0.1),
             "layer_norm_eps": hf.get("layer_norm_epsilon", 1e-5), "norm": "pre", "positions": "learned",
             "scale_embeddings": False, "bias": True, "tie_embeddings": bool(hf.get("tie_word_embeddings", True))}
@@ -178,12 +178,10 @@ def output_layer(out: dict[str, Tensor], s: dict, rows: list[int], lm_head: Tens
 
 def biogpt_settings(hf: dict, where: Path) -> dict:
     """attnlab's model.lm settings of a BioGptConfig (its LayerNorms have torch's default epsilon, 1e-5)."""
-    act = hf.get("hidden_act", "gelu")
-    if act not in ACTIVATIONS:
-        raise AttnlabError(f"{where}: hidden_act {act!r}; attnlab has {', '.join(ACTIVATIONS)}")
+    act = choice(hf, "hidden_act", "gelu", ACTIVATIONS, where)
     return {"d_model": setting(hf, "hidden_size", where), "h": setting(hf, "num_attention_heads", where),
-            "layers": setting(hf, "num_hidden_layers", where), "d_ff": setting(hf, "intermediate_size", where),
-            "max_len": setting(hf, "max_position_embeddings", where), "activation": ACTIVATIONS[act],
+            "layers": setting(hf, "num_hidden_layers", where, MAX_LAYERS), "d_ff": setting(hf, "intermediate_size", where),
+            "max_len": setting(hf, "max_position_embeddings", where, MAX_LEN), "activation": ACTIVATIONS[act],
             "dropout": hf.get("hidden_dropout_prob", 0.1), "attn_dropout": hf.get("attention_probs_dropout_prob", 0.1),
             "layer_norm_eps": 1e-5, "norm": "pre", "positions": "learned", "bias": True,
             "scale_embeddings": bool(hf.get("scale_embedding", True)),
@@ -226,7 +224,7 @@ def import_causal_lm(folder: Path, hf: dict) -> Imported:
     tokenizer_json = read_tokenizer(folder)
     wte = next((sd[k] for k in ("transformer.wte.weight", "wte.weight", "biogpt.embed_tokens.weight") if k in sd),
                None)
-    V = wte.size(0) if wte is not None else setting(hf, "vocab_size", folder)
+    V = wte.size(0) if wte is not None else setting(hf, "vocab_size", folder, MAX_VOCAB)
     if hf.get("vocab_size", V) != V:
         raise AttnlabError(f"{folder}: config.json says vocab_size {hf.get('vocab_size')}, the embedding has {V} "
                            "rows; the weights disagree with config.json")

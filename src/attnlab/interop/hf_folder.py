@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from safetensors.torch import save_file
@@ -26,6 +27,7 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from attnlab.core.checkpoint import read_tensors, save_weights, step_name, write_best
+from attnlab.core.config import MAX_DIM
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import atomic_write, atomic_write_bytes, new_folder, read_json, replace_folder, write_json
 from attnlab.data.tokenizers import SPECIALS, TokenizerPair, save_tokenizers
@@ -102,12 +104,39 @@ def parse_tokenizer(text: str, where: Path) -> tuple[Tokenizer, dict]:
         raise AttnlabError(f"{where}: not a readable tokenizer.json ({str(e).strip()[:120]})") from None
 
 
-def setting(hf: dict, key: str, where: Path) -> int:
-    """config.json's integer `key`, which must be there (a bool is not an integer)."""
+def setting(hf: dict, key: str, where: Path, hi: int = MAX_DIM, lo: int = 1) -> int:
+    """config.json's integer `key`, which must be there, from lo to hi (a bool, "16" or 16.0 is not an integer):
+    checked before anything of that size is allocated."""
     value = hf.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise AttnlabError(f"{where / 'config.json'}: {key} is {value!r}; expected an integer")
+        raise AttnlabError(f"{where / 'config.json'}: {key} is {json.dumps(value)[:60]}; expected an integer")
+    if not lo <= value <= hi:
+        raise AttnlabError(f"{where / 'config.json'}: {key} is {value}; expected {lo} to {hi:,}")
     return value
+
+
+def choice(hf: dict, key: str, default: str, choices: Mapping[str, Any], where: Path) -> str:
+    """config.json's `key` (default when absent), one of `choices` (a list or an object is named, not hashed)."""
+    value = hf.get(key, default)
+    if not isinstance(value, str) or value not in choices:
+        raise AttnlabError(f"{where / 'config.json'}: {key} is {json.dumps(value)[:60]}; attnlab has "
+                           f"{', '.join(choices)}")
+    return value
+
+
+def layer_count(sd: dict[str, Tensor], prefix: str) -> int:
+    """How many layers the tensors hold under `prefix` (names prefix + "N." ...): 1 + the largest N, 0 if none."""
+    pattern = re.compile(re.escape(prefix) + r"(\d+)\.")
+    found = [int(m.group(1)) for name in sd for m in [pattern.match(name)] if m]
+    return 1 + max(found) if found else 0
+
+
+def check_layers(sd: dict[str, Tensor], prefix: str, layers: int, key: str, where: Path) -> None:
+    """The weights hold exactly config.json's number of layers under `prefix` (a layer more is never dropped)."""
+    held = layer_count(sd, prefix)
+    if held != layers:
+        raise AttnlabError(f"{where}: config.json says {key} {layers}, model.safetensors holds {held} layers "
+                           f"({prefix}N); the weights disagree with config.json")
 
 
 def tensor(sd: dict[str, Tensor], name: str, where: Path, shape: tuple | None = None) -> Tensor:

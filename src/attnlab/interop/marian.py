@@ -47,12 +47,14 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from attnlab.core.config import MAX_DIM, MAX_LAYERS, MAX_LEN, MAX_VOCAB
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import read_json
 from attnlab.core.logs import read_metrics
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, MarianVocabTokenizer, TokenizerPair
 from attnlab.families.base import LoadedRun
-from attnlab.interop.hf_folder import DEAD_LOGIT, MANIFEST, Imported, read_weights, tensor
+from attnlab.interop.hf_folder import (DEAD_LOGIT, MANIFEST, Imported, check_layers, choice, read_weights, setting,
+                                      tensor)
 from attnlab.nn.transformer import PositionalEncoding
 
 HF_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, fixed in Marian's and Pegasus' layers (no config key)
@@ -241,7 +243,9 @@ def model_card(run: LoadedRun, cls: str) -> str:
              "", "## Test scores", ""]
     result = run.run_dir / "eval" / "test.json"
     scores = read_json(result) if result.is_file() else {}
-    if isinstance(scores, dict) and "bleu" in scores:
+    number = (int, float)
+    if isinstance(scores, dict) and isinstance(scores.get("bleu"), number) and not isinstance(scores["bleu"], bool) \
+            and isinstance(scores.get("chrf", 0.0), number):
         lines.append(f"BLEU {scores['bleu']:.2f}, chrF {scores.get('chrf', float('nan')):.2f} on "
                      f"{scores.get('sentences', '?')} test sentences, beam {scores.get('beam', '?')} "
                      f"({scores.get('bleu_signature', '')}).")
@@ -301,11 +305,15 @@ def read_marian(folder: Path, hf: dict) -> tuple[dict[str, Tensor], dict[str, in
 
 def marian_settings(hf: dict, where: Path) -> dict:
     """attnlab's model.transformer settings of a MarianConfig; a setting attnlab has not is refused, named."""
-    act = hf.get("activation_function", "gelu")
-    if act not in ACTIVATIONS:
-        raise AttnlabError(f"{where}: activation_function {act!r}; attnlab has {', '.join(ACTIVATIONS)}")
+    act = choice(hf, "activation_function", "gelu", ACTIVATIONS, where)
+    D = setting(hf, "d_model", where)
+    sizes = {key: setting(hf, key, where, hi) for key, hi in (
+        ("encoder_attention_heads", D), ("decoder_attention_heads", D), ("encoder_ffn_dim", MAX_DIM),
+        ("decoder_ffn_dim", MAX_DIM), ("encoder_layers", MAX_LAYERS), ("decoder_layers", MAX_LAYERS),
+        ("vocab_size", MAX_VOCAB))}
+    max_len = setting(hf, "max_position_embeddings", where, MAX_LEN) if "max_position_embeddings" in hf else 1024
     for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if hf.get(a) != hf.get(b):
+        if sizes[a] != sizes[b]:
             raise AttnlabError(f"{where}: {a} {hf.get(a)} != {b} {hf.get(b)}; attnlab has one h and one d_ff")
     if not hf.get("scale_embedding", False):
         raise AttnlabError(f"{where}: scale_embedding = false; attnlab always scales embeddings by sqrt(d_model)")
@@ -313,11 +321,14 @@ def marian_settings(hf: dict, where: Path) -> dict:
         raise AttnlabError(f"{where}: separate encoder/decoder vocabularies or an untied output layer: attnlab "
                            "imports MarianMT models with one shared vocabulary (share_encoder_decoder_embeddings "
                            "and tie_word_embeddings true)")
-    return {"d_model": hf["d_model"], "h": hf["encoder_attention_heads"], "d_ff": hf["encoder_ffn_dim"],
-            "enc_layers": hf["encoder_layers"], "dec_layers": hf["decoder_layers"],
+    if D % sizes["encoder_attention_heads"]:
+        raise AttnlabError(f"{where / 'config.json'}: d_model {D} is not a multiple of encoder_attention_heads "
+                           f"{sizes['encoder_attention_heads']}")
+    return {"d_model": D, "h": sizes["encoder_attention_heads"], "d_ff": sizes["encoder_ffn_dim"],
+            "enc_layers": sizes["encoder_layers"], "dec_layers": sizes["decoder_layers"],
             "dropout": hf.get("dropout", 0.1), "attn_dropout": hf.get("attention_dropout", 0.0),
             "activation": ACTIVATIONS[act], "norm": "post", "positions": "sinusoidal",
-            "max_len": hf.get("max_position_embeddings", 1024), "tie_embeddings": "all"}
+            "max_len": max_len, "tie_embeddings": "all"}
 
 
 def marian_rows(hf: dict, vocab: dict[str, int]) -> tuple[list[int], dict[str, int]]:
@@ -396,8 +407,10 @@ def import_marian(folder: Path, hf: dict) -> Imported:
     """A MarianMT folder (config.json `hf`) read for `attnlab.interop.huggingface.import_huggingface`: the model's
     model.transformer settings, its tokenizer (kind "marian", `attnlab.data.tokenizers.MarianVocabTokenizer`) and
     attnlab's state dict."""
+    settings = marian_settings(hf, folder)  # typed and bounded before anything of their size is read or made
     tensors, vocab = read_marian(folder, hf)
-    settings = marian_settings(hf, folder)
+    for prefix, key in (("model.encoder.layers.", "encoder_layers"), ("model.decoder.layers.", "decoder_layers")):
+        check_layers(tensors, prefix, hf[key], key, folder)
     rows, specials = marian_rows(hf, vocab)
     state = marian_state(hf, tensors, rows, folder)
     settings["generator_bias"] = "generator.bias" in state
