@@ -98,7 +98,7 @@ def shipped_run(name: str) -> Path:
     src = trained_folder() / name
     key = file_sha256(resolve_checkpoint(src, "best"))[:12]
     dest = cache_dir() / "pretrained" / f"{name}-{key}"
-    if not _complete_copy(dest):
+    if not _complete_copy(dest, src):
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = new_folder(dest.parent, dest.name)
         try:
@@ -109,7 +109,7 @@ def shipped_run(name: str) -> Path:
             try:  # one atomic rename that never replaces a folder already there: several first uses at once (a
                 os.rename(tmp, dest)  # class sharing a cache) each find a complete copy, none moved while read
             except OSError:
-                if not _complete_copy(dest):  # a damaged copy is replaced; a link or a file refused, named
+                if not _complete_copy(dest, src):  # a damaged copy is replaced; a link or a file refused, named
                     replace_folder(tmp, dest)
             log.info("pretrained:%s: in %s", name, dest)
         finally:
@@ -117,10 +117,21 @@ def shipped_run(name: str) -> Path:
     return dest
 
 
-def _complete_copy(dest: Path) -> bool:
+def _complete_copy(dest: Path, src: Path | None = None) -> bool:
     """Whether the cache holds the copy: a real folder (never a link) with its config.json (the rename that
-    publishes it moves a complete folder)."""
-    return dest.is_dir() and not dest.is_symlink() and (dest / "config.json").is_file()
+    publishes it moves a complete folder) and, given the package's folder `src`, the same bytes in its weights
+    file, config.json and tokenizer files (a copy damaged or edited in the cache is not used)."""
+    if not (dest.is_dir() and not dest.is_symlink() and (dest / "config.json").is_file()):
+        return False
+    if src is None:
+        return True
+    for f in sorted(src.rglob("*")):
+        if f.is_file() and (f.suffix == ".safetensors" or f.name == "config.json" or "tokenizer" in f.parts):
+            copy = dest / f.relative_to(src)
+            if not copy.is_file() or copy.is_symlink() or file_sha256(copy) != file_sha256(f):
+                log.warning("pretrained: %s differs from the package's %s; copying it again", copy, f)
+                return False
+    return True
 
 
 def _evaluations(run_dir: Path) -> dict[str, tuple[str, dict]]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -143,17 +145,23 @@ def train(cfg: Any, run_dir: Path | str, resume: bool = False, overrides: list[s
     data = family.load_data(cfg, tokenizers)
     if not resume:
         tokenizers = family.make_tokenizers(cfg, data)
-    make_dirs(run_dir)
-    real_dir(run_dir / "checkpoints", run_dir)  # a linked folder is refused before anything is written into it
-    if tokenizers is not None and not resume:
-        save_tokenizers(tokenizers, real_dir(run_dir / "tokenizer", run_dir))
-    write_json(run_dir / "config.json", to_dict(cfg), run_dir)
-    if cfg.train.num_threads:
-        torch.set_num_threads(cfg.train.num_threads)
-    torch.manual_seed(cfg.train.seed)
-    model = build_checked_model(family, cfg, tokenizers)
-    if not resume and family.initialise is not None:
-        family.initialise(cfg, model, load_run)
+    created = not os.path.lexists(run_dir)  # a refused new run removes the folder it made, and only that
+    try:
+        make_dirs(run_dir)
+        real_dir(run_dir / "checkpoints", run_dir)  # a linked folder is refused before anything is written into it
+        if tokenizers is not None and not resume:
+            save_tokenizers(tokenizers, real_dir(run_dir / "tokenizer", run_dir))
+        write_json(run_dir / "config.json", to_dict(cfg), run_dir)
+        if cfg.train.num_threads:
+            torch.set_num_threads(cfg.train.num_threads)
+        torch.manual_seed(cfg.train.seed)
+        model = build_checked_model(family, cfg, tokenizers)
+        if not resume and family.initialise is not None:
+            family.initialise(cfg, model, load_run)  # --init: the run's weights, checked
+    except AttnlabError:
+        if created and not resume:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     training = family.training(cfg, data, tokenizers, model)
     trainer = Trainer(model, cfg.train, training.train_data, training.dev_data, run_dir, dev_eval=training.dev_eval,
                       d_model=training.d_model, task=training.task)

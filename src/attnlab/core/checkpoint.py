@@ -45,6 +45,9 @@ STEP_SUFFIXES = (".safetensors", ".train.safetensors", ".json")
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 QUANTIZATIONS = ("float32", "bfloat16", "int8")  # how `save_weights` may store a model (compact runs)
 SCALE_SUFFIX = ".int8_scale"  # the per-row scales of an int8 matrix, stored beside it
+# the largest per-row scale a compact run may hold: a row whose largest |weight| is 127 million. The writer's scales
+# are max|row| / 127 (1 for an all-zero row); a zero, negative, infinite or huge one is a damaged or forged file
+MAX_INT8_SCALE = 1e6
 
 
 # a safetensors header (JSON: each tensor's name, dtype, shape and offsets) larger than this is refused before it is
@@ -176,6 +179,9 @@ def _dequantized(tensors: dict[str, torch.Tensor], meta: dict[str, str], path: P
                 or not scale.is_floating_point():
             raise AttnlabError(f"{path}: int8 tensor {name} needs an int8 matrix and a float scale per row "
                                f"({name}{SCALE_SUFFIX})")
+        if not bool(torch.isfinite(scale).all()) or not bool((scale > 0).all()) or float(scale.max()) > MAX_INT8_SCALE:
+            raise AttnlabError(f"{path}: int8 tensor {name} has a scale that `quantize_int8` never writes (each must "
+                               f"be finite, above 0 and at most {MAX_INT8_SCALE:g})")
         out[name] = dequantize_int8(q, scale)
     return out
 

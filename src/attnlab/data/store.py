@@ -193,7 +193,7 @@ def open_store(path: Path | str, verify: bool = True) -> Store:
     try:
         sizes = np.load(idx_path, mmap_mode="r", allow_pickle=False)
         ok = sizes.shape == (n, 2) and sizes.dtype == np.dtype(train["index_dtype"])
-    except (ValueError, OSError):
+    except Exception:  # noqa: BLE001  numpy parses the .npy header with ast: ValueError, SyntaxError, TokenError...
         ok = False
     if not ok:
         raise AttnlabError(f"{idx_path}: not the index of {n:,} pairs the manifest names (truncated or altered); "

@@ -219,6 +219,9 @@ def resolve_init(raw: dict) -> dict:
             raise AttnlabError(f"{where}: {e}") from None
     out = copy.deepcopy(raw)
     for section in INIT_SECTIONS:
+        if not isinstance(theirs.get(section), dict):
+            raise AttnlabError(f"{where}: {run_dir / 'config.json'} has no {section} section (a run attnlab wrote "
+                               "has one)")
         out[section] = agree(section, raw.get(section, {}), theirs[section], where)
     return out
 

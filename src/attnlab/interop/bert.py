@@ -41,15 +41,20 @@ def read_tokenizer(folder: Path) -> str:
     `transformers`' BertTokenizer builds it (tokenizer_config.json's do_lower_case, tokenize_chinese_chars and
     strip_accents)."""
     if (folder / "tokenizer.json").is_file():
-        return (folder / "tokenizer.json").read_text(encoding="utf-8")
+        try:
+            return (folder / "tokenizer.json").read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise AttnlabError(f"{folder / 'tokenizer.json'}: not UTF-8 text (byte {e.start:,})") from None
     if not (folder / "vocab.txt").is_file():
         raise AttnlabError(f"{folder}: no tokenizer (tokenizer.json, or vocab.txt)")
     try:
         pieces = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines()
         cfg_path = folder / "tokenizer_config.json"
         cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
-    except (OSError, ValueError) as e:
-        raise AttnlabError(f"{folder}: cannot read vocab.txt ({e})") from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise AttnlabError(f"{folder}: cannot read vocab.txt or tokenizer_config.json ({str(e)[:120]})") from None
+    if not isinstance(cfg, dict):
+        raise AttnlabError(f"{folder / 'tokenizer_config.json'}: expected a JSON object")
     vocab = {p: i for i, p in enumerate(pieces)}
     if len(vocab) != len(pieces) or not {"[UNK]", "[CLS]", "[SEP]"} <= set(vocab):
         raise AttnlabError(f"{folder / 'vocab.txt'}: expected one piece per line, each once, with [UNK], [CLS] and "

@@ -84,7 +84,10 @@ def read_tokenizer(folder: Path) -> str:
     built the way `transformers`' GPT2Tokenizer builds them (byte-level BPE; tokenizer_config.json's special tokens,
     by default <|endoftext|>, added)."""
     if (folder / "tokenizer.json").is_file():
-        return (folder / "tokenizer.json").read_text(encoding="utf-8")
+        try:
+            return (folder / "tokenizer.json").read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise AttnlabError(f"{folder / 'tokenizer.json'}: not UTF-8 text (byte {e.start:,})") from None
     if not ((folder / "vocab.json").is_file() and (folder / "merges.txt").is_file()):
         raise AttnlabError(f"{folder}: no tokenizer (tokenizer.json, or vocab.json and merges.txt)")
     try:
@@ -97,6 +100,8 @@ def read_tokenizer(folder: Path) -> str:
                                    end_of_word_suffix="", fuse_unk=False))
     except Exception as e:  # JSON, UTF-8, or the library's own error type for a malformed vocabulary
         raise AttnlabError(f"{folder}: cannot read vocab.json and merges.txt ({str(e).strip()[:120]})") from None
+    if not isinstance(tok_cfg, dict):
+        raise AttnlabError(f"{folder / 'tokenizer_config.json'}: expected a JSON object")
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=bool(tok_cfg.get("add_prefix_space", False)))
     tok.decoder = decoders.ByteLevel()
     defaults = {"unk_token": "<|endoftext|>", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}

@@ -26,7 +26,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from attnlab.core.checkpoint import read_tensors, save_weights, step_name, write_best
+from attnlab.core.checkpoint import FLOAT_DTYPES, read_tensors, save_weights, step_name, write_best
 from attnlab.core.config import MAX_DIM
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import atomic_write, atomic_write_bytes, new_folder, read_json, replace_folder, write_json
@@ -144,6 +144,9 @@ def tensor(sd: dict[str, Tensor], name: str, where: Path, shape: tuple | None = 
     if name not in sd:
         raise AttnlabError(f"{where}: model.safetensors has no tensor {name}; the weights disagree with config.json")
     t = sd[name]
+    if t.dtype not in FLOAT_DTYPES:  # int32, bool or complex weights (or float bytes relabelled) are no model's
+        raise AttnlabError(f"{where}: tensor {name} is {t.dtype}; weights must be one of "
+                           f"{', '.join(str(d) for d in FLOAT_DTYPES)}")
     if shape and tuple(t.shape) != tuple(shape):
         raise AttnlabError(f"{where}: tensor {name} is {tuple(t.shape)}, config.json says {tuple(shape)}; the weights "
                            "disagree with config.json")
@@ -241,6 +244,9 @@ def write_export(out: Path, tensors: dict[str, Tensor], files: dict[str, bytes],
 
 def load_state(model: nn.Module, state: dict[str, Tensor], folder: Path) -> None:
     """Every parameter of `model` from `state`, shapes checked: a disagreement is one line naming the folder."""
+    for name, t in state.items():  # before anything is written: a refused import leaves no run folder
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise AttnlabError(f"{folder}: tensor {name} holds NaN or infinite values; nothing was imported")
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:  # shapes or names: config.json and the tensors disagree
