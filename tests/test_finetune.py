@@ -12,7 +12,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from safetensors.torch import load_file  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
 
 from attnlab.app.api import train as api_train  # noqa: E402
 from attnlab.app.cli import main  # noqa: E402
@@ -159,6 +160,27 @@ def test_refusals(marian, tiny_tsv, tmp_path, refused):
     assert "--init fine-tunes a translation run" in refused(str(tmp_path / "lm.toml"), "--init", imported)
     assert "choose one" in refused(config, "--init", imported, "--set", "pretrained.decoder=runs/lm")
     assert "--resume continues a run" in refused("--resume", "--init", imported)
+
+
+def test_an_init_refused_at_its_weights_or_config_leaves_no_run_folder(marian, tiny_tsv, tmp_path, refused):
+    """Issue 47: a run whose weights hold NaN, or whose config has no tokenizer section, is refused in one line,
+    and the new run's folder (made before the weights are read) is removed again; `refused` checks both."""
+    import shutil
+    config = write_config(tmp_path / "ft.json", tiny_tsv)
+    nan = tmp_path / "nan-run"
+    shutil.copytree(marian[1], nan)
+    for path in (nan / "checkpoints").glob("step_*.safetensors"):
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata()
+        save_file({k: torch.full_like(v, float("nan")) if v.is_floating_point() else v
+                   for k, v in load_file(str(path)).items()}, str(path), metadata=meta)
+    assert "NaN or infinite" in refused(config, "--init", str(nan))
+    bare = tmp_path / "no-tokenizer-section"
+    shutil.copytree(marian[1], bare)
+    raw = json.loads((bare / "config.json").read_text())
+    del raw["tokenizer"]
+    (bare / "config.json").write_text(json.dumps(raw))
+    assert "has no tokenizer section" in refused(config, "--init", str(bare))
 
 
 def test_a_config_object_that_disagrees_is_refused_before_training(marian, tmp_path):

@@ -302,8 +302,71 @@ def test_import_refusals_are_one_line(opus, tmp_path, capsys):
             ("vocab", lambda d: (d / "vocab.json").write_text(json.dumps({"</s>": 0, "<unk>": 1, "<pad>": 2})),
              "disagree"),
             ("config", lambda d: (d / "config.json").write_text(json.dumps(
-                {**json.loads((d / "config.json").read_text()), "encoder_layers": 3})), "no tensor")):
+                {**json.loads((d / "config.json").read_text()), "encoder_layers": 3})), "holds 2 layers")):
         shutil.copytree(opus, tmp_path / name)
         edit(tmp_path / name)
         cases[name] = (tmp_path / name, expected)
     assert_import_refused(cases, tmp_path, capsys)
+
+
+def _config_edit(**changes):
+    def edit(d):
+        (d / "config.json").write_text(json.dumps({**json.loads((d / "config.json").read_text()), **changes}))
+    return edit
+
+
+def _retyped(dtype: torch.dtype, relabel: bool = False):
+    """model.safetensors with every tensor as `dtype` (relabel: float32 bytes whose header says I32)."""
+    def edit(d):
+        from safetensors.torch import load_file, save_file
+        sd = load_file(str(d / "model.safetensors"))
+        if relabel:
+            raw = (d / "model.safetensors").read_bytes()
+            n = int.from_bytes(raw[:8], "little")
+            head = raw[8:8 + n].replace(b'"F32"', b'"I32"')
+            (d / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head + raw[8 + n:])
+            return
+        save_file({k: (v * 0 + float("nan") if dtype == torch.float32 else v.to(dtype)).contiguous()
+                   for k, v in sd.items()}, str(d / "model.safetensors"))
+    return edit
+
+
+def _huge_header(d):
+    """A safetensors header listing 300,000 empty tensors (20 MB; a million took 2.4 GB before the check)."""
+    header = {f"t{i}": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]} for i in range(300_000)}
+    head = json.dumps(header).encode()
+    (d / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head)
+
+
+def test_hostile_marian_folders_are_refused_in_one_line_before_any_allocation(opus, tmp_path, capsys):
+    """Issue 47: config.json values typed and bounded before anything of their size exists, a layer the config does
+    not name never dropped, non-float or non-finite weights refused, a forged safetensors header refused before it
+    is parsed, deeply nested JSON one line: exit 2, one line, no run folder, and (the largest case, d_model 1e9)
+    well under a gigabyte."""
+    import resource
+    import shutil
+    cases = {}
+    for name, edit, expected in (
+            ("d_model -1", _config_edit(d_model=-1), "d_model is -1; expected 1 to"),
+            ("d_model 0", _config_edit(d_model=0), "d_model is 0"),
+            ("d_model str", _config_edit(d_model="16"), 'd_model is "16"; expected an integer'),
+            ("d_model float", _config_edit(d_model=16.0), "d_model is 16.0; expected an integer"),
+            ("d_model 1e9", _config_edit(d_model=10**9), "d_model is 1000000000"),
+            ("layers str", _config_edit(encoder_layers="2"), 'encoder_layers is "2"'),
+            ("activation list", _config_edit(activation_function=["swish"]), 'activation_function is ["swish"]'),
+            ("one layer named, two held", _config_edit(encoder_layers=1, decoder_layers=1), "holds 2 layers"),
+            ("int32", _retyped(torch.int32), "torch.int32"),
+            ("bool", _retyped(torch.bool), "torch.bool"),
+            ("complex", _retyped(torch.complex64), "torch.complex64"),
+            ("relabelled", _retyped(torch.int32, relabel=True), "torch.int32"),
+            ("nan", _retyped(torch.float32), "NaN or infinite"),
+            ("deep json", lambda d: (d / "config.json").write_text("[" * 100_000 + "]" * 100_000), "nested too deeply"),
+            ("huge header", _huge_header, "a header of")):
+        folder = tmp_path / name.replace(" ", "_")
+        shutil.copytree(opus, folder)
+        edit(folder)
+        cases[name] = (folder, expected)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert_import_refused(cases, tmp_path, capsys)
+    grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kb < 1024 * 1024, f"the refusals raised this process's peak RSS by {grown_kb / 1024:.0f} MB"

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from attnlab.app import shipped
 from attnlab.app.cli import main
 from attnlab.app.workflow import load_run
-from attnlab.core.checkpoint import load_weights, quantize_int8, save_weights
+from attnlab.core.checkpoint import SCALE_SUFFIX, load_weights, quantize_int8, save_weights
 from attnlab.core.errors import AttnlabError
 
 RUTH_1_3 = "And Elimelech Naomi's husband died; and she was left, and her two sons."
@@ -199,6 +199,39 @@ def test_a_damaged_cache_copy_is_replaced_and_a_planted_link_refused(fake_packag
     assert main(["translate", "pretrained:tiny"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "symlink" in err and not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_a_cache_copy_with_other_weights_is_copied_again(fake_package):
+    """The cache copy of a shipped model is checked against the package's bytes on every load (issue 47): zeroed
+    weights in the cache are not used, the package's come back."""
+    first = shipped.shipped_run("tiny")
+    weights = next((first / "checkpoints").glob("step_*.safetensors"))
+    tensors = load_file(str(weights))
+    save_file({k: torch.zeros_like(v) for k, v in tensors.items()}, str(weights))
+    again = shipped.shipped_run("tiny")
+    assert again == first
+    package = next((shipped.trained_folder() / "tiny" / "checkpoints").glob("step_*.safetensors"))
+    assert weights.read_bytes() == package.read_bytes()
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, 1e30, float("inf"), float("nan")])
+def test_int8_scales_the_writer_never_writes_are_refused(tiny_runs, tmp_path, capsys, scale):
+    out = tmp_path / "compact"
+    assert main(["export", str(tiny_runs["rnn"]), "--to", "attnlab", "--quantization", "int8", "--out", str(out)]) == 0
+    weights = next((out / "checkpoints").glob("step_*.safetensors"))
+    from safetensors import safe_open
+    with safe_open(str(weights), framework="pt") as f:
+        meta = f.metadata()
+    tensors = load_file(str(weights))
+    name = next(k for k in tensors if k.endswith(SCALE_SUFFIX))
+    tensors[name] = tensors[name].clone()
+    tensors[name][0] = scale
+    save_file(tensors, str(weights), metadata=meta)
+    capsys.readouterr()
+    (tmp_path / "in.txt").write_text("a b c\n")
+    assert main(["translate", str(out), str(tmp_path / "in.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "scale" in err, err
 
 
 @pytest.mark.skipif(not SHIPPED, reason="this checkout has no shipped models (src/attnlab/trained)")
