@@ -435,6 +435,35 @@ def test_explorations_are_kept_by_memory_budget_and_an_expired_one_says_so(model
     assert fetch("0123456789abcdef").status_code == 404
 
 
+def test_an_explorations_size_counts_its_python_objects_as_tracemalloc_does(models):
+    """Issue 47: the budget counts what an exploration holds. tracemalloc (the independent reference) measures what
+    the exploration's Python objects allocated and kept; `nbytes` must count at least half of it and not more than
+    three times it beyond the tensors' storage (which tracemalloc does not see), and far more than the tensors
+    alone at beam 6 (the beam's record, each token's alternatives)."""
+    import gc
+    import tracemalloc
+
+    from attnlab.families.explorer import held_bytes
+
+    run = models["rnn"].run
+    run.explore("the quick cat sees the dog", beam=6)  # warm: caches and lazily built objects are not the exploration's
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        ex = run.explore("the quick cat sees the dog", beam=6)
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    python_bytes = sum(d.size_diff for d in after.compare_to(before, "filename"))
+    tensor_storage = sum(t.numel() * t.element_size() for m in ex.maps.values() for t in (m.weights, m.q, m.k)
+                         if t is not None)
+    counted = ex.nbytes()
+    assert counted == held_bytes(ex) and counted > 10 * tensor_storage
+    assert 0.5 * python_bytes <= counted - tensor_storage <= 3 * python_bytes, (counted, tensor_storage, python_bytes)
+
+
 def test_a_failed_exploration_fails_alone_not_its_batch_mates(models):
     """One input whose exploration raises gets its 500; the requests batched with it get their answers."""
     from attnlab.decode.serving import Lane
