@@ -43,6 +43,7 @@ import attnlab
 from attnlab.families.translation import ExperimentConfig, load_experiment, prepare_corpus
 from attnlab.core.metrics import corpus_scores
 from attnlab.data.tokenizers import SPECIALS, SentencePieceTokenizer
+from attnlab.decode.translate import batch_size_for
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -162,7 +163,9 @@ def joeynmt_config(cfg: ExperimentConfig, out: Path) -> dict:
                  "special_symbols": {"unk_token": "<unk>", "unk_id": 0, "pad_token": "<pad>", "pad_id": 1,
                                      "bos_token": "<s>", "bos_id": 2, "eos_token": "</s>", "eos_id": 3}},
         "testing": {"n_best": 1, "beam_size": d.beam_size, "beam_alpha": d.length_penalty,
-                    "batch_size": d.batch_size, "batch_type": "sentence", "max_output_length": -1,
+                    # attnlab's own CPU choice when decode.batch_size is 0 ("by device"): JoeyNMT needs a number
+                    "batch_size": batch_size_for(d, torch.device("cpu")), "batch_type": "sentence",
+                    "max_output_length": -1,
                     "eval_metrics": ["bleu", "chrf"], "sacrebleu_cfg": {"tokenize": "13a"},
                     "load_model": str(out / "model" / "latest.ckpt")},  # the weights at the deadline
         "training": training, "model": model}
