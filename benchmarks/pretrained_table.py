@@ -39,8 +39,8 @@ def main() -> None:
             shipped.setdefault(model, {})[r["source"]] = r
     chosen = {r["model"]: r for r in pack if "chosen" in r}
     print("| model | updates (minutes) | weights | test BLEU KJV / chrF | WEB | WEB / KJV | 1-10 | 11-20 | 21-30 | 31+ "
-          "| 11-20 to 31+ | names right (verses) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| 11-20 to 31+ | names right (verses) | repeating |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for m in ORDER:
         if m not in shipped:
             continue
@@ -53,7 +53,7 @@ def main() -> None:
               f"{kjv['chrf']:.2f} | {web['bleu']:.2f} | {100 * web['bleu'] / kjv['bleu']:.0f}% | "
               + " | ".join(f"{by.get(b, float('nan')):.2f}" for b in ("1-10", "11-20", "21-30", "31+"))
               + f" | {drop:+.0f}% | {100 * n.get('share_names', float('nan')):.1f}% "
-                f"({100 * n.get('share_verses', float('nan')):.1f}%) |")
+                f"({100 * n.get('share_verses', float('nan')):.1f}%) | {100 * n.get('share_repeating', float('nan')):.1f}% |")
     print()
     tests = {(r["model"], r["source"]): r for r in pack if r.get("split") == "test"}
     for m, c in chosen.items():

@@ -1,7 +1,9 @@
 #!/usr/bin/env python
-"""Proper names copied right: of the test verses, those with a name spelled the same in the KJV source and the
-Reina-Valera 1909 reference (a capitalised word, not the first of either sentence, found in both: Elimelech,
-Moab, Jerusalem), the share whose translation contains every such name, and the share of the names themselves.
+"""Proper names copied right, and words repeated: of the test verses, those with a name spelled the same in the KJV
+source and the Reina-Valera 1909 reference (a capitalised word, not the first of either sentence, found in both:
+Elimelech, Moab, Jerusalem), the share whose translation contains every such name, and the share of the names
+themselves; and the share of translations that repeat a word 3-gram more often than their reference does ("y á
+su madre, y á su madre").
 Reads each run's beam-5 test translations (RUN_DIR/eval/test.hyp.txt, written by `attnlab evaluate RUN_DIR --split
 test`, in the test split's order) and the Bible corpus' test split (KJV source).
 
@@ -29,6 +31,13 @@ def names(source: str, reference: str) -> set[str]:
     return capitalised(source) & capitalised(reference)
 
 
+def repeated(text: str) -> int:
+    """How many word 3-grams occur more than once in the text (case-folded, punctuation dropped)."""
+    words = [w.lower() for w in WORD.findall(text)]
+    grams = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
+    return len(grams) - len(set(grams))
+
+
 def score(run_dir: Path, verses: list[tuple[str, str]]) -> dict:
     hyps = (run_dir / "eval" / "test.hyp.txt").read_text(encoding="utf-8").split("\n")[: len(verses)]
     if len(hyps) != len(verses):
@@ -43,7 +52,9 @@ def score(run_dir: Path, verses: list[tuple[str, str]]) -> dict:
         right += wanted <= got
         total += len(wanted)
         found += len(wanted & got)
-    return {"run": str(run_dir), "verses_with_names": with_names, "verses_all_names_right": right,
+    repeats = sum(repeated(hyp) > repeated(ref) for (_, ref), hyp in zip(verses, hyps))
+    return {"run": str(run_dir), "repeating": repeats, "share_repeating": round(repeats / len(verses), 4),
+            "verses_with_names": with_names, "verses_all_names_right": right,
             "share_verses": round(right / max(1, with_names), 4), "names": total, "names_right": found,
             "share_names": round(found / max(1, total), 4)}
 
