@@ -192,10 +192,13 @@ class CTranslate2Translator:
             pieces = [[src_tok.id_to_piece(t) for t in ids[i]] for i in chunk]
             limits = max_output_length(torch.tensor([len(ids[i]) for i in chunk]), self.decode.max_len_ratio,
                                        self.decode.max_len_offset).tolist()
+            # the torch engine's banned pieces (`search.banned_ids`: the target's control pieces, which decode to a
+            # newline or another control character) suppressed here too, so both engines write one line per input
+            suppressed = [[self.tokenizers.tgt.id_to_piece(i)] for i in self.tokenizers.tgt.control_ids]
             out = self.ct2.translate_batch(pieces, beam_size=beam, num_hypotheses=n_best,
                                            length_penalty=self.decode.length_penalty,
                                            max_decoding_length=max(limits), return_scores=True,
-                                           return_attention=need_weights)
+                                           return_attention=need_weights, suppress_sequences=suppressed or None)
             for i, limit, src_pieces, res in zip(chunk, limits, pieces, out):
                 attentions = res.attention if need_weights else [None] * len(res.hypotheses)
                 results[i] = [self._translation(src_pieces, tokens, score, limit, att)
