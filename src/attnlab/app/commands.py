@@ -235,8 +235,11 @@ def cmd_generate(args: argparse.Namespace) -> None:
     run.require("generate")
     for prompt in args.prompt or [""]:
         for text, logprob in run.generate(prompt, args.num, args.max_len, args.temperature, args.top_k, args.top_p,
-                                          args.seed, scores=True):
-            print(f"{logprob:.2f}\t{api.one_line(text)}" if args.scores else api.one_line(text))
+                                          args.seed, scores=True, control=args.control):
+            if args.control:  # the text as generated, newlines included; a blank line ends each sample
+                print(f"{logprob:.2f}\t{text}" if args.scores else text, end="\n\n")
+            else:
+                print(f"{logprob:.2f}\t{api.one_line(text)}" if args.scores else api.one_line(text))
 
 
 def cmd_series(args: argparse.Namespace) -> None:

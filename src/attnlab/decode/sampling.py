@@ -74,9 +74,11 @@ class Sample:
 @torch.no_grad()
 def generate(model, tok, prompt: str = "", num: int = 1, max_len: int = 100,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-             device: torch.device | str = "cpu") -> list[Sample]:
+             device: torch.device | str = "cpu", control: bool = False) -> list[Sample]:
     """`num` continuations of `prompt` (empty: from scratch), sampled together with the KV cache. The text returned
-    is the prompt followed by the continuation."""
+    is the prompt followed by the continuation. PAD and BOS are never generated; neither are the tokenizer's control
+    pieces (`Tokenizer.control_ids`: pieces that decode to a newline, a tab or another control character, e.g.
+    GPT-2's "Ċ"), unless `control` is true: then text may hold newlines."""
     check_sampling(temperature, top_k, top_p)
     if num < 1 or max_len < 1:
         raise AttnlabError(f"the number of samples ({num}) and max_len ({max_len}) must be >= 1")
@@ -85,7 +87,7 @@ def generate(model, tok, prompt: str = "", num: int = 1, max_len: int = 100,
         raise AttnlabError(f"prompt ({len(prompt_ids)} tokens) + max_len ({max_len}) exceed the model's max_len "
                            f"({model.cfg.max_len})")
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    never = [PAD_ID, BOS_ID, *tok.control_ids]  # never generated
+    never = [PAD_ID, BOS_ID, *(() if control else tok.control_ids)]  # never generated
     state = model.init_state(num, device)
     logprobs = None
     for t in [BOS_ID, *prompt_ids]:
