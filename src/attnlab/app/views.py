@@ -530,6 +530,8 @@ def explorer_page(ex: Exploration, title: str | None = None) -> str:
     for old, new in parts.items():
         assert page.count(old) == 1, f"static/index.html no longer has {old}"
         page = page.replace(old, new)
+    # what only a server can show (the compare view asks it for every model's translation): left out
+    page = re.sub(r"<!-- served only -->.*?<!-- /served only -->\n?", "", page, flags=re.S)
     # the served page's icon (a data URI, so the browser asks for no /favicon.ico); an inline frame needs none
     return re.sub(r'<link rel="icon" href="data:[^"]*">\n', "", page, count=1)
 
