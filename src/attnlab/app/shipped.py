@@ -142,16 +142,13 @@ def _evaluations(run_dir: Path) -> dict[str, tuple[str, dict]]:
     out = {}
     for path in sorted((run_dir / "eval").glob("test*.json")):
         result = read_json(path)
+        rows = result.get("by_length", []) if isinstance(result, dict) else None
         if not (isinstance(result, dict) and result.get("split") == "test" and number(result.get("bleu"))
-                and number(result.get("chrf", 0.0))):
-            log.warning("%s: not a test evaluation with numbers for bleu and chrf; left out of the card", path)
-            continue
-        rows = result.get("by_length", [])
-        if not (isinstance(rows, list) and all(isinstance(r, dict) and isinstance(r.get("bucket"), str)
-                                               and number(r.get("bleu")) and type(r.get("sentences")) is int
-                                               for r in rows)):
-            log.warning("%s: its by_length is not a list of {bucket, bleu, sentences}; left out", path)
-            result = {k: v for k, v in result.items() if k != "by_length"}
+                and number(result.get("chrf", 0.0)) and isinstance(rows, list)
+                and all(isinstance(r, dict) and isinstance(r.get("bucket"), str) and number(r.get("bleu"))
+                        and type(r.get("sentences")) is int for r in rows)):
+            raise AttnlabError(f"{path}: not a test evaluation attnlab wrote (split test, bleu and chrf numbers, "
+                               "by_length rows of bucket, bleu, sentences); evaluate the run again")
         out[str(result.get("source") or "test")] = (path.name, result)
     return out
 

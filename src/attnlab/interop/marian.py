@@ -244,8 +244,12 @@ def model_card(run: LoadedRun, cls: str) -> str:
     result = run.run_dir / "eval" / "test.json"
     scores = read_json(result) if result.is_file() else {}
     number = (int, float)
-    if isinstance(scores, dict) and isinstance(scores.get("bleu"), number) and not isinstance(scores["bleu"], bool) \
-            and isinstance(scores.get("chrf", 0.0), number):
+    if result.is_file() and not (isinstance(scores, dict) and isinstance(scores.get("bleu"), number)
+                                 and not isinstance(scores["bleu"], bool)
+                                 and isinstance(scores.get("chrf", 0.0), number)):
+        raise AttnlabError(f"{result}: not an evaluation attnlab wrote (bleu and chrf must be numbers); evaluate "
+                           "the run again")
+    if scores:
         lines.append(f"BLEU {scores['bleu']:.2f}, chrF {scores.get('chrf', float('nan')):.2f} on "
                      f"{scores.get('sentences', '?')} test sentences, beam {scores.get('beam', '?')} "
                      f"({scores.get('bleu_signature', '')}).")
