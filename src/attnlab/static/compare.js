@@ -49,33 +49,36 @@ function cmpShow(on) {
   document.body.classList.toggle("comparing", on);
 }
 
-// the cell size that fills the row's width with the sentence's source pieces (cells grow with the screen)
-function cmpCell(box, cols, labelWidth) {
+// the cell width that fills the row's width with the sentence's source pieces (cells grow with the screen), and a
+// height that shows the whole map on the screen, never below one label's line
+function cmpCell(box, cols, rows, labelWidth, fontPx) {
   const width = Math.max(200, box.clientWidth - labelWidth - 8);
-  return Math.max(CMP.minCell, Math.min(CMP.maxCell, Math.floor(width / Math.max(1, cols))));
+  const w = Math.max(CMP.minCell, Math.min(CMP.maxCell, Math.floor(width / Math.max(1, cols))));
+  const fit = Math.floor(0.8 * (window.innerHeight || 900) / Math.max(1, rows));
+  return [w, Math.max(Math.ceil(1.25 * fontPx), Math.min(w, fit))];
 }
 
 function cmpHeatmap(box, w, rows, cols) {
   const fontPx = parseFloat(getComputedStyle(box).fontSize) || 16;
   const labelWidth = Math.ceil(Math.max(...rows.map(s => s.length), 4) * fontPx * 0.62) + 8;
-  const cell = cmpCell(box, cols.length, labelWidth);
+  const [cw, ch] = cmpCell(box, cols.length, rows.length, labelWidth, fontPx);
   const colHeight = Math.ceil(Math.max(...cols.map(s => s.length), 4) * fontPx * 0.62) + 8;
-  const svg = cmpSvg("svg", {class: "cmp-map", width: labelWidth + cell * cols.length + 2,
-                             height: colHeight + cell * rows.length + 2, "data-cell": cell,
+  const svg = cmpSvg("svg", {class: "cmp-map", width: labelWidth + cw * cols.length + 2,
+                             height: colHeight + ch * rows.length + 2, "data-cell": cw, "data-cell-height": ch,
                              "data-rows": rows.length, "data-cols": cols.length});
-  svg.append(cmpSvg("rect", {class: "cmp-base", x: labelWidth, y: colHeight, width: cell * cols.length,
-                             height: cell * rows.length}));
+  svg.append(cmpSvg("rect", {class: "cmp-base", x: labelWidth, y: colHeight, width: cw * cols.length,
+                             height: ch * rows.length}));
   cols.forEach((s, j) => {
-    const x = labelWidth + cell * (j + 0.5), y = colHeight - 6;
+    const x = labelWidth + cw * (j + 0.5), y = colHeight - 6;
     svg.append(cmpSvg("text", {class: "cmp-col", x, y, transform: `rotate(-90 ${x} ${y})`,
                                "dominant-baseline": "middle"}, s));
   });
   rows.forEach((s, i) => {
-    svg.append(cmpSvg("text", {class: "cmp-row", x: labelWidth - 6, y: colHeight + cell * (i + 0.5),
+    svg.append(cmpSvg("text", {class: "cmp-row", x: labelWidth - 6, y: colHeight + ch * (i + 0.5),
                                "text-anchor": "end", "dominant-baseline": "middle"}, s));
     w[i].forEach((x, j) => {
-      const rect = cmpSvg("rect", {class: "cmp-cell", x: labelWidth + cell * j, y: colHeight + cell * i,
-                                   width: cell, height: cell, "data-w": x.toFixed(4),
+      const rect = cmpSvg("rect", {class: "cmp-cell", x: labelWidth + cw * j, y: colHeight + ch * i,
+                                   width: cw, height: ch, "data-w": x.toFixed(4),
                                    fill: `rgba(${CMP.ramp.join(", ")}, ${Math.min(1, x).toFixed(3)})`});
       rect.append(cmpSvg("title", {}, `${s} \u2192 ${cols[j]}: ${x.toFixed(3)}`));
       svg.append(rect);
