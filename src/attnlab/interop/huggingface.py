@@ -36,12 +36,14 @@ EXPORT_FILES = marian.EXPORT_FILES | gpt2.EXPORT_FILES | {MANIFEST}
 _BERT = ("encoder", bert.import_bert)
 IMPORTS: dict[str, tuple[str, Callable]] = {  # architecture -> (kind, reader)
     "MarianMTModel": ("seq2seq", marian.import_marian),
+    "PegasusForConditionalGeneration": ("seq2seq", marian.import_marian),  # attnlab's pre-norm export comes back
     **{name: ("causal-lm", gpt2.import_causal_lm) for name in ("GPT2LMHeadModel", "GPT2Model", "BioGptForCausalLM")},
     **{name: _BERT for name in ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification",
                                 "BertForTokenClassification", "BertForQuestionAnswering",
                                 "BertForNextSentencePrediction", "BertForMultipleChoice")},
 }
-SUPPORTED = ("MarianMT (post-norm encoder-decoder, e.g. the OPUS-MT models); GPT-2-class decoders (GPT2LMHeadModel, "
+SUPPORTED = ("MarianMT (post-norm encoder-decoder, e.g. the OPUS-MT models), Pegasus with MarianTokenizer files "
+             "(pre-norm, as attnlab exports a pre-norm run); GPT-2-class decoders (GPT2LMHeadModel, "
              "GPT2Model, BioGptForCausalLM with a tokenizer.json); BERT-class encoders (BertModel, BertForMaskedLM "
              "and the other BertFor* classes)")
 

@@ -331,8 +331,14 @@ def marian_settings(hf: dict, where: Path) -> dict:
     return {"d_model": D, "h": sizes["encoder_attention_heads"], "d_ff": sizes["encoder_ffn_dim"],
             "enc_layers": sizes["encoder_layers"], "dec_layers": sizes["decoder_layers"],
             "dropout": hf.get("dropout", 0.1), "attn_dropout": hf.get("attention_dropout", 0.0),
-            "activation": ACTIVATIONS[act], "norm": "post", "positions": "sinusoidal",
+            "activation": ACTIVATIONS[act], "norm": "pre" if is_pegasus(hf) else "post", "positions": "sinusoidal",
             "max_len": max_len, "tie_embeddings": "all"}
+
+
+def is_pegasus(hf: dict) -> bool:
+    """Whether config.json is a PegasusConfig: the pre-norm class attnlab exports a pre-norm run as (its layers
+    are Marian's, plus a final LayerNorm after each stack)."""
+    return hf.get("model_type") == "pegasus" or "PegasusForConditionalGeneration" in (hf.get("architectures") or [])
 
 
 def marian_rows(hf: dict, vocab: dict[str, int]) -> tuple[list[int], dict[str, int]]:
@@ -404,6 +410,9 @@ def marian_state(hf: dict, sd: dict[str, Tensor], rows: list[int], where: Path) 
         layer(f"encoder.{i}", f"model.encoder.layers.{i}", cross=False)
     for i in range(hf["decoder_layers"]):
         layer(f"decoder.{i}", f"model.decoder.layers.{i}", cross=True)
+    if is_pegasus(hf):  # pre-norm: each stack ends with its LayerNorm
+        norm("enc_norm", "model.encoder.layer_norm")
+        norm("dec_norm", "model.decoder.layer_norm")
     return out
 
 
