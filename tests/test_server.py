@@ -728,7 +728,7 @@ def test_a_slow_head_after_a_response_is_closed_too(models):
 def test_a_foreign_host_gets_421_and_an_allowed_one_is_served(models):
     """DNS rebinding (issue 47): a page on evil.example whose name now points at 127.0.0.1 sends Host: evil.example;
     the server answers 421 before any route runs. Loopback names (any port) and --allowed-host names are served."""
-    from attnlab.app.server import LOOPBACK_HOSTS
+    from attnlab.app.guards import LOOPBACK_HOSTS
 
     app = create_app(models, max_chars=MAX_CHARS, allowed_hosts=[*LOOPBACK_HOSTS, "classroom.example"])
     client = TestClient(app, raise_server_exceptions=False)

@@ -64,6 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnlab.app import views
+from attnlab.app.guards import LOOPBACK_HOSTS, HostCheck
 from attnlab.app.runs import Run, load
 from attnlab.app.shipped import run_path
 from attnlab.app.workflow import run_config
@@ -362,36 +363,6 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONResp
 
 
 # ---------------------------------------------------------------------------------------------- app
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")  # the names of this machine a browser may send as Host
-
-
-def host_name(header: str) -> str:
-    """The host of a Host header without its port ("[::1]:8000" -> "::1"), lower-cased."""
-    header = header.strip().lower()
-    if header.startswith("["):
-        return header[1:header.find("]")] if "]" in header else header
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
-
-
-class HostCheck:
-    """ASGI middleware: a request whose Host header is not an allowed name gets 421 (Misdirected Request). A page on
-    another site that rebinds its DNS name to 127.0.0.1 sends its own name as Host, so it cannot read a server on
-    a student's laptop (DNS rebinding). `allowed`: host names without ports; loopback names by default
-    (`serve`), a classroom's address added by `--allowed-host`."""
-
-    def __init__(self, app, allowed: Sequence[str]) -> None:
-        self.app, self.allowed = app, {h.lower().strip("[]") for h in allowed}
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http":
-            host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
-            if host_name(host) not in self.allowed:
-                await json_error(421, f"Host {host[:80]!r} is not served here; start the server with "
-                                      "--allowed-host NAME to serve it")(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
 def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: int = 64 * 1024,
                timeout: float = 60.0, explore_memory: int = EXPLORE_MEMORY, body_timeout: float = 10.0,
                max_requests: int = 4096, start: str = "explorer",
