@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 CORE   := $(VENV)/.core
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-plain e2e notebooks docs venv sysdeps bench clean
+.PHONY: demo test test-plain e2e notebooks docs venv sysdeps bench peers clean
 
 # torch==2.13.0 first: the CPU wheel on this machine's disk, so pip never pulls a multi-GB CUDA build.
 # pyproject.toml only asks for torch>=2.4, so a user's own CUDA torch is kept. The demo installs the package alone
@@ -74,6 +74,13 @@ docs: $(STAMP)
 
 bench: $(CORE)
 	$(PY) benchmarks/attention_bench.py
+
+# The JoeyNMT side-by-side (benchmarks/peers/): installs JoeyNMT 2.3 into its own venv, then a 1-minute smoke
+# comparison of the demo GRU (100 test verses, 2 threads); the real one is benchmarks/peers/README.md's command
+peers: $(STAMP) sysdeps
+	bash benchmarks/peers/setup_joeynmt.sh
+	$(PY) benchmarks/peers/joeynmt_vs_attnlab.py configs/demo.toml --minutes 1 --threads 2 --max-test 100 \
+	  --json runs/peers/smoke.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis
