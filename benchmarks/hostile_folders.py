@@ -58,13 +58,13 @@ def make_sources(work: Path, env: dict) -> dict[str, Path]:
                  "eval_max_sentences": 5}
     src = {"run": work / "runs" / "post", "lm": work / "runs" / "lm"}
     if not (src["run"] / "checkpoints" / "latest.json").is_file():
-        train(experiment_from_dict({"data": files, "tokenizer": {"kind": "unigram", "vocab_size": 200}, "train": train_cfg,
+        train(experiment_from_dict({"data": files, "tokenizer": {"kind": "unigram", "vocab_size": 300, "joint": True}, "train": train_cfg,
                                     "model": {"family": "transformer", "transformer": {
                                         "d_model": 32, "h": 2, "d_ff": 64, "enc_layers": 2, "dec_layers": 2,
-                                        "norm": "post"}}}), src["run"])
+                                        "norm": "post", "tie_embeddings": "all"}}}), src["run"])
     if not (src["lm"] / "checkpoints" / "latest.json").is_file():
         train(load_lm_config(None, ["data.corpus=text", f"data.train={data / 'text.txt'}", "data.dev_size=20",
-                                    "data.test_size=20", "tokenizer.kind=unigram", "tokenizer.vocab_size=200",
+                                    "data.test_size=20", "tokenizer.kind=unigram", "tokenizer.vocab_size=300",
                                     "model.lm.d_model=32", "model.lm.h=2", "model.lm.d_ff=64", "model.lm.layers=2",
                                     "model.lm.max_len=128",
                                     *[f"train.{k}={str(v).lower()}" for k, v in train_cfg.items()]]), src["lm"])
@@ -107,6 +107,7 @@ def set_json(relative: str, **changes):
 
 def write(relative: str, content: bytes):
     def edit(d: Path) -> None:
+        (d / relative).parent.mkdir(parents=True, exist_ok=True)
         (d / relative).write_bytes(content)
     return edit
 

@@ -162,9 +162,9 @@ def test_refusals(marian, tiny_tsv, tmp_path, refused):
     assert "--resume continues a run" in refused("--resume", "--init", imported)
 
 
-def test_an_init_refused_at_its_weights_or_config_leaves_no_run_folder(marian, tiny_tsv, tmp_path, refused):
-    """Issue 47: a run whose weights hold NaN, or whose config has no tokenizer section, is refused in one line,
-    and the new run's folder (made before the weights are read) is removed again; `refused` checks both."""
+def test_an_init_refused_at_its_weights_or_config_leaves_no_run_folder(marian, tiny_tsv, tmp_path, refused, capsys):
+    """Issue 47: a run whose weights hold NaN, or whose config has no tokenizer section, is refused with one error
+    line, and the new run's folder (made before the weights are read) is removed again."""
     import shutil
     config = write_config(tmp_path / "ft.json", tiny_tsv)
     nan = tmp_path / "nan-run"
@@ -174,7 +174,11 @@ def test_an_init_refused_at_its_weights_or_config_leaves_no_run_folder(marian, t
             meta = f.metadata()
         save_file({k: torch.full_like(v, float("nan")) if v.is_floating_point() else v
                    for k, v in load_file(str(path)).items()}, str(path), metadata=meta)
-    assert "NaN or infinite" in refused(config, "--init", str(nan))
+    capsys.readouterr()
+    assert main(["train", config, "--init", str(nan), "--out", str(tmp_path / "never")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # the corpus was prepared and logged before the weights
+    assert [line for line in err if line.startswith("attnlab: error:")] == err[-1:] and "NaN or infinite" in err[-1]
+    assert "Traceback" not in "\n".join(err) and not (tmp_path / "never").exists()
     bare = tmp_path / "no-tokenizer-section"
     shutil.copytree(marian[1], bare)
     raw = json.loads((bare / "config.json").read_text())
