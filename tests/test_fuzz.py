@@ -243,7 +243,8 @@ REQUIRED = {("data", "bible"): [], ("data", "tsv"): ["x.tsv"], ("data", "files")
             ("paraphrase", "plot"): ["RUN", "--a", "x", "--b", "y"], ("translate",): ["RUN"], ("evaluate",): ["RUN"],
             ("generate",): ["RUN"], ("plot", "attention"): ["RUN", "--sentence", "x"],
             ("plot", "explore"): ["RUN", "--sentence", "x"], ("summary",): ["CFG"], ("report",): ["RUN"],
-            ("serve",): ["RUN"], ("series",): ["fib"], ("demo",): [], ("train",): [], ("paraphrase", "train"): []}
+            ("serve",): ["RUN"], ("series",): ["fib"], ("demo",): [], ("train",): [], ("paraphrase", "train"): [],
+            ("average",): ["RUN"]}
 
 
 def numeric_options(parser, words: tuple = ()):
