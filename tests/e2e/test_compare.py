@@ -23,7 +23,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from attnlab.app.shipped import shipped_names
 
-SENTENCE = "And God said, Let there be light: and there was light."
+SENTENCE = "In the beginning God created the heaven and the earth."
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -135,9 +135,10 @@ def test_explorer_projector_labels_and_step_player_read_from_the_back(pretrained
         wait = WebDriverWait(driver, 120)
         wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")
         panels = driver.find_elements(By.CSS_SELECTOR, ".panel")
-        for k, p in enumerate(panels):
-            Select(p.find_element(By.CSS_SELECTOR, "select.model")).select_by_value("pretrained:bahdanau" if k == 0
-                                                                                    else "")
+        Select(panels[0].find_element(By.CSS_SELECTOR, "select.model")).select_by_value("pretrained:bahdanau")
+        for p in panels[1:]:  # hidden in projector mode (one full-width panel): switched off by script
+            driver.execute_script("const s = arguments[0].querySelector('select.model'); s.value = ''; "
+                                  "s.dispatchEvent(new Event('change'));", p)
         driver.execute_script("document.getElementById('sentence').value = arguments[0];", SENTENCE)
         driver.find_element(By.ID, "translate").click()
         panel = panels[0]

@@ -231,8 +231,8 @@ async function renderPlayer(panel, box) {
     treeSvg = beamTreeSVG(steps.tree, best);
     if (projectorOn()) {  // classroom.js: the tree drawn for 11 px labels, scaled to 24 px ones
       const k = 24 / 11;
-      treeSvg.style.width = `${(k * Number(treeSvg.getAttribute("width"))).toFixed(0)}px`;
-      treeSvg.style.height = `${(k * Number(treeSvg.getAttribute("height"))).toFixed(0)}px`;
+      treeSvg.style.width = `${Math.ceil(k * Number(treeSvg.getAttribute("width")))}px`;
+      treeSvg.style.height = `${Math.ceil(k * Number(treeSvg.getAttribute("height")))}px`;
       treeSvg.dataset.scale = k.toFixed(3);
     }
     const legend = el("p", {class: "legend caption"});
