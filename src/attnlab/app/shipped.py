@@ -13,6 +13,7 @@ so the installed package is never written.
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import logging
 import os
@@ -96,7 +97,7 @@ def shipped_run(name: str) -> Path:
         choices = ", ".join(names) or "none: this attnlab was installed without its trained models"
         raise AttnlabError(f"pretrained:{name}: no such shipped model (choose one of: {choices})")
     src = trained_folder() / name
-    key = file_sha256(resolve_checkpoint(src, "best"))[:12]
+    key = _package_sha256(resolve_checkpoint(src, "best"))[:12]
     dest = cache_dir() / "pretrained" / f"{name}-{key}"
     if not _complete_copy(dest, src):
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -117,6 +118,11 @@ def shipped_run(name: str) -> Path:
     return dest
 
 
+# the installed package's files do not change while attnlab runs: each is hashed once per process (the cache copy,
+# which a user may edit, is hashed on every load)
+_package_sha256 = functools.lru_cache(maxsize=None)(file_sha256)
+
+
 def _complete_copy(dest: Path, src: Path | None = None) -> bool:
     """Whether the cache holds the copy: a real folder (never a link) with its config.json (the rename that
     publishes it moves a complete folder) and, given the package's folder `src`, the same bytes in its weights
@@ -128,7 +134,7 @@ def _complete_copy(dest: Path, src: Path | None = None) -> bool:
     for f in sorted(src.rglob("*")):
         if f.is_file() and (f.suffix == ".safetensors" or f.name == "config.json" or "tokenizer" in f.parts):
             copy = dest / f.relative_to(src)
-            if not copy.is_file() or copy.is_symlink() or file_sha256(copy) != file_sha256(f):
+            if not copy.is_file() or copy.is_symlink() or file_sha256(copy) != _package_sha256(f):
                 log.warning("pretrained: %s differs from the package's %s; copying it again", copy, f)
                 return False
     return True
@@ -164,7 +170,7 @@ def _training(run_dir: Path) -> tuple[int, float]:
 
 def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, megabytes: float,
                evaluations: dict[str, dict], updates: int, minutes: float, name: str, out: Path,
-               showcase: list[dict] | None = None) -> str:
+               showcase: list[dict] | None = None, averaged: list[int] | None = None) -> str:
     """The README.md of a compact run: what the model is, its data, training budget, test scores, how to load."""
     data = getattr(run.cfg, "data", None)
     lines = [f"# {title}", "",
@@ -177,7 +183,10 @@ def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, m
     else:
         lines += ["See config.json (section data).", ""]
     lines += ["## Training", "", f"{updates:,} updates in {minutes:.1f} minutes (metrics.jsonl of the original run); "
-              "the full configuration is config.json.", "", "## Test scores (beam 5, sacrebleu)", "",
+              "the full configuration is config.json.", ""]
+    if averaged:
+        lines += [f"The weights are the mean of the checkpoints of steps {', '.join(map(str, averaged))}.", ""]
+    lines += ["## Test scores (beam 5, sacrebleu)", "",
               "| English source | sentences | BLEU | chrF |", "|---|---|---|---|"]
     for source, r in evaluations.items():
         lines.append(f"| {source} | {r.get('sentences')} | {r['bleu']:.2f} | {r.get('chrf', float('nan')):.2f} |")
@@ -259,12 +268,8 @@ def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", tit
         if showcase:
             card["showcase"] = [{k: v[k] for k in ("ref", "source", "reference", "output", "chrf")} for v in showcase]
         write_json(tmp / "card.json", card, tmp)
-        readme = model_card(run, title, quantization, parameters, megabytes, evaluations, updates, minutes, name, out,
-                            showcase)
-        if averaged:
-            readme = readme.replace("## Test scores", f"The weights are the mean of the checkpoints of steps "
-                                    f"{', '.join(map(str, averaged))}.\n\n## Test scores", 1)
-        atomic_write_text(tmp / "README.md", readme, tmp)
+        atomic_write_text(tmp / "README.md", model_card(run, title, quantization, parameters, megabytes, evaluations,
+                                                        updates, minutes, name, out, showcase, averaged), tmp)
         replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

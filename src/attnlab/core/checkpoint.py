@@ -26,6 +26,7 @@ Nothing is ever unpickled: loading reads tensors with safetensors and metadata w
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -81,11 +82,7 @@ def check_header(path: Path) -> None:
         try:
             shape, (begin, end) = [int(d) for d in entry["shape"]], entry["data_offsets"]
             width = DTYPE_BYTES[entry["dtype"]]
-            ok = all(d >= 0 for d in shape) and 0 <= begin <= end <= data
-            count = 1
-            for d in shape:
-                count *= d
-            ok = ok and count * width == end - begin
+            ok = all(d >= 0 for d in shape) and 0 <= begin <= end <= data and math.prod(shape) * width == end - begin
         except (KeyError, TypeError, ValueError):
             ok = False
         if not ok:
