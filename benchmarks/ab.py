@@ -28,7 +28,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -37,6 +36,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, write_json  # noqa: E402  (the machine a figure was taken on, --json)
 
 WORKTREE = "WORKTREE"
 WALL = "wall_s"
@@ -158,18 +160,6 @@ def run_once(side: Side, cmd: list[str], keys: list[str], wall: bool, round_: in
     return {"round": round_, "side": side.label, "wall_s": round(seconds, 4), "values": values}
 
 
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu, "cores": os.cpu_count(), "usable_cores": usable, "platform": platform.platform(),
-            "python": platform.python_version()}
-
-
 def summary(a: Side, b: Side) -> dict:
     out = {}
     for key in a.values:
@@ -272,8 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         print("ab.py: interrupted (worktrees removed)", file=sys.stderr)
         return 130
     print(table(a, b, result["metrics"]))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    write_json(args.json, result)
     return 0
 
 

@@ -10,14 +10,18 @@ Forward + backward, median of repeated timings. Usage:
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from attnlab.nn.attention import MultiHeadAttention, padding_mask
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_name  # noqa: E402
 
 
 def timeit(fn, device: torch.device, repeat: int, warmup: int = 3) -> float:
@@ -69,7 +73,7 @@ def main() -> None:
         "attnlab explicit (weights)": run(lambda: mine(x, x, x, mask=keep, need_weights=True)[0]),
         "torch nn.MultiheadAttention": run(lambda: ref(x, x, x, key_padding_mask=~keep, need_weights=False)[0]),
     }
-    print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else platform.processor() or platform.machine()}), "
+    print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else cpu_name()}), "
           f"torch {torch.__version__}, threads {torch.get_num_threads()}; B={B} L={L} D={D} H={H}; fwd+bwd")
     results = {name: timeit(fn, device, args.repeat) for name, fn in cases.items()}
     base = results["torch nn.MultiheadAttention"]

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from attnlab.app.workflow import load_run
 from attnlab.data.tokenizers import BOS_ID, EOS_ID
+from attnlab.runs.workflow import load_run
 
 SOURCE = "And Elimelech Naomi's husband died; and she was left, and her two sons."
 TARGET = "Y murió Elimelech, marido de Noemi, y quedó ella con sus dos hijos."

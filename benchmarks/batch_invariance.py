@@ -32,6 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from common import free_port, write_json  # noqa: E402
 
 from attnlab.data.bible import bible_corpus  # noqa: E402
 
@@ -45,12 +48,6 @@ def post(port: int, body: dict, timeout: float = 300) -> tuple[int, dict, float]
         return resp.status, json.loads(resp.read()), time.perf_counter() - t0
     finally:
         conn.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(runs: list[Path], src: Path, port: int) -> subprocess.Popen:
@@ -152,11 +149,7 @@ def main() -> None:
                    "requests_per_second": round(len(requests) / wall, 2),
                    "latency_p50_s": round(statistics.median(latencies), 3),
                    "latency_p95_s": round(statistics.quantiles(latencies, n=20)[18], 3)})
-    text = json.dumps(result)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    print(write_json(args.json, result, indent=None))
 
 
 if __name__ == "__main__":

@@ -11,18 +11,20 @@ sorted by length) on the same number of CPU threads; each timing is the best of 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from attnlab.families.translation import split_pairs
-from attnlab.app.workflow import export_run
 from attnlab.core.metrics import corpus_scores
 from attnlab.decode.translate import CTranslate2Translator, Translator
-from attnlab.app.workflow import load_run
+from attnlab.families.translation import split_pairs
+from attnlab.runs.workflow import export_run
+from attnlab.runs.workflow import load_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_json  # noqa: E402
 
 
 def timed(translator, sentences: list[str], beam: int, repeat: int) -> tuple[list[str], float]:
@@ -77,9 +79,7 @@ def main() -> int:
         diffs = [{"sentence": i, "src": src[i], "attnlab": a, name: b}
                  for i, (a, b) in enumerate(zip(outputs[(base, 1)], outputs[(name, 1)])) if a != b]
         result["engines"][name]["greedy_differences"] = diffs[:20]
-    print(json.dumps(result, indent=1, ensure_ascii=False))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(write_json(args.json, result))
     return 0
 
 

@@ -42,6 +42,9 @@ from attnlab.data.corpus import iter_pairs
 from attnlab.families.translation import build_translation_model, load_experiment, prepare_corpus
 from attnlab.training.trainer import Trainer
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import append_json_line  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 ATTNLAB = [sys.executable, "-m", "attnlab.app.cli"]
 
@@ -262,10 +265,7 @@ def main() -> int:
             if done.returncode:
                 raise SystemExit(done.stderr[-3000:])
             row["side_by_side"] = json.loads(done.stdout.strip().splitlines()[-1])
-        print(json.dumps(row), flush=True)
-        if args.json:
-            with open(args.json, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+        print(append_json_line(args.json, row), flush=True)
         for d in (run,):
             subprocess.run(["rm", "-rf", str(d)], check=True)
     return 0

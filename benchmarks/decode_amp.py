@@ -18,33 +18,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from attnlab.families.translation import split_pairs
 from attnlab.core.metrics import corpus_scores
 from attnlab.decode.translate import Translator
-from attnlab.app.workflow import load_run
+from attnlab.families.translation import split_pairs
+from attnlab.runs.workflow import load_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import commit, cpu_name, write_json  # noqa: E402
 
 
 def decode(translator: Translator, sources: list[str], beam: int) -> tuple[list[str], float]:
     t0 = time.perf_counter()
     hyps = [t[0].text for t in translator.translate(sources, beam_size=beam)]
     return hyps, time.perf_counter() - t0
-
-
-def commit() -> str:
-    """The checkout's short commit, or "" where there is no git (a copied tree on a lent GPU machine)."""
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return ""
 
 
 def main() -> int:
@@ -69,7 +61,7 @@ def main() -> int:
                    for amp in ("none", "bf16")}
     out: dict = {"run": str(args.run_dir), "checkpoint": args.checkpoint, "split": args.split,
                  "sentences": len(pairs), "beam_size": beam, "threads": torch.get_num_threads(), "torch": torch.__version__,
-                 "device": str(run.device), "cpu": platform.processor() or platform.machine(),
+                 "device": str(run.device), "cpu": cpu_name(),
                  "gpu": torch.cuda.get_device_name(run.device) if run.device.type == "cuda" else None,
                  "commit": commit()}
     if args.warmup:
@@ -90,10 +82,7 @@ def main() -> int:
         row["examples_that_differ"] = [{"src": sources[i], "fp32": hyps["none"][i], "bf16": hyps["bf16"][i]}
                                        for i in range(len(pairs)) if hyps["none"][i] != hyps["bf16"][i]][:3]
         out[search] = row
-    text = json.dumps(out, indent=1, ensure_ascii=False)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n", encoding="utf-8")
+    print(write_json(args.json, out))
     return 0
 
 

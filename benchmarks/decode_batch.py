@@ -26,13 +26,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_json  # noqa: E402
 from decode_amp import decode  # noqa: E402  (a split's search, timed)
 
-from attnlab.decode import translate  # noqa: E402
-from attnlab.families.translation import split_pairs  # noqa: E402
 from attnlab.core.metrics import corpus_scores  # noqa: E402
+from attnlab.decode import translate  # noqa: E402
 from attnlab.decode.translate import Translator  # noqa: E402
-from attnlab.app.workflow import load_run  # noqa: E402
+from attnlab.families.translation import split_pairs  # noqa: E402
+from attnlab.runs.workflow import load_run  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -98,9 +99,7 @@ def main() -> int:
                             "same_as_reference": sum(a == b for a, b in zip(hyps, ref_hyps))})
             out["rows"].append(row)
             print(json.dumps(row), flush=True)
-    text = json.dumps(out, indent=1, ensure_ascii=False)
-    if args.json:
-        args.json.write_text(text + "\n", encoding="utf-8")
+    write_json(args.json, out)
     return 0
 
 

@@ -22,13 +22,15 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_name, free_port, write_json  # noqa: E402
 
 SENTENCES = ["the cat", "a red house sees the old dog", "the dog", "a cat sees a red cat and the house", "dog",
              "the old door opens", "a green window and a big house",
@@ -123,7 +125,7 @@ def crowd(port: int, jobs: list[tuple[str, dict]], clients: int) -> dict:
 
 
 def same_exploration(a, b) -> bool:
-    """Exactly equal explorations (`attnlab.app.views.Exploration`): every map's weights, queries and keys bit for bit,
+    """Exactly equal explorations (`attnlab.runs.views.Exploration`): every map's weights, queries and keys bit for bit,
     labels, n-best, choices and the steps."""
     import torch
 
@@ -170,12 +172,6 @@ def run_threads(run, threads: int, per_thread: int, translators: int = 2) -> dic
             "translations_changed": changed, "first_errors": errors[:3]}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="*", type=Path)
@@ -219,11 +215,7 @@ def main() -> int:
         import attnlab  # loaded after the server ran, so the server had the cores to itself
 
         result["run_explore"] = [run_threads(attnlab.load(r), args.threads, 3) for r in args.runs]
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    print(write_json(args.json, result))
     ok = result["server"]["server_errors"] == 0 and result["server"]["different_from_alone"] == 0 and all(
         r["errors"] == 0 and r["different_from_alone"] == 0 and r["translations_changed"] == 0
         for r in result.get("run_explore", []))
@@ -236,7 +228,7 @@ def tiny_runs(root: Path) -> list[Path]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from conftest import make_pairs, tiny_experiment  # the suite's own data and configs, not a copy
 
-    from attnlab.app.workflow import train
+    from attnlab.runs.workflow import train
 
     root.mkdir(parents=True, exist_ok=True)
     for name, n, seed in (("train", 1500, 0), ("dev", 40, 1), ("test", 40, 2)):
@@ -246,13 +238,6 @@ def tiny_runs(root: Path) -> list[Path]:
         if not (run / "checkpoints").is_dir():
             train(tiny_experiment(root, run.name), run)
     return runs
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
-import platform
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +33,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import commit, cpu_name, free_port, write_json  # noqa: E402
+
 VIEWS = ("heatmap", "model", "head", "neuron")
 LONGTASKS = """
 window.__longtasks = [];
@@ -47,7 +47,7 @@ new PerformanceObserver(list => { for (const e of list.getEntries()) window.__lo
 def build_run(root: Path) -> Path:
     """An untrained 6+6-layer, 8-head Transformer run of a synthetic character corpus."""
     from attnlab.families.translation import experiment_from_dict
-    from attnlab.app.workflow import train
+    from attnlab.runs.workflow import train
 
     rng = random.Random(0)
     words = "the house is big small red a cat sees and old my door green window opens".split()
@@ -65,12 +65,6 @@ def build_run(root: Path) -> Path:
         "decode": {"beam_size": 1, "max_src_tokens": 400}})
     train(cfg, root / "untrained-6x6")
     return root / "untrained-6x6"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:
@@ -97,8 +91,7 @@ def main() -> None:
             server.terminate()
             server.wait(timeout=60)
     result = summarise(runs, sentence)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json, result, indent=2)
     for key, row in result["views"].items():
         print(f"{key:32} first render {row['render_ms_median']:8.1f} ms   "
               f"longest task {row['longest_task_ms_max']:7.1f} ms")
@@ -159,15 +152,14 @@ def summarise(runs: list[dict], sentence: str) -> dict:
         views[key] = {"render_ms_median": statistics.median(ms), "render_ms_all": ms,
                       "longest_task_ms_max": max(r["views"][key]["longest_task_ms"] for r in runs)}
     sizes = runs[0]["json_bytes"]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     chromium = subprocess.run([shutil.which("chromium") or "chromium", "--version"], capture_output=True,
                               text=True).stdout.strip()
     return {
         "what": "time from a click to the first paint of each explorer view, 100-token source, untrained "
                 "Transformer 6+6 layers, 8 heads, d_model 512 (greedy: 160 output tokens)",
         "command": "python benchmarks/explorer_render.py --repeat %d" % len(runs),
-        "date": datetime.date.today().isoformat(), "commit": commit, "machine": platform.processor() or
-        platform.machine(), "cpus": os.cpu_count(), "chromium": chromium, "sentence": sentence,
+        "date": datetime.date.today().isoformat(), "commit": commit(), "machine": cpu_name(),
+        "cpus": os.cpu_count(), "chromium": chromium, "sentence": sentence,
         "maps": runs[0]["shape"], "explore_ms_median": statistics.median(r["explore_ms"] for r in runs),
         "views": views, "largest_json_response_bytes": max(b for _, b in sizes),
         "json_responses": sizes}

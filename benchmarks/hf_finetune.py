@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -34,6 +32,9 @@ import torch
 from safetensors.torch import load_file
 
 from attnlab.core.checkpoint import resolve_checkpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import append_json_line, commit, machine, write_json  # noqa: E402
 
 ATTNLAB = [sys.executable, "-m", "attnlab"]
 BASE_SETS = [  # MarianMT's layout (post-norm, SiLU = swish, sinusoidal positions, one shared embedding), small
@@ -71,22 +72,6 @@ length_penalty = 0.6
 """
 
 
-def machine() -> dict:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    return {"cpu": model, "cores": os.cpu_count(), "load_average": os.getloadavg(), "nice": os.nice(0),
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "python": platform.python_version(),
-            "torch": torch.__version__}
-
-
-def commit() -> str:
-    repo = Path(__file__).resolve().parents[1]
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True).stdout
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=repo, capture_output=True,
-                           text=True).stdout
-    return head.strip() + ("+dirty" if dirty.strip() else "")
-
-
 class Steps:
     """Runs `attnlab` commands, records each (command, seconds, parsed JSON output) and appends it to a JSONL."""
 
@@ -111,9 +96,7 @@ class Steps:
                 record["result"] = json.loads(done.stdout)
             record["log_tail"] = done.stderr.strip().splitlines()[-3:]
         self.records.append(record)
-        if self.jsonl is not None:
-            with self.jsonl.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+        append_json_line(self.jsonl, record)
         return record
 
 
@@ -183,11 +166,7 @@ def main() -> None:
         "resume": {"stopped_at": half, "resumed_to": updates(halves), **same_weights(straight, halves)},
         "steps": steps.records,
     }
-    text = json.dumps(result, indent=2)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
-    print(text)
+    print(write_json(args.json, result, indent=2))
 
 
 if __name__ == "__main__":

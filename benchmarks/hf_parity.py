@@ -25,9 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
-import platform
-import subprocess
 import sys
 import time
 import warnings
@@ -38,7 +35,6 @@ import torch
 import torch.nn.functional as F
 import transformers
 
-from attnlab.app.workflow import export_run, load_run
 from attnlab.core.metrics import corpus_scores
 from attnlab.data.batching import pad_sequences
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
@@ -46,20 +42,10 @@ from attnlab.decode.search import max_output_length
 from attnlab.decode.translate import Translator
 from attnlab.families.translation import split_pairs
 from attnlab.interop.huggingface import LOAD_LINES, huggingface_dir
+from attnlab.runs.workflow import export_run, load_run
 
-
-def machine() -> dict:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    return {"cpu": model, "cores": torch.get_num_threads(), "python": platform.python_version()}
-
-
-def commit() -> str:
-    repo = Path(__file__).resolve().parents[1]
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True).stdout
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=repo, capture_output=True,
-                           text=True).stdout.strip()
-    return head.strip() + (" + uncommitted changes under src/" if dirty else "")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import commit, machine, write_json  # noqa: E402
 
 
 def attnlab_outputs(translator: Translator, sentences: list[str], beam: int) -> tuple[list[list[int]], list[str]]:
@@ -264,11 +250,7 @@ def main() -> int:
         args.hyps.mkdir(parents=True, exist_ok=True)
         for name, lines in hyps.items():
             (args.hyps / f"{name}.txt").write_text("".join(" ".join(h.splitlines()) + "\n" for h in lines))
-    text = json.dumps(result, indent=1, ensure_ascii=False)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
-    print(text)
+    print(write_json(args.json, result))
     return 0
 
 

@@ -9,7 +9,7 @@ GPT-2: no real GPT-2 checkpoint is reachable offline, so the folder is made here
 larger size: a byte-level BPE (vocabulary 4,000) trained on the KJV train verses, a GPT2LMHeadModel (n_embd 256,
 4 layers, 4 heads, 256 positions; seeded random weights, perturbed so that the next-token scores are not all alike)
 saved with save_pretrained. The prompts are the first 3 to 8 words of the first N KJV test verses. attnlab reads
-[BOS] + prompt (GPT-2's BOS is its <|endoftext|>) and generates greedily (`attnlab.families.lm.generate`,
+[BOS] + prompt (GPT-2's BOS is its <|endoftext|>) and generates greedily (`attnlab.decode.sampling.generate`,
 temperature 0, the run's banned ids: PAD, BOS and the pieces holding a control character); `transformers` gets
 <|endoftext|> + prompt, the same banned ids as suppress_tokens, do_sample=False. Both stop at <|endoftext|> or after
 --max-new tokens. Log-probabilities: teacher-forced over prompt + HF's continuation, every token.
@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import platform
-import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -35,27 +33,14 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from attnlab.app.workflow import import_run, load_run
 from attnlab.data.bible import bible_corpus
 from attnlab.data.tokenizers import BOS_ID, PAD_ID
-from attnlab.families.lm import generate
-from attnlab.families.pretrained import minilm_dir
+from attnlab.decode.sampling import generate
+from attnlab.families.minilm import minilm_dir
+from attnlab.runs.workflow import import_run, load_run
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def machine() -> dict:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    return {"cpu": model, "threads": torch.get_num_threads(), "python": platform.python_version(),
-            "torch": torch.__version__, "transformers": transformers.__version__}
-
-
-def commit() -> str:
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=REPO, capture_output=True,
-                           text=True).stdout.strip()
-    return head.strip() + (" + uncommitted changes under src/" if dirty else "")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, commit, machine, write_json  # noqa: E402
 
 
 def pad(rows: list[list[int]], value: int) -> torch.Tensor:
@@ -197,10 +182,9 @@ def main() -> int:
     transformers.logging.set_verbosity_error()
     args.work.mkdir(parents=True, exist_ok=True)
     result = {"benchmark": "benchmarks/hf_parity_lm_bert.py", "date": datetime.date.today().isoformat(),
-              "commit": commit(), "machine": machine(), "gpt2": gpt2_parity(args.work, args.n, args.max_new),
+              "commit": commit(), "machine": machine("transformers"), "gpt2": gpt2_parity(args.work, args.n, args.max_new),
               "bert": bert_parity(args.work, args.n)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "hf_parity_lm_bert.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out / "hf_parity_lm_bert.json", result)
     g, b = result["gpt2"], result["bert"]
     print(f"GPT-2-class: greedy identical {g['greedy_identical']}/{g['prompts']}, tokenizer ids equal "
           f"{g['tokenizer_ids_equal']}/{g['prompts']}, per-token log-prob max |diff| {g['logprob_max_abs_diff']:.2e}")

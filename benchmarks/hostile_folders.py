@@ -26,6 +26,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_json  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 4 * 2**30
 
@@ -41,7 +44,7 @@ def make_sources(work: Path, env: dict) -> dict[str, Path]:
     import torch
     import transformers
 
-    from attnlab.app.workflow import train
+    from attnlab.runs.workflow import train
     from attnlab.families.lm import load_lm_config
     from attnlab.families.translation import experiment_from_dict
 
@@ -348,9 +351,7 @@ def main() -> int:
                "worst_refusal_peak_mib": worst and worst["peak_mib"], "worst_refusal": worst and worst["case"],
                "seconds": round(time.perf_counter() - t0)}
     print(json.dumps(summary))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"summary": summary, "cases": results}, indent=1) + "\n", encoding="utf-8")
+    write_json(args.json, {"summary": summary, "cases": results})
     return 0
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,9 @@ import torch.nn.functional as F
 from attnlab import kernels
 from attnlab.kernels.linear_ce import BLOCK_ELEMENTS, linear_cross_entropy
 from attnlab.kernels.loss import smoothed_cross_entropy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import append_json_line, cpu_name  # noqa: E402
 
 PAD, EPS = 0, 0.1
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -142,7 +144,7 @@ def main() -> int:
     reference, ref_grads = run(fns["plain"], x, W, b, y)
     result: dict = {"rows": args.rows, "dim": args.dim, "vocab": args.vocab, "dtype": args.dtype,
                     "device": args.device, "threads": args.threads, "reps": args.reps,
-                    "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+                    "machine": cpu_name(), "torch": torch.__version__,
                     "logits_mib": round(args.rows * args.vocab * 4 / 2**20, 1), "variants": {}}
     for name, fn in fns.items():  # the warm-up pass, and each variant against plain
         loss, grads = run(fn, x, W, b, y)
@@ -169,11 +171,7 @@ def main() -> int:
     plain_ms = result["variants"]["plain"]["ms"]
     for row in result["variants"].values():
         row["speed_vs_plain"] = round(plain_ms / row["ms"], 3)
-    line = json.dumps(result)
-    print(line)
-    if args.json:
-        with args.json.open("a", encoding="utf-8") as f:
-            f.write(line + "\n")
+    print(append_json_line(args.json, result))
     return 0
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import append_json_line  # noqa: E402
 from trainer_steps import real_trainer  # noqa: E402  (a fresh trainer and the config's real batches)
 
 from attnlab.families.translation import load_experiment  # noqa: E402
@@ -83,10 +84,7 @@ def main() -> int:
     summary = {"config": str(args.config), "threads": args.threads, "updates_per_process": args.steps,
                "torch": torch.__version__, "runs": runs, "kept_over_default": [round(r, 4) for r in ratios],
                "mean_ratio": round(statistics.mean(ratios), 4)}
-    line = json.dumps(summary)
-    if args.json:
-        with args.json.open("a") as f:
-            f.write(line + "\n")
+    append_json_line(args.json, summary)
     print(json.dumps({k: v for k, v in summary.items() if k != "runs"}))
     return 0
 

@@ -13,8 +13,6 @@ all the steps (the fused kernel sums in another order).
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -23,6 +21,9 @@ import torch
 
 from attnlab.families.translation import build_translation_model, load_experiment
 from attnlab.training.optim import make_optimizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_name, write_json  # noqa: E402
 
 
 def bench(config: str, device: torch.device, steps: int) -> dict:
@@ -72,12 +73,10 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     configs = args.config or ["configs/bible-transformer-small.toml", "configs/demo.toml"]
     device = torch.device(args.device)
-    result = {"device": str(device), "cpu": platform.processor() or platform.machine(),
+    result = {"device": str(device), "cpu": cpu_name(),
               "threads": torch.get_num_threads(), "torch": torch.__version__, "steps": args.steps,
               "configs": [bench(c, device, args.steps) for c in configs]}
-    print(json.dumps(result, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(write_json(args.json, result))
     return 0
 
 

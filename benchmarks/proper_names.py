@@ -17,8 +17,8 @@ import json
 import re
 from pathlib import Path
 
-from attnlab.app.shipped import run_path
 from attnlab.data.bible import bible_tsv, iter_bible
+from attnlab.runs.shipped import run_path
 
 WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 import time
 from pathlib import Path
@@ -19,10 +18,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attnlab.families.translation import split_pairs
 from attnlab.core.metrics import corpus_scores
 from attnlab.decode.translate import Translator
-from attnlab.app.workflow import load_run
+from attnlab.families.translation import split_pairs
+from attnlab.runs.workflow import load_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_json  # noqa: E402
 
 
 def main() -> int:
@@ -56,9 +58,7 @@ def main() -> int:
     for beam in (1, 5):
         result[f"speedup_beam{beam}"] = round(result["models"]["dynamic int8"][f"beam{beam}"]["sentences_per_s"] /
                                               result["models"]["float32"][f"beam{beam}"]["sentences_per_s"], 2)
-    print(json.dumps(result, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(write_json(args.json, result))
     return 0
 
 

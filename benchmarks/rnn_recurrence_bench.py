@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """The GRU recurrences with their backward by hand (`attnlab.kernels.recurrence`: `GRURecurrence` for the encoder,
 `BahdanauGRURecurrence` for the Bahdanau decoder) against torch's autograd through the same model step by step
-(`autograd_recurrences()` here: those two kernels off, every other kernel on), side by side in one process: whole
-forward-backward-AdamW training steps on the config's real batches, the two variants alternating batch by batch
-from the same initial weights. Prints one JSON line: target tokens/s of each, their ratio, and the largest logit
-difference on one batch in float64 (a check that both compute the same function).
+(`autograd_recurrences()` here: those two kernels off, every other kernel on), side by side in one process: the
+trainer's own updates (`Trainer.train_step`) on the config's real batches, the two variants alternating batch by
+batch from the same initial weights. Prints one JSON line: target tokens/s of each, their ratio, and the largest
+logit difference on one batch in float64 (a check that both compute the same function).
 
     python benchmarks/rnn_recurrence_bench.py [--config configs/demo.toml] [--threads 1] [--amp none|bf16]
         [--batches 40] [--warmup 5] [--json FILE]
@@ -15,9 +15,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import json
-import platform
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,8 @@ from unittest import mock
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rnn_step_profile import config_batches, training_step  # noqa: E402
+from common import append_json_line, cpu_name  # noqa: E402
+from rnn_step_profile import config_batches, cpu_trainer  # noqa: E402  (the profiler's batches and trainer)
 
 from attnlab.families.translation import build_seq2seq, load_experiment  # noqa: E402
 from attnlab.kernels import recurrence  # noqa: E402
@@ -64,29 +64,26 @@ def main() -> None:
     max_diff = (by_hand - reference).abs().max().item()
 
     models = {"autograd": base, "by_hand": copy.deepcopy(base)}
-    opts = {k: torch.optim.AdamW(m.parameters(), lr=cfg.train.lr) for k, m in models.items()}
     secs = dict.fromkeys(models, 0.0)
     tokens = 0
-    for i, b in enumerate(batches):
-        for k in (("autograd", "by_hand") if i % 2 else ("by_hand", "autograd")):
-            with autograd_recurrences() if k == "autograd" else contextlib.nullcontext():
-                t0 = time.perf_counter()
-                training_step(models[k], opts[k], b, args.amp == "bf16")
-                dt = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainers = {k: cpu_trainer(cfg, m, Path(run_dir) / k, args.amp) for k, m in models.items()}
+        for i, b in enumerate(batches):
+            for k in (("autograd", "by_hand") if i % 2 else ("by_hand", "autograd")):
+                with autograd_recurrences() if k == "autograd" else contextlib.nullcontext():
+                    t0 = time.perf_counter()
+                    trainers[k].train_step([b])
+                    dt = time.perf_counter() - t0
+                if i >= args.warmup:
+                    secs[k] += dt
             if i >= args.warmup:
-                secs[k] += dt
-        if i >= args.warmup:
-            tokens += int(b.num_tgt_tokens)
+                tokens += int(b.num_tgt_tokens)
     row = {"config": args.config, "threads": args.threads, "amp": args.amp, "batches": args.batches - args.warmup,
-           "target_tokens": tokens, "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+           "target_tokens": tokens, "machine": cpu_name(), "torch": torch.__version__,
            "max_logit_diff_float64": max_diff,
            **{f"{k}_tokens_per_s": round(tokens / s, 1) for k, s in secs.items()},
            "ratio": round(secs["autograd"] / secs["by_hand"], 3)}
-    line = json.dumps(row)
-    print(line)
-    if args.json:
-        with args.json.open("a") as f:
-            f.write(line + "\n")
+    print(append_json_line(args.json, row))
 
 
 if __name__ == "__main__":

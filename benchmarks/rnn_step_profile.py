@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Where a training step of an RNN config goes on this machine: torch.profiler's table of operators (self CPU
-time) over a few forward-backward-AdamW steps on the config's real batches (its store, its token budget), under
+time) over a few of the trainer's own updates (`Trainer.train_step`: label-smoothed loss, gradient clipping, the
+learning-rate schedule, fused AdamW) on the config's real batches (its store, its token budget), on the CPU under
 the precision training would use. For deciding what to make cheaper in the RNN decoder's per-step work.
 
     python benchmarks/rnn_step_profile.py [--config configs/demo.toml] [--threads 1] [--amp bf16|none]
@@ -10,12 +11,16 @@ the precision training would use. For deciding what to make cheaper in the RNN d
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import tempfile
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from attnlab.data.batching import TokenBudgetBatchSampler, collate_seq2seq
 from attnlab.families.translation import build_seq2seq, load_experiment, prepare_corpus
+from attnlab.training.trainer import Trainer
 
 
 def config_batches(cfg, n: int) -> tuple[list, object]:
@@ -27,14 +32,12 @@ def config_batches(cfg, n: int) -> tuple[list, object]:
     return [collate_seq2seq([data[i] for i in idx]) for idx, _ in zip(sampler, range(n))], store.tokenizers()
 
 
-def training_step(model: nn.Module, opt: torch.optim.Optimizer, b, bf16: bool) -> None:
-    """One forward-backward-AdamW step of a seq2seq model on batch b, under CPU bf16 autocast if bf16."""
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        logits = model(b.src, b.src_lengths, b.tgt_in)
-    loss = nn.functional.cross_entropy(logits.float().flatten(0, 1), b.tgt_out.flatten(), ignore_index=0)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
+def cpu_trainer(cfg, model: nn.Module, run_dir: Path, amp: str) -> Trainer:
+    """The library's `Trainer` of `model` with the config's train section, on the CPU under train.amp = amp
+    ("bf16" or "none"), no TensorBoard: `trainer.train_step([batch])` is the update these benchmarks time."""
+    train = dataclasses.replace(cfg.train, device="cpu", amp=amp, tensorboard=False)
+    data = prepare_corpus(cfg).train_data()  # the store config_batches prepared, opened again
+    return Trainer(model, train, data, data, run_dir)
 
 
 def main() -> None:
@@ -49,13 +52,13 @@ def main() -> None:
     cfg = load_experiment(args.config)
     batches, tokenizers = config_batches(cfg, 3 + args.steps)
     torch.manual_seed(0)
-    model = build_seq2seq(cfg, tokenizers).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
-    for b in batches[:3]:  # warm-up
-        training_step(model, opt, b, args.amp == "bf16")
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        for b in batches[3:]:
-            training_step(model, opt, b, args.amp == "bf16")
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = cpu_trainer(cfg, build_seq2seq(cfg, tokenizers), Path(run_dir), args.amp)
+        for b in batches[:3]:  # warm-up
+            trainer.train_step([b])
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for b in batches[3:]:
+                trainer.train_step([b])
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
 
 

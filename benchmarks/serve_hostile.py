@@ -35,6 +35,9 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_json  # noqa: E402
+
 SENTENCE, BEAM = "the cat", 2  # a light request: ~30 ms to decode alone on one core
 FLOOD_HEAD = b"".join(b"X-Flood-%05d: %s\r\n" % (i, b"v" * 20) for i in range(9000))  # ~330 KiB, 9,000 headers
 
@@ -48,7 +51,7 @@ def raise_fd_limit() -> int:
 def train_tiny_run(root: Path) -> Path:
     """A char-level GRU + Bahdanau attention on a word-reversal task, trained for 30 steps (seconds on a CPU)."""
     from attnlab.families.translation import experiment_from_dict
-    from attnlab.app.workflow import train
+    from attnlab.runs.workflow import train
 
     rng = random.Random(0)
     words = ["the", "red", "house", "is", "big", "a", "cat", "my", "old", "door", "opens", "green", "window"]
@@ -304,9 +307,7 @@ def main() -> int:
             out["exit_after_sigterm"] = "killed after 90 s"
     out["log_bytes"] = log_path.stat().st_size
     out["log_tail"] = log_path.read_text(errors="replace")[-1500:]
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    write_json(args.json, out)
     return 0
 
 

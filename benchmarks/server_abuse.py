@@ -24,6 +24,9 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_json  # noqa: E402
+
 NORMAL = "And when even was come, he went out of the city."
 HEAVY = ("And it came to pass in the days when the judges ruled, that there was a famine in the land. And a certain "
          "man of Bethlehemjudah went to sojourn in the country of Moab, he, and his wife, and his two sons, and "
@@ -143,8 +146,7 @@ def main() -> int:
     out["log_bytes"] = log_path.stat().st_size
     out["log_tail"] = log_path.read_text(errors="replace")[-1000:]
     print(json.dumps({k: v for k, v in out.items() if k != "log_tail"}, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    write_json(args.json, out)
     return 0
 
 

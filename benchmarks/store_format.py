@@ -41,7 +41,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -51,6 +50,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import commit, machine, write_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 FORMATS = ("memmap", "memmap-nd", "arrow", "arrow-np", "hf")
@@ -404,24 +406,12 @@ def run_child(fmt: str, folder: Path, cold: bool, args: argparse.Namespace, chec
 
 
 # ---------------------------------------------------------------------------------------------- main
-def machine() -> dict:
-    def sh(cmd: str) -> str:
-        return subprocess.run(cmd, shell=True, check=False, capture_output=True, text=True, cwd=REPO).stdout.strip()
-
-    import numpy
-    import pyarrow
-
-    try:
-        import datasets
-
-        hf_version = datasets.__version__
-    except ImportError:
-        hf_version = None
-    return {"cpu": sh("lscpu | grep 'Model name' | sed 's/Model name: *//'") or platform.processor(),
-            "nproc": int(sh("nproc") or os.cpu_count() or 0), "date": datetime.date.today().isoformat(),
-            "commit": sh("git rev-parse --short HEAD"), "python": platform.python_version(),
-            "numpy": numpy.__version__, "pyarrow": pyarrow.__version__, "datasets": hf_version,
-            "kernel": platform.release(), "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+def machine_and_run() -> dict:
+    """`common.machine` with the versions of the formats' libraries, and the keys this benchmark's JSON has had
+    from the start: nproc, loadavg_start (`main` adds loadavg_end), the date, the commit and the command."""
+    m = machine("numpy", "pyarrow", "datasets")
+    return {**m, "nproc": m["usable_cores"], "loadavg_start": m["load_average"],
+            "date": datetime.date.today().isoformat(), "commit": commit(),
             "command": " ".join([Path(sys.executable).name, *sys.argv])}
 
 
@@ -478,7 +468,7 @@ def main() -> None:
     check = work / "check.npy"
     np.save(check, np.array(sample, dtype=object), allow_pickle=True)
 
-    results: dict = {"machine": machine(), "data": {**what, "pairs": n, "tokens": n_tokens},
+    results: dict = {"machine": machine_and_run(), "data": {**what, "pairs": n, "tokens": n_tokens},
                      "settings": {"items": args.items, "batches_of_100": args.batches, "repeats": args.repeats,
                                   "seed": args.seed, "page_cache": "warm unless named cold; cold: posix_fadvise "
                                   "DONTNEED on the format's files before a fresh process opens them"},
@@ -518,8 +508,7 @@ def main() -> None:
     sys.stderr.flush()
     print_table(results)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
+        write_json(args.json, results)
         print(f"wrote {args.json}")
 
 

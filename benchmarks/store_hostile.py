@@ -30,6 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import commit  # noqa: E402
+
 WORDS = {"the": "la", "house": "casa", "is": "es", "big": "grande", "small": "pequeña", "red": "roja", "a": "una",
          "cat": "gata", "sees": "ve", "and": "y", "old": "vieja", "my": "mi", "door": "puerta"}
 ADDRESS_SPACE = 6 << 30
@@ -339,9 +342,7 @@ def main() -> None:
     (work / "train.tsv").write_text(tsv(pairs(300, 0)), encoding="utf-8")
     (work / "dev.tsv").write_text(tsv(pairs(20, 1)), encoding="utf-8")
     (work / "test.tsv").write_text(tsv(pairs(20, 2)), encoding="utf-8")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=SRC or Path(__file__).parent).stdout.strip()
-    print(f"store_hostile.py: attnlab of {SRC or 'this checkout'} at commit {commit} (+ its working tree), "
+    print(f"store_hostile.py: attnlab of {SRC or 'this checkout'} at commit {commit(SRC or Path(__file__).parent)}, "
           f"python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs, address space limit {ADDRESS_SPACE >> 30} GB per process\n", flush=True)
     families = {"long": lambda: long_line(work, args.line_mb * 1_000_000), "jsonl": lambda: jsonl(work),

@@ -23,8 +23,6 @@ logits: `attnlab.kernels.linear_ce`) on the bucketed batches.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -33,14 +31,15 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_name, write_json  # noqa: E402
 from transformer_bench import TorchTransformerMT  # noqa: E402  (the same reference model as the synthetic bench)
 
 from attnlab.data.batching import (PackedBatchSampler, TokenBudgetBatchSampler,  # noqa: E402
                                collate_packed_seq2seq, collate_seq2seq, padding_fraction)
-from attnlab.families.translation import load_experiment, prepare_corpus  # noqa: E402
 from attnlab.data.tokenizers import PAD_ID  # noqa: E402
-from attnlab.training.trainer import sequence_loss  # noqa: E402
+from attnlab.families.translation import load_experiment, prepare_corpus  # noqa: E402
 from attnlab.nn.transformer import TransformerSeq2Seq  # noqa: E402
+from attnlab.training.trainer import sequence_loss  # noqa: E402
 
 
 def real_batches(cfg, n: int, max_tokens: int, seed: int = 0, pack_length: int = -1, length_multiple: int = 0):
@@ -202,7 +201,7 @@ def main() -> int:
             measured = matmul_peak(dt or torch.float32, shapes, device)
             peaks[label[dt]] = {**measured, "peak": max(measured.values())}
     base = seconds["torch.nn.Transformer eager"]
-    result = {"config": args.config, "device": str(device), "cpu": platform.processor() or platform.machine(),
+    result = {"config": args.config, "device": str(device), "cpu": cpu_name(),
               "threads": torch.get_num_threads(), "torch": torch.__version__, "amp": args.amp,
               "dims": {k: getattr(tcfg, k) for k in ("d_model", "h", "d_ff", "enc_layers", "dec_layers", "norm")},
               "vocab": vocab, "max_tokens": max_tokens, "length_multiple": args.length_multiple,
@@ -219,9 +218,7 @@ def main() -> int:
                "warmup_s": round(t_compile[name], 1)}
         row["mfu"] = round(flops[name] / s / 1e12 / peaks[label[dtypes[name]]]["peak"], 4)
         result["variants"][name] = row
-    print(json.dumps(result, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(write_json(args.json, result))
     return 0
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_json  # noqa: E402
 from train_bench import real_batches  # noqa: E402  (the trainer's own bucketed batches of the config's corpus)
 
 from attnlab.families.translation import build_translation_model, load_experiment, prepare_corpus  # noqa: E402
@@ -122,9 +123,7 @@ def main() -> int:
                "first_shapes": first_shapes(trainer, batches[:args.first], device)}
         out["first_shapes"]["wall_s_with_setup"] = round(time.perf_counter() - t0, 3)
         out["read_loss"] = read_every_update(trainer, batches[:args.block], device, args.block, args.rounds)
-    line = json.dumps(out)
-    if args.json:
-        args.json.write_text(line + "\n")
+    write_json(args.json, out, indent=None)
     summary = {k: v for k, v in out["first_shapes"].items() if not k.endswith("_pass")}
     print(json.dumps({**out, "first_shapes": summary}))
     return 0

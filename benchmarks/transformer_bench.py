@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import statistics
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.decode.search import beam_search
 from attnlab.nn.transformer import PositionalEncoding, TransformerConfig, TransformerSeq2Seq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_name  # noqa: E402
 
 
 class TorchTransformerMT(nn.Module):
@@ -143,7 +147,7 @@ def main() -> None:
     mine = TransformerSeq2Seq(args.vocab, args.vocab, cfg).to(device)
     ref = TorchTransformerMT(args.vocab, cfg).to(device)
     n_mine, n_ref = (sum(p.numel() for p in m.parameters()) for m in (mine, ref))
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     print(f"device {device} ({name}), torch {torch.__version__}, threads {torch.get_num_threads()}, amp {args.amp}, "
           f"compile {args.compile}")
     print(f"d_model {args.d_model}, layers {args.layers}+{args.layers}, heads {args.heads}, d_ff {args.d_ff}, "

@@ -48,7 +48,7 @@ def make_runs(work: Path) -> dict[str, Path]:
 
     from attnlab.families.translation import experiment_from_dict
     from attnlab.families.lm import load_lm_config
-    from attnlab.app.workflow import train
+    from attnlab.runs.workflow import train
 
     torch.set_num_threads(1)
     data = work / "data"

@@ -9,9 +9,9 @@ Each NAME (bahdanau, luong, noattn, transformer) is first trained with its packa
 1. the weights to ship: the mean of the run's last --average checkpoints (`attnlab average`, Vaswani et al. 2017)
    or the run's best checkpoint, whichever has the higher dev BLEU (beam 5, the 222 dev verses: the test split
    chooses nothing); with --test-both, both are also evaluated on the test verses (the averaging's effect);
-2. the compact run (`attnlab.app.shipped.compact_run`) goes to RUNS/NAME-QUANTIZATION and is evaluated there on the
+2. the compact run (`attnlab.runs.shipped.compact_run`) goes to RUNS/NAME-QUANTIZATION and is evaluated there on the
    918 test verses from both English renderings (beam 5: the scores of the weights as they ship);
-3. it translates the showcase verses (`attnlab.app.shipped.SHOWCASE`, KJV source, beam 5; sentence chrF against
+3. it translates the showcase verses (`attnlab.runs.shipped.SHOWCASE`, KJV source, beam 5; sentence chrF against
    the Reina-Valera 1909), and is written again with its scores and showcase into the package.
 
 Every evaluation is printed as one JSON line (--json FILE: also appended there).
@@ -27,11 +27,10 @@ import time
 from pathlib import Path
 
 from attnlab.app.api import load
-from attnlab.app.shipped import SHOWCASE, compact_run, trained_folder
-from attnlab.app.workflow import average_run, evaluate, load_run
 from attnlab.core.metrics import sentence_chrf
 from attnlab.data.bible import bible_tsv, iter_bible
-from attnlab.families.base import EvalOptions
+from attnlab.runs.shipped import SHOWCASE, compact_run, trained_folder
+from attnlab.runs.workflow import average_run, load_run
 
 TITLES = {
     "bahdanau": "Bahdanau (additive) attention, bidirectional GRU encoder-decoder",
@@ -54,7 +53,7 @@ def scores(run_dir: Path, label: str, out: Path | None, split: str = "test", sou
     bleu = {}
     for source in sources:
         t0 = time.perf_counter()
-        _, r = evaluate(run_dir, split, "best", "cpu", EvalOptions(source=source))
+        r = load(run_dir).evaluate(split, source=source)
         bleu[source] = r["bleu"]
         emit({"model": label, "split": split, "source": source, "bleu": round(r["bleu"], 2),
               "chrf": round(r["chrf"], 2), "sentences": r["sentences"],

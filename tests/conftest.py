@@ -248,7 +248,7 @@ def tiny_experiment(tiny_dir, family: str = "rnn", max_steps: int = 20):
 def tiny_runs(tiny_tsv, tmp_path_factory):
     """Two trained run directories of the synthetic task, {"rnn": path, "transformer": path}, made once per
     session (for the report, the server and the browser test)."""
-    from attnlab.app.workflow import train
+    from attnlab.runs.workflow import train
 
     root = tmp_path_factory.mktemp("tiny_runs")
     runs = {}
@@ -284,7 +284,7 @@ def tiny_lm_run(tmp_path_factory):
     """A character language model of the synthetic task's source side, trained for a few steps (the explorer
     serves it: causal self-attention of a prompt and its continuation); its run directory."""
     from attnlab.families.lm import load_lm_config
-    from attnlab.app.workflow import train
+    from attnlab.runs.workflow import train
 
     d = tmp_path_factory.mktemp("tiny_lm")
     (d / "text.txt").write_text("".join(s + "\n" for s, _ in make_pairs(300, seed=5)), encoding="utf-8")

@@ -18,8 +18,8 @@ from attnlab.app import api
 from attnlab.app.cli import main
 from attnlab.core.config import PACKAGED_CONFIGS, resolve_config, to_dict
 from attnlab.core.errors import AttnlabError
-from attnlab.app.views import Exploration
 from attnlab.decode.translate import Translator
+from attnlab.runs.views import Exploration
 from conftest import tiny_experiment
 
 SENTENCES = ["my old cat sees the green door", "the dog runs"]
@@ -283,7 +283,7 @@ def test_loading_a_run_imports_no_compiler(tiny_runs, family):
     device to check its size: that must not import torch._dynamo (seconds on a fresh GPU machine, docs/results.md
     "GPU"), and the count must equal the real model's."""
     code = ("import sys, attnlab\n"
-            "from attnlab.app.workflow import check_model_size, run_config, run_tokenizers\n"
+            "from attnlab.runs.workflow import check_model_size, run_config, run_tokenizers\n"
             f"run = attnlab.load({str(tiny_runs[family])!r})\n"
             "family, raw = run_config(run.path)\n"
             "n = check_model_size(family, family.from_dict(raw), run_tokenizers(run.path))\n"

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from attnlab.app import api
 from attnlab.app.cli import main
-from attnlab.app.workflow import train
+from attnlab.runs.workflow import train
 from conftest import one_thread, tiny_experiment
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from attnlab.data.batching import (PackedBatchSampler, RowPacker, Seq2SeqBatch, Seq2SeqDataset, TokenBudgetBatchSampler,
-                              collate_packed_seq2seq, collate_seq2seq, make_loader, pad_sequences, padding_fraction)
+                              collate_packed_seq2seq, collate_seq2seq, pad_sequences, padding_fraction)
 from attnlab.core.errors import AttnlabError
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
@@ -307,7 +307,9 @@ def test_loader_reproduces_sampler_batches(shuffle):
     src = [[rng.randint(3, 99) for _ in range(rng.randint(0, 12))] for _ in range(50)]
     tgt = [[rng.randint(3, 99) for _ in range(rng.randint(0, 12))] for _ in range(50)]
     ds = Seq2SeqDataset(src, tgt)
-    loader = make_loader(ds, max_tokens=40, shuffle=shuffle, seed=7)
+    # the trainer's wiring: a DataLoader over the sampler with the collate function
+    loader = DataLoader(ds, batch_sampler=TokenBudgetBatchSampler(ds.lengths(), 40, shuffle=shuffle, seed=7),
+                        collate_fn=collate_seq2seq)
     for epoch in (0, 1):
         loader.batch_sampler.set_epoch(epoch)
         expected = batches_of(TokenBudgetBatchSampler(ds.lengths(), 40, shuffle=shuffle, seed=7), epoch)

@@ -140,7 +140,8 @@ def _series_trainer(run_dir, max_steps, scores, snapshots):
     """A tiny series model under the trainer; the dev 'accuracy' at step s is scores[s] (the selection score), and
     every checkpoint call records the weights and score it saves."""
     import attnlab.training.trainer as trainer_mod
-    from attnlab.families.series import RegressionTask, SeriesDataConfig, SeriesModelConfig, SeriesRNN, make_splits
+    from attnlab.families.series import RegressionTask, SeriesDataConfig, make_splits
+    from attnlab.nn.series import SeriesModelConfig, SeriesRNN
     from attnlab.training.trainer import TrainConfig, Trainer
 
     torch.manual_seed(0)
@@ -169,7 +170,7 @@ def _check_consistent(run_dir, snapshots, scores):
     """latest and best name complete checkpoints whose weights are those saved at the step they name; best's score
     is that step's; resolve_checkpoint agrees; nothing temporary is left."""
     from attnlab.core.checkpoint import read_pointer, resolve_checkpoint
-    from attnlab.families.series import SeriesModelConfig, SeriesRNN
+    from attnlab.nn.series import SeriesModelConfig, SeriesRNN
 
     ckpt = run_dir / "checkpoints"
     for pointer in ("latest.json", "best.json"):

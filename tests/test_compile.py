@@ -9,7 +9,8 @@ import torch
 
 from attnlab import kernels
 from attnlab.data.batching import Seq2SeqDataset, collate_packed_seq2seq, collate_seq2seq
-from attnlab.families.lm import LMModelConfig, LMTask, TransformerLM
+from attnlab.families.lm import LMTask
+from attnlab.nn.lm import LMModelConfig, TransformerLM
 from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
 from attnlab.training.trainer import Seq2SeqTask
 

@@ -13,15 +13,16 @@ import pytest
 import torch
 
 from attnlab.app import api
-from attnlab.data.batching import pad_sequences
 from attnlab.app.cli import main
-from attnlab.families.translation import experiment_from_dict
-from attnlab.families.lm import LMModelConfig, TransformerLM, generate
-from attnlab.decode.search import beam_search, greedy_search
+from attnlab.data.batching import pad_sequences
 from attnlab.data.tokenizers import (EOS_ID, PAD_ID, SPECIALS, CharTokenizer, SentencePieceTokenizer, TokenizerConfig,
                                 build_tokenizers, is_control, one_line)
+from attnlab.decode.sampling import generate
+from attnlab.decode.search import beam_search, greedy_search
+from attnlab.families.translation import experiment_from_dict
+from attnlab.nn.lm import LMModelConfig, TransformerLM
 from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
-from attnlab.app.workflow import train
+from attnlab.runs.workflow import train
 from conftest import make_pairs, one_thread
 
 PUSH = 50.0  # added to the output bias of the pushed piece: it wins every step by far

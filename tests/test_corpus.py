@@ -19,7 +19,7 @@ import pytest
 
 from attnlab.data.bible import DEV_BOOKS, TEST_BOOKS, bible_corpus, sword_dir
 from attnlab.data.corpus import (Pair, ReadCounts, check_input, file_corpus, holdout, iter_lines, iter_pairs, normalize,
-                            read_pairs, read_parallel, read_tsv)
+                            read_pairs)
 from attnlab.core.errors import AttnlabError
 
 corpus_mod = sys.modules["attnlab.data.corpus"]  # `attnlab.data.corpus` is also the API's function of that name
@@ -32,7 +32,7 @@ def test_normalize():
 def test_tsv_reads_pairs_and_skips_empty(tmp_path):
     f = tmp_path / "c.tsv"
     f.write_text("hello\thola\n\n  \nthe  house\tla casa\nonly\t \n", encoding="utf-8")
-    pairs, skipped = read_tsv(f)
+    pairs, skipped = read_pairs(f)
     assert pairs == [Pair("hello", "hola", "c.tsv:1"), Pair("the house", "la casa", "c.tsv:4")]
     assert skipped == 3
 
@@ -41,25 +41,25 @@ def test_tsv_malformed_line_names_file_and_line(tmp_path):
     f = tmp_path / "bad.tsv"
     f.write_text("a\tb\nno tab here\nc\td\n", encoding="utf-8")
     with pytest.raises(AttnlabError, match=r"bad\.tsv:2: expected 2 tab-separated fields .* found 1"):
-        read_tsv(f)
+        read_pairs(f)
 
 
 def test_non_utf8_names_line(tmp_path):
     f = tmp_path / "latin1.tsv"
     f.write_bytes("a\tb\nse\u00f1or\tsir\n".encode("latin-1"))
     with pytest.raises(AttnlabError, match=r"latin1\.tsv:2: not valid UTF-8"):
-        read_tsv(f)
+        read_pairs(f)
 
 
 def test_parallel_files_and_mismatch(tmp_path):
     (tmp_path / "a.en").write_text("one\ntwo\n\nfour\n", encoding="utf-8")
     (tmp_path / "a.es").write_text("uno\ndos\ntres\ncuatro\n", encoding="utf-8")
-    pairs, skipped = read_parallel(tmp_path / "a.en", tmp_path / "a.es")
+    pairs, skipped = read_pairs((tmp_path / "a.en", tmp_path / "a.es"))
     assert [(p.src, p.tgt) for p in pairs] == [("one", "uno"), ("two", "dos"), ("four", "cuatro")]
     assert skipped == 1
     (tmp_path / "b.es").write_text("uno\ndos\n", encoding="utf-8")
     with pytest.raises(AttnlabError, match=r"a\.en:3: line has no partner"):
-        read_parallel(tmp_path / "a.en", tmp_path / "b.es")
+        read_pairs((tmp_path / "a.en", tmp_path / "b.es"))
 
 
 def test_empty_corpus_and_missing_file(tmp_path):
@@ -68,7 +68,7 @@ def test_empty_corpus_and_missing_file(tmp_path):
     with pytest.raises(AttnlabError, match="no sentence pairs"):
         file_corpus(f)
     with pytest.raises(AttnlabError, match="no such file"):
-        read_tsv(tmp_path / "nope.tsv")
+        read_pairs(tmp_path / "nope.tsv")
 
 
 def test_split_pairs_is_seeded_partition():
@@ -194,7 +194,7 @@ def test_a_line_over_max_line_bytes_is_named_or_skipped_and_never_held_whole(tmp
     path, good = _tsv_with(tmp_path, "long.tsv", b"the house " * 2_000_000 + b"\tla casa\n")  # a 20 MB line
     with pytest.raises(AttnlabError, match=r"long\.tsv:2: longer than data\.max_line_bytes = 65,536 bytes.*"
                                            r"skip_bad_lines"):
-        read_tsv(path)
+        read_pairs(path)
     counts = ReadCounts()
     tracemalloc.start()
     try:
@@ -258,7 +258,7 @@ def test_lines_read_in_blocks_equal_the_whole_file_split(tmp_path, monkeypatch, 
 def test_invalid_utf8_is_skipped_and_counted_with_skip_bad_lines(tmp_path):
     path, good = _tsv_with(tmp_path, "latin1.tsv", "se\u00f1or\tsir\n".encode("latin-1"), at=3)
     with pytest.raises(AttnlabError, match=r"latin1\.tsv:3: not valid UTF-8 \(byte 0xf1\).*skip_bad_lines"):
-        read_tsv(path)
+        read_pairs(path)
     counts = ReadCounts()
     assert [(s, t) for _, s, t in iter_pairs(path, counts, skip_bad_lines=True)] == good and counts.bad == 1
     # two aligned files: a bad line in either drops the pair, and the files stay aligned
@@ -269,7 +269,7 @@ def test_invalid_utf8_is_skipped_and_counted_with_skip_bad_lines(tmp_path):
     assert [(i, s, t) for i, s, t in iter_pairs((src, tgt), counts, skip_bad_lines=True)] == \
         [(1, "one", "uno"), (3, "three", "tres"), (4, "four", "cuatro")] and counts.bad == 1
     with pytest.raises(AttnlabError, match=r"a\.es:2: not valid UTF-8 \(byte 0xff\)"):
-        read_parallel(src, tgt)
+        read_pairs((src, tgt))
 
 
 @pytest.mark.parametrize("line, message", [
@@ -311,7 +311,7 @@ def _fifo(tmp_path) -> Path:
 ])
 def test_an_input_that_is_not_a_regular_file_is_named_as_such(tmp_path, make, message):
     path = make(tmp_path)
-    for read in (check_input, read_tsv, lambda p: list(iter_lines(p))):
+    for read in (check_input, read_pairs, lambda p: list(iter_lines(p))):
         with pytest.raises(AttnlabError, match=rf"^{re.escape(str(path))}: {message}"):
             read(path)
 
@@ -340,7 +340,7 @@ def test_a_decompression_bomb_is_refused_in_one_line(tmp_path, small_limits, suf
     t0 = time.perf_counter()
     with pytest.raises(AttnlabError, match=rf"bomb\.tsv\{suffix}: expands more than 100 times its size .*"
                                            r"data\.max_expansion = 0 reads it anyway") as e:
-        read_tsv(path)
+        read_pairs(path)
     assert "\n" not in str(e.value) and time.perf_counter() - t0 < 5
     counts = ReadCounts()
     assert len(list(iter_pairs(path, counts, max_expansion=0))) == 1 and counts.empty == 1 << 20
@@ -360,4 +360,4 @@ def test_a_well_compressed_corpus_reads_under_the_default_limit(tmp_path):
     path = tmp_path / "repetitive.tsv.gz"
     with gzip.open(path, "wt", encoding="utf-8") as f:
         f.write(rows)  # ~700 KB that gzip shrinks ~300 times: under the 16 MiB floor, so never judged
-    assert len(read_tsv(path)[0]) == 20_000
+    assert len(read_pairs(path)[0]) == 20_000

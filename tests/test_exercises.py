@@ -1,7 +1,7 @@
 """The exercises that close each lecture notebook (issue 39, item 6): read from the committed .ipynb, their cells
 run here in this process (no kernel, no training), once with each answer cell's intended answer, once with its
 recorded mistake and once as committed (`answer = ...`). Every check must say right to the first and not yet to the
-other two, with a hint. The checks compute their expected values themselves (`attnlab.app.lessons`); the intended
+other two, with a hint. The checks compute their expected values themselves (`attnlab.runs.lessons`); the intended
 answers and mistakes live here, in tests/exercise_answers.json, never in the notebooks students get (issue 46).
 
 Also: the quick-mode banner is the first thing a notebook shows in quick mode, and nothing in full mode; it says
@@ -16,7 +16,7 @@ import nbformat
 import pytest
 import torch
 
-from attnlab.app import lessons
+from attnlab.runs import lessons
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

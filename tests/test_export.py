@@ -16,12 +16,13 @@ import torch
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 from attnlab import kernels  # noqa: E402
+from attnlab import load  # noqa: E402
 from attnlab.app.cli import main  # noqa: E402
 from attnlab.core.errors import AttnlabError  # noqa: E402
-from attnlab.interop.ctranslate2 import transformer_spec  # noqa: E402
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, SPECIALS  # noqa: E402
+from attnlab.interop.ctranslate2 import transformer_spec  # noqa: E402
 from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq  # noqa: E402
-from attnlab.app.workflow import export_run, load_translator  # noqa: E402
+from attnlab.runs.workflow import export_run  # noqa: E402
 from conftest import benchmark_module, tiny_experiment  # noqa: E402
 
 V = 40
@@ -70,7 +71,7 @@ def test_greedy_translations_of_a_trained_run_are_identical(tiny_runs, tmp_path)
 
     run = tiny_runs["transformer"]
     out = export_run(run, tmp_path / "ct2")
-    ours = load_translator(run)
+    ours = load(run).translator
     theirs = CTranslate2Translator(out, ours.tokenizers, ours.decode)
     sentences = ["the red house", "my old door opens", "a cat sees the big green window and the small red door",
                  "the", "and and and and and and and and and"]
@@ -108,7 +109,7 @@ def test_attention_of_the_export_is_the_last_layers_mean_over_heads_and_served(t
     from attnlab.decode.translate import CTranslate2Translator
 
     run = tiny_runs["transformer"]
-    ours = load_translator(run)
+    ours = load(run).translator
     theirs = CTranslate2Translator(export_run(run), ours.tokenizers, ours.decode)
     a = ours.translate(["the red house", "my cat"], beam_size=1, need_weights=True)
     b = theirs.translate(["the red house", "my cat"], beam_size=1, need_weights=True)
@@ -126,7 +127,7 @@ def test_exported_language_model_log_probs_equal_attnlab(tmp_path, norm, activat
     """The decoder-only LM through ctranslate2.Generator: the log-probability of every next token equals
     attnlab's."""
     from attnlab.interop.ctranslate2 import language_model_spec
-    from attnlab.families.lm import LMModelConfig, TransformerLM
+    from attnlab.nn.lm import LMModelConfig, TransformerLM
 
     torch.manual_seed(0)
     model = TransformerLM(V, LMModelConfig(d_model=32, h=4, d_ff=64, layers=2, dropout=0.0, norm=norm,
@@ -245,7 +246,7 @@ def error_lines(stderr: str) -> list[str]:
 
 
 def test_a_new_run_refuses_a_linked_tokenizer_folder(tiny_tsv, tmp_path):
-    from attnlab.app.workflow import train
+    from attnlab.runs.workflow import train
 
     run = tmp_path / "run"
     run.mkdir()
@@ -312,7 +313,7 @@ def test_a_stale_export_is_rebuilt(run_copy, capsys):
     assert rc == 0
     out = run_copy / "ctranslate2-last-float32"
     old = snapshot(out)
-    model = load_translator(run_copy).model
+    model = load(run_copy).translator.model
     load_weights(model, resolve_checkpoint(run_copy, "last"))
     with torch.no_grad():  # another step's weights: a different greedy output
         model.generator.weight.copy_(model.generator.weight.roll(1, 0))
@@ -358,7 +359,7 @@ def exported(tiny_runs, tmp_path_factory):
     out = run / "ctranslate2-best-float32"
     shutil.rmtree(out, ignore_errors=True)
     export_run(run, out)
-    return run, [t[0].text + "\n" for t in load_translator(run).translate(SENTENCES.splitlines(), beam_size=1)]
+    return run, [t[0].text + "\n" for t in load(run).translator.translate(SENTENCES.splitlines(), beam_size=1)]
 
 
 @pytest.mark.parametrize("rehash", [False, True], ids=["manifest", "rehashed manifest"])

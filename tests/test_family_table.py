@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.app.workflow import ShapesOnly
 from attnlab.core.errors import AttnlabError
 from attnlab.families.table import FAMILIES, load_family_config
+from attnlab.runs.workflow import ShapesOnly
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 CONFIGS = PACKAGE / "configs"

@@ -2,12 +2,16 @@
 or export folder `root` refused), and a folder is replaced as a whole."""
 
 import os
+import stat
+from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import (append_line, atomic_write_text, new_file, new_folder, real_dir, replace_folder,
-                                 write_json)
+from attnlab.core.fileio import (append_line, atomic_write, atomic_write_text, new_file, new_folder, real_dir,
+                                 replace_folder, write_json)
 
 
 @pytest.fixture
@@ -112,3 +116,21 @@ def test_staging_folders_of_killed_processes_are_removed_and_nothing_else(tmp_pa
     assert new.name.startswith(f".out.p{os.getpid()}.") and new.is_dir()
     assert not left.exists() and alive.is_dir() and other.is_dir() and linked.is_symlink()
     assert untouched(decoys)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_written_files_follow_the_umask(tmp_path, umask):
+    """Issue 47: every file attnlab writes gets 0o666 less the umask, like the rest of the folder (safetensors on its
+    own writes 0600)."""
+    old = os.umask(umask)
+    try:
+        atomic_write(tmp_path / "w.safetensors", lambda p: save_file({"x": torch.zeros(2)}, p))
+        atomic_write(tmp_path / "t.txt", lambda p: Path(p).write_text("x"))
+        reference = tmp_path / "plain.txt"
+        reference.write_text("x")  # what any other tool writes here
+    finally:
+        os.umask(old)
+    want = stat.S_IMODE(reference.stat().st_mode)
+    assert want == 0o666 & ~umask
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()} == \
+        {"w.safetensors": want, "t.txt": want, "plain.txt": want}

@@ -17,13 +17,13 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 from attnlab.app.api import train as api_train  # noqa: E402
 from attnlab.app.cli import main  # noqa: E402
-from attnlab.app.runs import typed_config  # noqa: E402
-from attnlab.app.workflow import load_run  # noqa: E402
 from attnlab.core.checkpoint import resolve_checkpoint  # noqa: E402
 from attnlab.core.errors import AttnlabError  # noqa: E402
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from attnlab.families.table import load_family_config  # noqa: E402
 from attnlab.families.translation import ExperimentConfig, PretrainedConfig  # noqa: E402
+from attnlab.runs.run import typed_config  # noqa: E402
+from attnlab.runs.workflow import load_run  # noqa: E402
 from conftest import make_pairs, one_thread  # noqa: E402
 from test_huggingface import imported_opus  # noqa: E402
 

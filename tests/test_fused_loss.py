@@ -7,11 +7,12 @@ without computing gradients, and a clear refusal where a family's loss takes log
 import pytest
 import torch
 
-import attnlab.kernels.linear_ce as linear_ce
 from attnlab.core.errors import AttnlabError
 from attnlab.data.batching import Seq2SeqDataset, collate_packed_seq2seq, collate_seq2seq
 from attnlab.data.tokenizers import BOS_ID, PAD_ID, CharTokenizer, TokenizerPair
-from attnlab.families.lm import LMModelConfig, LMTask, TransformerLM
+from attnlab.families.lm import LMTask
+import attnlab.kernels.linear_ce as linear_ce
+from attnlab.nn.lm import LMModelConfig, TransformerLM
 from attnlab.nn.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
 from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
 from attnlab.training.trainer import Seq2SeqTask, TrainConfig, Trainer, sequence_loss

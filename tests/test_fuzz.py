@@ -29,7 +29,7 @@ from attnlab.app.cli import build_parser, main, parse_args
 from attnlab.core.config import limits, read_config_file
 from attnlab.core.errors import AttnlabError
 from attnlab.families.table import FAMILIES, family_of_config, load_family_config
-from attnlab.app.workflow import check_model_size
+from attnlab.runs.workflow import check_model_size
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 EXAMPLES = int(os.environ.get("ATTNLAB_FUZZ_EXAMPLES") or 0)  # 0: each target's own count below

@@ -24,10 +24,11 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 import attnlab  # noqa: E402
 from attnlab.app.cli import main  # noqa: E402
 from attnlab.app.server import create_app, load_models  # noqa: E402
-from attnlab.app.workflow import load_run, train  # noqa: E402
 from attnlab.core.checkpoint import resolve_checkpoint, save_weights  # noqa: E402
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
-from attnlab.families.lm import generate, load_lm_config  # noqa: E402
+from attnlab.decode.sampling import generate  # noqa: E402
+from attnlab.families.lm import load_lm_config  # noqa: E402
+from attnlab.runs.workflow import load_run, train  # noqa: E402
 from conftest import make_pairs, one_thread  # noqa: E402
 from test_huggingface import assert_import_refused  # noqa: E402
 

@@ -28,7 +28,8 @@ import attnlab
 from attnlab.data.batching import Seq2SeqDataset
 from attnlab.data.tokenizers import EOS_ID
 from attnlab.decode.search import beam_search, greedy_search
-from attnlab.families.lm import LMDataset, LMModelConfig, LMTask, TransformerLM
+from attnlab.families.lm import LMDataset, LMTask
+from attnlab.nn.lm import LMModelConfig, TransformerLM
 from attnlab.nn.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
 from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq
 from attnlab.training.trainer import TrainConfig, Trainer

@@ -16,13 +16,13 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file  # noqa: E402
 
 from attnlab.app.cli import main  # noqa: E402
-from attnlab.app.workflow import load_run, train  # noqa: E402
 from attnlab.core.checkpoint import resolve_checkpoint, save_weights  # noqa: E402
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from attnlab.decode.search import greedy_search, max_output_length  # noqa: E402
 from attnlab.families.translation import experiment_from_dict  # noqa: E402
 from attnlab.interop.marian import hidden_permutation  # noqa: E402
 from attnlab.nn.transformer import PositionalEncoding  # noqa: E402
+from attnlab.runs.workflow import load_run, train  # noqa: E402
 from conftest import make_pairs, one_thread  # noqa: E402
 
 SENTENCES = ["the red house", "my old door opens", "a cat sees the big green window", "x", "",

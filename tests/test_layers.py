@@ -44,13 +44,14 @@ def test_the_layers_contract_is_kept():
 
 
 @pytest.mark.parametrize("module,upward", [
-    ("core.fileio", "app.workflow"),            # the ground floor on the top floor
+    ("core.fileio", "app.server"),              # the ground floor on the top floor
     ("training.trainer", "families.table"),     # a room on the room above it
     ("decode.translate", "training.trainer"),   # decoding never imports the trainer (side by side)
     ("families.lm", "families.translation"),    # inside a room: a family on the one above it
     ("kernels.dropout", "kernels.loss"),        # kernels stand alone
     ("app.commands", "data.corpus"),            # a command goes through the API, even downward
-    ("app.cli", "app.workflow"),                # and so does the grammar
+    ("app.cli", "runs.workflow"),               # and so does the grammar
+    ("interop.marian", "runs.shipped"),         # the pipeline stands on the toolkits it converts to
 ])
 def test_an_upward_import_breaks_the_contract(tmp_path, module, upward):
     copy = tmp_path / "src" / "attnlab"
@@ -107,8 +108,9 @@ def test_no_module_is_over_the_line_limit():
 
 
 def test_every_module_and_benchmark_is_where_a_reader_looks():
-    """A module missing from docs/architecture.md's concept table or from README's Layout section, or a benchmark
-    missing from benchmarks/README.md, fails here: the maps stay true as the code changes."""
+    """A module missing from docs/architecture.md's concept table or from README's Layout section, a benchmark
+    missing from benchmarks/README.md, or a script missing from scripts/README.md, fails here: the maps stay true
+    as the code changes."""
     repo = Path(__file__).resolve().parents[1]
     architecture = (repo / "docs" / "architecture.md").read_text(encoding="utf-8")
     table = architecture.split("## Where each concept lives", 1)[1].split("\n## ", 1)[0]
@@ -117,6 +119,32 @@ def test_every_module_and_benchmark_is_where_a_reader_looks():
     assert len(modules) > 40
     assert [m for m in modules if f"`{m}`" not in table] == []
     assert [m for m in modules if f"`{m}`" not in layout] == []
-    index = (repo / "benchmarks" / "README.md").read_text(encoding="utf-8")
-    scripts = sorted(p.name for p in (repo / "benchmarks").iterdir() if p.suffix in (".py", ".sh", ".conf"))
-    assert [s for s in scripts if s not in index] == []
+    for folder, kinds in (("benchmarks", (".py", ".sh", ".conf")), ("scripts", (".py", ".sh"))):
+        index = (repo / folder / "README.md").read_text(encoding="utf-8")
+        files = sorted(p.name for p in (repo / folder).iterdir() if p.suffix in kinds)
+        assert len(files) > 5, folder
+        assert [f"{folder}/{name}" for name in files if f"`{name}`" not in index] == []
+
+
+def test_every_model_network_is_in_nn():
+    """docs/architecture.md, "Where things go": every `nn.Module` that computes a model is in `attnlab.nn`; a family
+    owns its config, data and task hooks only."""
+    outside = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.parent.name in ("nn", "kernels"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(b) in ("nn.Module", "torch.nn.Module")
+                                                      for b in node.bases):
+                outside.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}")
+    assert outside == [], "nn.Module subclasses outside attnlab.nn: " + ", ".join(outside)
+
+
+def test_every_package_init_names_its_modules():
+    """docs/architecture.md: each package's `__init__` says in one paragraph what it holds, naming each module."""
+    missing = []
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        missing += [f"{init.parent.name}.{p.stem}" for p in sorted(init.parent.glob("*.py"))
+                    if p.stem != "__init__" and f"`{p.stem}`" not in doc]
+    assert missing == [], f"modules their package's __init__ docstring does not name: {missing}"

@@ -11,14 +11,16 @@ import shutil
 import pytest
 import torch
 
+from attnlab import load
 from attnlab.app.cli import main
 from attnlab.core.errors import AttnlabError
 from attnlab.data.batching import pack_rows
-from attnlab.families.lm import (LMModelConfig, LMTask, TransformerLM, filter_logits, generate, init_decoder_from_lm,
-                        load_lm_config, sample_next)
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from attnlab.decode.sampling import filter_logits, generate, sample_next
+from attnlab.families.lm import LMTask, init_decoder_from_lm, load_lm_config
+from attnlab.nn.lm import LMModelConfig, TransformerLM
 from attnlab.nn.transformer import DecoderLayer, TransformerConfig, TransformerSeq2Seq
-from attnlab.app.workflow import evaluate, load_run, train
+from attnlab.runs.workflow import load_run, train
 
 
 def _loaded_lm(run_dir):
@@ -260,7 +262,7 @@ def test_training_learns_and_perplexity_equals_direct_computation(lm_run):
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     dev = [r["dev_ppl"] for r in records if "dev_ppl" in r]
     assert dev[-1] < dev[0] and dev[-1] < 2.5  # digits are mostly predictable from the previous one
-    result = evaluate(run, "test", device="cpu")[1]
+    result = load(run).evaluate("test")
     cfg, tok, model = _loaded_lm(run)
     from attnlab.families.lm import load_text
 

@@ -1,6 +1,6 @@
 """The inline explorer in a notebook exported to HTML, in a real headless Chromium: a notebook whose cells compute
 attention with torch.nn.MultiheadAttention (fixed seed, given tokens) and display
-`attnlab.app.views.attention_exploration(...)` (the `_repr_html_` route) is executed with nbclient, exported with
+`attnlab.runs.views.attention_exploration(...)` (the `_repr_html_` route) is executed with nbclient, exported with
 nbconvert's HTMLExporter and opened from disk; inside each output's iframe the heatmap has rows x columns cells
 equal to the token counts with the tensor's weights (each head, two layers, the word toggle), PNG and SVG export
 make files, the model view has layers x heads thumbnails, the head view one line per token pair and head, the
@@ -69,14 +69,14 @@ cross_w = cross_w[0]  # (H, R, C)
 SHOW = """\
 import attnlab
 from IPython.display import display
-from attnlab.app.views import attention_exploration
+from attnlab.runs.views import attention_exploration
 attnlab.show(weights, tokens, title="self-attention")  # the public call, like bertviz's head_view
 display(attention_exploration(cross_w, src_tokens, tgt_tokens, title="cross-attention"))  # _repr_html_
 """
 MINILM = """\
 import attnlab, torch
 from attnlab.families.explorer import encoder_self_attention
-from attnlab.families.pretrained import load_minilm
+from attnlab.families.minilm import load_minilm
 encoder, tokenizer = load_minilm()
 encoded = tokenizer.tok.encode("The cat sat on the mat because it was tired.")
 with torch.no_grad():  # (6 layers, 12 heads, T, T)

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnlab.app.shipped import shipped_names
+from attnlab.runs.shipped import shipped_names
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

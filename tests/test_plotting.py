@@ -10,11 +10,12 @@ import numpy as np
 import torch
 
 from attnlab.core.plotting import HEAD_COLORS, SIGNED_COLORS, attention_cmap, signed_cmap
-from attnlab.app.views import AttentionMap, Exploration, write_views
+from attnlab.runs.views import AttentionMap, Exploration, write_views
 
 
 def test_palette_is_the_browsers():
-    app = (files("attnlab") / "static" / "app.js").read_text(encoding="utf-8")
+    app = "".join(p.read_text(encoding="utf-8") for p in sorted((files("attnlab") / "static").iterdir())
+                  if p.name.endswith(".js"))  # the explorer's modules (the palette is in state.js)
     listed = re.search(r"const HEAD_COLORS = \[(.*?)\];", app, re.DOTALL).group(1)
     assert tuple(re.findall(r'"(#[0-9a-f]{6})"', listed)) == HEAD_COLORS
     assert "rgba(13, 71, 161" in app and "rgba(33, 102, 172" in app and "rgba(178, 24, 43" in app

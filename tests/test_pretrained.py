@@ -12,9 +12,9 @@ from safetensors.torch import load_file, save_file
 
 from attnlab.core.errors import AttnlabError
 from attnlab.families.pairs import PairDataset, PairTask, pair_accuracy, predict_pairs
-from attnlab.families.pretrained import (BertConfig, BertEncoder, MiniLMConfig, PairClassifier,
-                                build_minilm_classifier, encode, load_bert_weights, load_minilm, mean_pool,
-                                minilm_dir, read_bert_config)
+from attnlab.families.minilm import (MiniLMConfig, build_minilm_classifier, encode, load_bert_weights, load_minilm,
+                                    minilm_dir, read_bert_config)
+from attnlab.nn.bert import BertConfig, BertEncoder, PairClassifier, mean_pool
 from attnlab.nn.transformer import TransformerConfig
 
 SENTENCES = [

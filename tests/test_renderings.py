@@ -11,12 +11,12 @@ import pytest
 
 from attnlab.app import api
 from attnlab.app.cli import main
-from attnlab.data.bible import bible_split
-from attnlab.core.errors import AttnlabError
-from attnlab.families.translation import experiment_from_dict, prepare_corpus, store_spec
 from attnlab.app.server import served_info
+from attnlab.core.errors import AttnlabError
+from attnlab.data.bible import bible_split
 from attnlab.data.spec import spec_dict, store_key
 from attnlab.data.store import format_store_stats
+from attnlab.families.translation import experiment_from_dict, prepare_corpus, store_spec
 from conftest import make_pairs
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -184,7 +184,7 @@ def test_an_imported_run_claims_no_english_rendering(tiny_runs, tmp_path):
     import json
     import shutil
 
-    from attnlab.app.runs import load
+    from attnlab.runs.run import load
     from attnlab.app.server import served_info
 
     run_dir = tmp_path / "run"

@@ -8,12 +8,12 @@ from html.parser import HTMLParser
 
 import pytest
 
+from attnlab import load
 from attnlab.app.cli import main
+from attnlab.app.report import build_report
 from attnlab.core.checkpoint import read_json
 from attnlab.families.translation import experiment_from_dict
-from attnlab.app.report import build_report
-from attnlab.families.base import EvalOptions
-from attnlab.app.workflow import evaluate, load_run, load_translator
+from attnlab.runs.workflow import load_run
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: see conftest.one_thread
 
@@ -49,7 +49,7 @@ def tiny_runs(tiny_runs, tmp_path_factory):
 @pytest.fixture(scope="module")
 def report(tiny_runs, tmp_path_factory):
     """The report of both runs, the RNN evaluated on 6 test sentences, the Transformer not at all."""
-    evaluate(tiny_runs["rnn"], "test", device="cpu", options=EvalOptions(beam=1, max_sentences=6))
+    load(tiny_runs["rnn"]).evaluate("test", beam=1, max_sentences=6)
     out = build_report([tiny_runs["rnn"], tiny_runs["transformer"]], tmp_path_factory.mktemp("rep") / "r.html",
                        n_samples=2, beam=1)
     return out.read_text(encoding="utf-8")
@@ -84,7 +84,7 @@ def test_contents_are_the_runs(report, tiny_runs):
     for src, ref in shown:
         assert f"<b>reference:</b> {html.escape(ref)}</p>" in report
         for name, run in tiny_runs.items():
-            text = load_translator(run).translate([src], beam_size=1)[0][0].text
+            text = load(run).translator.translate([src], beam_size=1)[0][0].text
             assert f"<b>{name}:</b> {html.escape(text)}</p>" in report
 
 

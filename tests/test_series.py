@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from attnlab.app.cli import main
-from attnlab.core.errors import AttnlabError
-from attnlab.families.series import (RegressionTask, SeriesDataConfig, SeriesModelConfig, SeriesRNN, fibonacci,
-                            load_series_config, make_splits, min_max_scale, windows)
 from attnlab.app.study import compare, train_series
+from attnlab.core.errors import AttnlabError
+from attnlab.families.series import (RegressionTask, SeriesDataConfig, fibonacci, load_series_config, make_splits,
+                                     min_max_scale, windows)
+from attnlab.nn.series import SeriesModelConfig, SeriesRNN
 
 # tiny, fast settings: a short noisy sine, windows of 8
 SMALL = ["series.task=sine", "series.length=240", "series.window=8", "series.noise=0.05", "train.max_epochs=25",

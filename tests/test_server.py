@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from importlib.resources import files
 
 import numpy as np
 import pytest
@@ -18,8 +19,8 @@ from fastapi.testclient import TestClient
 
 from attnlab.app.cli import main
 from conftest import benchmark_module
+from attnlab import load
 from attnlab.app.server import create_app, load_models
-from attnlab.app.workflow import load_translator
 
 MAX_CHARS, MAX_BODY = 300, 4096
 
@@ -55,7 +56,7 @@ def test_translate_equals_translator(client, tiny_runs, name, beam):
                                             "n_best": beam})
     assert r.status_code == 200, r.text
     got = r.json()
-    nbest = load_translator(tiny_runs[name]).translate([sentence], beam_size=beam, n_best=beam, need_weights=True)[0]
+    nbest = load(tiny_runs[name]).translator.translate([sentence], beam_size=beam, n_best=beam, need_weights=True)[0]
     ref = nbest[0]
     assert got["sentence"] == sentence and got["beam"] == beam
     assert (got["translation"], got["src_tokens"], got["tgt_tokens"]) == (ref.text, ref.src_tokens, ref.tgt_tokens)
@@ -115,7 +116,7 @@ def test_openapi_and_page(client):
     assert "TranslateResponse" in schema["components"]["schemas"]
     page = client.get("/")
     assert page.status_code == 200 and "/static/app.js" in page.text
-    for asset in ("app.js", "player.js", "classroom.js", "style.css"):
+    for asset in sorted(p.name for p in (files("attnlab") / "static").iterdir() if p.name.endswith((".js", ".css"))):
         text = client.get(f"/static/{asset}").text.replace("http://www.w3.org/2000/svg", "")  # a namespace name
         assert "http://" not in text and "https://" not in text  # offline: no CDN
     assert "http://" not in page.text and "https://" not in page.text
@@ -257,7 +258,7 @@ def test_heavy_requests_queue_apart_and_a_full_queue_is_a_503(tiny_runs):
 def test_idle_connections_are_closed_and_others_still_served(models):
     """A real uvicorn with the guarded protocol: a connection that sends nothing is closed after the header
     timeout, a half-sent request head too; meanwhile a normal request is answered."""
-    from attnlab.decode.serving import guarded_h11
+    from attnlab.app.guards import guarded_h11
 
     config = uvicorn.Config(create_app(models, max_chars=MAX_CHARS), log_level="warning",
                             http=guarded_h11(max_connections=100, header_timeout=0.5), timeout_keep_alive=1)
@@ -534,6 +535,8 @@ def test_a_body_that_is_not_json_is_a_415(client, content_type):
     for path in ("/api/translate", "/api/explore"):
         r = client.post(path, content=body, headers={"Content-Type": content_type})
         assert r.status_code == 415 and "must be JSON" in r.json()["error"]
+        r = client.post(path, content=body)  # no Content-Type at all: the docstring's rule, not a 422
+        assert r.status_code == 415 and "Content-Type: application/json" in r.json()["error"]
     for ok in ("application/json; charset=utf-8", "application/vnd.api+json"):
         assert client.post("/api/translate", content=body, headers={"Content-Type": ok}).status_code == 200
 
@@ -557,7 +560,7 @@ def test_openapi_names_the_models_and_the_sentence_limits(client):
 
 def _guarded(models, **limits) -> uvicorn.Config:
     """uvicorn as `attnlab serve` runs it: the guarded protocol, uvicorn's own concurrency limit off."""
-    from attnlab.decode.serving import guarded_h11
+    from attnlab.app.guards import guarded_h11
 
     app_limits = {k: limits.pop(k) for k in ("body_timeout", "max_requests") if k in limits}
     limits = {"max_connections": 100, "header_timeout": 30.0, **limits}

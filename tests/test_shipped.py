@@ -1,5 +1,5 @@
 """Compact runs (`attnlab export RUN --to attnlab`) and the trained models that ship with attnlab
-(`attnlab.app.shipped`): int8 weights with a scale per row within half a step of the original, bf16 weights equal
+(`attnlab.runs.shipped`): int8 weights with a scale per row within half a step of the original, bf16 weights equal
 to torch's own rounding, float32 exact; `pretrained:NAME` wherever a run directory goes; and, where the package
 holds them, the shipped models themselves."""
 
@@ -10,11 +10,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from attnlab.app import shipped
 from attnlab.app.cli import main
-from attnlab.app.workflow import load_run
 from attnlab.core.checkpoint import SCALE_SUFFIX, load_weights, quantize_int8, save_weights
 from attnlab.core.errors import AttnlabError
+from attnlab.runs import shipped
+from attnlab.runs.workflow import load_run
 
 RUTH_1_3 = "And Elimelech Naomi's husband died; and she was left, and her two sons."
 
@@ -166,7 +166,7 @@ def test_many_first_uses_at_once_make_one_copy_and_all_load(fake_package, tmp_pa
     loads (none is moved away under another's feet), and one copy is left, with no temporary folders."""
     import threading
 
-    from attnlab.app.workflow import load_run as load
+    from attnlab.runs.workflow import load_run as load
 
     start, errors, done = threading.Barrier(8), [], []
 

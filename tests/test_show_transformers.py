@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.app.views import attention_exploration
+from attnlab.runs.views import attention_exploration
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,4 +1,4 @@
-"""The decoding step by step (`attnlab.app.views.DecodingSteps`, the explorer's step player): beam search's tree is
+"""The decoding step by step (`attnlab.runs.views.DecodingSteps`, the explorer's step player): beam search's tree is
 its own trace and its finished hypotheses are the n-best list; the kept beams rebuild the translation; each
 step's top 5 and chosen token agree with the translation and with the model's own `step`; the context vectors
 equal the attention-weighted sums recomputed from the encoder (RNN: c_t = sum_j a_tj h_j; Transformer: each head's
@@ -13,11 +13,11 @@ import pytest
 import torch
 from test_explore import SENTENCE, char_pair, tiny_translator
 
-from attnlab.families.translation import explore_translation
-from attnlab.nn.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from attnlab.decode.translate import DecodeConfig, Translator
-from attnlab.app.views import embedded_data, steps_payload, summary
+from attnlab.families.translation import explore_translation
+from attnlab.nn.rnn_seq2seq import RNNModelConfig, RNNSeq2Seq
+from attnlab.runs.views import embedded_data, steps_payload, summary
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

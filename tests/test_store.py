@@ -28,11 +28,15 @@ import pytest
 import torch
 from conftest import make_pairs
 
+from attnlab.app.cli import main as cli_main
+from attnlab.core.errors import AttnlabError
+from attnlab.core.logs import read_metrics
 from attnlab.data import prepare as prepare_mod
 from attnlab.data.batching import Seq2SeqDataset, TokenBudgetBatchSampler
-from attnlab.app.cli import main as cli_main
 from attnlab.data.corpus import read_pairs
-from attnlab.core.errors import AttnlabError
+from attnlab.data.prepare import prepare
+from attnlab.data.spec import StoreSpec
+from attnlab.data.store import StoreDataset, open_store
 from attnlab.families.translation import (
     build_translation_model,
     experiment_from_dict,
@@ -40,12 +44,8 @@ from attnlab.families.translation import (
     prepare_corpus,
     store_spec,
 )
-from attnlab.data.prepare import prepare
-from attnlab.data.spec import StoreSpec
-from attnlab.data.store import StoreDataset, open_store
-from attnlab.core.logs import read_metrics
+from attnlab.runs.workflow import train
 from attnlab.training.trainer import Trainer
-from attnlab.app.workflow import train
 
 SUBPROCESS_TIMEOUT = 120
 

@@ -11,14 +11,14 @@ from unittest import mock
 import pytest
 import torch
 
-from attnlab.core.checkpoint import load_checkpoint
+from attnlab import load
 from attnlab.app.cli import main
+from attnlab.core.checkpoint import load_checkpoint
 from attnlab.core.errors import AttnlabError
 from attnlab.families.translation import experiment_from_dict
-from attnlab.families.base import EvalOptions
+from attnlab.runs.workflow import train
 from attnlab.training.optim import lr_factor, make_optimizer
 from attnlab.training.trainer import TrainConfig, Trainer
-from attnlab.app.workflow import evaluate, train
 from conftest import run_or_dump
 
 
@@ -77,7 +77,7 @@ def trained(tiny_tsv, tmp_path_factory):
 
 
 def test_model_learns_the_task(trained):
-    result = evaluate(trained, "test", device="cpu", options=EvalOptions(beam=3))[1]
+    result = load(trained).evaluate("test", beam=3)
     assert result["bleu"] > 60, result
     assert sum(r["sentences"] for r in result["by_length"]) == 40
     assert (trained / "eval" / "test.hyp.txt").read_text().count("\n") == 40

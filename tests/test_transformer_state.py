@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.nn import transformer
 from attnlab.core.errors import AttnlabError
-from attnlab.families.lm import LMModelConfig, TransformerLM
-from attnlab.decode.search import beam_search, select_batch
 from attnlab.data.tokenizers import BOS_ID, EOS_ID
+from attnlab.decode.search import beam_search, select_batch
+from attnlab.nn import transformer
+from attnlab.nn.lm import LMModelConfig, TransformerLM
 from attnlab.nn.transformer import CACHE_ROOM, TransformerConfig, TransformerSeq2Seq
 
 V = 13

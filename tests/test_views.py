@@ -1,4 +1,4 @@
-"""attnlab.app.views beyond what test_explore.py covers (issue 39): a degenerate output is flagged once, in the
+"""attnlab.runs.views beyond what test_explore.py covers (issue 39): a degenerate output is flagged once, in the
 page's summary and on the logger of `Run.translations` (what `attnlab translate` calls), and the token strips'
 labels carry no sentencepiece word mark."""
 
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from attnlab.app.api import Run
-from attnlab.app.views import (Exploration, attention_exploration, degenerate, degenerate_warning,
-                               format_decoding, strip_label, summary, which_name, which_text, word_labels, write_views)
 from attnlab.decode.translate import Translation
 from attnlab.families.explorer import TokenChoice
+from attnlab.runs.views import (Exploration, attention_exploration, degenerate, degenerate_warning,
+                               format_decoding, strip_label, summary, which_name, which_text, word_labels, write_views)
 
 MARK = "\u2581"
 

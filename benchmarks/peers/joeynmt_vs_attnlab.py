@@ -3,17 +3,23 @@
 Run with attnlab's python after `bash benchmarks/peers/setup_joeynmt.sh`:
 
     python benchmarks/peers/joeynmt_vs_attnlab.py configs/demo.toml --minutes 7 --threads 2 --json out.json
+    python benchmarks/peers/joeynmt_vs_attnlab.py configs/demo.toml --show-config   # JoeyNMT's config, no run
 
 Steps (each toolkit in turn, never both at once):
 1. export: attnlab's split of the config (train after its max_words filter, dev, the 918 test verses) as plain
    text, and attnlab's own SentencePiece model of that config (trained on that train split, deterministic), so
    JoeyNMT cuts the text into exactly attnlab's pieces; its vocabulary file lists those pieces.
-2. JoeyNMT: a config with the attnlab config's dims and optimiser (`joeynmt_config`), trained in its own venv;
-   SIGINT at the deadline (`--minutes` after its training loop starts): JoeyNMT then saves the current weights,
-   so no update is lost. Beam-5 decoding of the test split with those last weights.
+2. JoeyNMT: configured as its users do (`joeynmt_settings.joeynmt_config`): the settings of JoeyNMT's own example
+   config for the model kind (RNN or Transformer), with attnlab's data, model dimensions, token budget and test
+   beam, and every departure from the example listed with its reason (`joeynmt_settings.departures`, in the JSON);
+   --joey-lr, --joey-schedule, --joey-warmup and --joey-set change its recipe after a short probe (recorded too).
+   Trained in its own venv; SIGINT at the deadline (`--minutes` after its training loop starts): JoeyNMT then
+   saves the current weights, so no update is lost. Beam search over the test split with those last weights.
 3. attnlab: `attnlab train CONFIG --set train.max_minutes=M --set train.num_threads=T`, then
    `attnlab evaluate RUN --split test --checkpoint last`.
 Both test outputs are scored by `attnlab.core.metrics.corpus_scores` (sacrebleu BLEU and chrF on detokenized text).
+Both dev BLEU curves (greedy, on the same dev verses) go into the JSON as `dev_curve`: JoeyNMT's from its
+validations.txt and log, attnlab's from metrics.jsonl.
 
 Throughput: real (non-pad) target tokens per second of training. `tokens_per_s` is the mean of each toolkit's
 own windowed rate over equal windows of 50 updates, validation excluded (JoeyNMT's "Tokens per Sec" log lines,
@@ -40,16 +46,27 @@ from pathlib import Path
 import torch
 
 import attnlab
-from attnlab.families.translation import ExperimentConfig, load_experiment, prepare_corpus
 from attnlab.core.metrics import corpus_scores
 from attnlab.data.tokenizers import SPECIALS, SentencePieceTokenizer
-from attnlab.decode.translate import batch_size_for
+from attnlab.families.translation import ExperimentConfig, load_experiment, prepare_corpus
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-LOG_EVERY = 50  # updates per throughput window, both toolkits
+sys.path.insert(0, str(HERE.parent))
+from common import commit, cpu_name, write_json  # noqa: E402  (benchmarks/common.py)
+
+sys.path.insert(0, str(HERE))
+from joeynmt_settings import (  # noqa: E402  (benchmarks/peers/joeynmt_settings.py)
+    EXAMPLES, LOG_EVERY, SCHEDULES, VALID_EVERY, JoeyOptions, departures, departures_markdown, joeynmt_config,
+    model_kind, parse_set, to_yaml)
+
 JOEY_RATE = re.compile(r"Step:\s+(\d+),.*Tokens per Sec:\s+([\d.]+)")
-JOEY_VALID = re.compile(r"duration:\s+([\d.]+)\[sec\]")
+# JoeyNMT 2.3's validation: "Generation took 1.2345[sec]." then "Evaluation result (greedy): bleu: ..., 0.12[sec]"
+JOEY_GEN = re.compile(r"Generation took ([\d.]+)\[sec\]")
+JOEY_EVAL = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - \w+ - [\w.]+ - "
+                       r"Evaluation result \(greedy\): .*?([\d.]+)\[sec\]")
+JOEY_START = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - \w+ - [\w.]+ - EPOCH 1\s*$", re.M)
+JOEY_TIME = "%Y-%m-%d %H:%M:%S,%f"  # the asctime of JoeyNMT's log format
 
 
 # ---------------------------------------------------------------------------------------------- export
@@ -77,98 +94,6 @@ def export_data(cfg: ExperimentConfig, out: Path, max_test: int = 0) -> dict:
     (out / "vocab.txt").write_text("".join(p + "\n" for p in pieces), encoding="utf-8")
     return {"train": len(train_pairs), "dev": len(dev), "dev_all": len(dev_pairs), "test": len(test),
             "vocab": tok.vocab_size}
-
-
-def _yaml(value, indent: int = 0) -> str:
-    """A small YAML writer (PyYAML reads 1e-08 as a string, so floats are written with a decimal point)."""
-    pad = " " * indent
-    if isinstance(value, dict):
-        lines = []
-        for k, v in value.items():
-            if isinstance(v, dict):
-                lines.append(f"{pad}{k}:\n{_yaml(v, indent + 2)}")
-            else:
-                lines.append(f"{pad}{k}: {_yaml(v)}")
-        return "\n".join(lines)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:.10f}".rstrip("0")
-    if isinstance(value, list):
-        return "[" + ", ".join(_yaml(v) for v in value) + "]"
-    if isinstance(value, str):
-        return json.dumps(value)
-    return str(value)
-
-
-def joeynmt_config(cfg: ExperimentConfig, out: Path) -> dict:
-    """JoeyNMT 2.3's config for the attnlab config: same data, pieces, dims, optimiser and batch size.
-    JoeyNMT reads `fp16` and `normalization` only at the top level. Its token batches count
-    max(source, target) tokens of each pair (attnlab counts padded positions), so batches are not identical;
-    throughput is compared in real target tokens."""
-    t, m = cfg.train, cfg.model
-    side = lambda lang: {  # noqa: E731
-        "lang": lang, "level": "bpe", "lowercase": False, "normalize": False, "max_length": -1,
-        "min_length": -1, "voc_file": str(out / "vocab.txt"), "tokenizer_type": "sentencepiece",
-        "tokenizer_cfg": {"model_file": str(out / "spm.model")}}
-    training = {
-        "model_dir": str(out / "model"), "overwrite": True, "shuffle": True, "use_cuda": False,
-        "random_seed": t.seed, "optimizer": t.optimizer, "adam_betas": [t.adam_beta1, t.adam_beta2],
-        "learning_rate": t.lr, "learning_rate_min": 1e-9, "weight_decay": t.weight_decay,
-        "clip_grad_norm": t.clip_norm, "label_smoothing": t.label_smoothing,
-        "batch_size": t.max_tokens, "batch_type": "token", "batch_multiplier": t.accum_steps,
-        "epochs": 100000, "max_updates": t.max_steps, "validation_freq": t.eval_every, "logging_freq": LOG_EVERY,
-        "early_stopping_metric": "bleu", "keep_best_ckpts": 2, "print_valid_sents": [0],
-        "eval_metrics": ["bleu"]}
-    if t.schedule == "inverse_sqrt":
-        training.update(scheduling="warmupinversesquareroot", learning_rate_warmup=t.warmup_steps)
-    elif t.schedule == "plateau":  # attnlab: factor 0.5 after plateau_patience validations without a better BLEU
-        training.update(scheduling="plateau", decrease_factor=t.plateau_factor, patience=t.plateau_patience - 1)
-    elif t.schedule != "constant":
-        raise SystemExit(f"no JoeyNMT equivalent written for train.schedule {t.schedule!r}")
-    if m.family == "transformer":
-        tr = m.transformer
-        if tr.positions != "sinusoidal" or tr.activation != "relu":
-            raise SystemExit("JoeyNMT's Transformer has sinusoidal positions and ReLU only")
-        block = lambda n: {  # noqa: E731
-            "type": "transformer", "num_layers": n, "num_heads": tr.h, "hidden_size": tr.d_model,
-            "ff_size": tr.d_ff, "dropout": tr.dropout, "layer_norm": tr.norm,
-            "embeddings": {"embedding_dim": tr.d_model, "scale": True, "dropout": tr.dropout}}
-        model = {"initializer": "xavier_uniform", "embed_initializer": "xavier_uniform", "bias_initializer": "zeros",
-                 "tied_embeddings": tr.tie_embeddings == "all",
-                 "tied_softmax": tr.tie_embeddings in ("decoder", "all"),
-                 "encoder": block(tr.enc_layers), "decoder": block(tr.dec_layers)}
-    else:
-        r = m.rnn
-        if r.attention != "bahdanau" or r.cell not in ("gru", "lstm"):
-            raise SystemExit("only the Bahdanau GRU/LSTM model has a JoeyNMT counterpart here")
-        emb = {"embedding_dim": r.emb_dim, "scale": False}
-        model = {"initializer": "xavier_uniform", "embed_initializer": "normal", "bias_initializer": "zeros",
-                 "tied_embeddings": False, "tied_softmax": False,
-                 "encoder": {"type": "recurrent", "rnn_type": r.cell, "embeddings": emb,
-                             "hidden_size": r.hidden_dim, "bidirectional": r.bidirectional,
-                             "num_layers": r.enc_layers, "dropout": r.dropout},
-                 "decoder": {"type": "recurrent", "rnn_type": r.cell, "embeddings": emb,
-                             "hidden_size": r.hidden_dim, "attention": "bahdanau", "num_layers": r.dec_layers,
-                             "dropout": r.dropout, "hidden_dropout": r.dropout, "init_hidden": "bridge",
-                             "input_feeding": False}}
-    d = cfg.decode
-    return {
-        "name": f"peers-{m.family}", "joeynmt_version": "2.3.0", "use_cuda": False, "fp16": False,
-        "normalization": "tokens",  # attnlab divides the summed loss by the target tokens
-        "model_dir": str(out / "model"), "random_seed": t.seed,
-        "data": {"train": str(out / "data" / "train"), "dev": str(out / "data" / "dev"),
-                 "test": str(out / "data" / "test"), "dataset_type": "plain", "sample_dev_subset": -1,
-                 "src": side("en"), "trg": side("es"),
-                 "special_symbols": {"unk_token": "<unk>", "unk_id": 0, "pad_token": "<pad>", "pad_id": 1,
-                                     "bos_token": "<s>", "bos_id": 2, "eos_token": "</s>", "eos_id": 3}},
-        "testing": {"n_best": 1, "beam_size": d.beam_size, "beam_alpha": d.length_penalty,
-                    # attnlab's own CPU choice when decode.batch_size is 0 ("by device"): JoeyNMT needs a number
-                    "batch_size": batch_size_for(d, torch.device("cpu")), "batch_type": "sentence",
-                    "max_output_length": -1,
-                    "eval_metrics": ["bleu", "chrf"], "sacrebleu_cfg": {"tokenize": "13a"},
-                    "load_model": str(out / "model" / "latest.ckpt")},  # the weights at the deadline
-        "training": training, "model": model}
 
 
 # ---------------------------------------------------------------------------------------------- runs
@@ -239,9 +164,40 @@ def joeynmt_stats(python: Path, model_dir: Path, log_text: str) -> dict:
     steps, tokens = subprocess.run([str(python), "-c", probe, str(ckpt)], check=True, capture_output=True,
                                    text=True).stdout.split()
     rates = [float(r) for _, r in JOEY_RATE.findall(log_text)]
-    return {"updates": int(steps), "target_tokens": int(tokens), "window_rates": rates,
-            "validations": len(JOEY_VALID.findall(log_text)),
-            "validation_s": sum(float(x) for x in JOEY_VALID.findall(log_text))}
+    curve = joeynmt_dev_curve((model_dir / "validations.txt").read_text(encoding="utf-8")
+                              if (model_dir / "validations.txt").exists() else "", log_text)
+    validation_s = sum(float(x) for x in JOEY_GEN.findall(log_text)) + sum(
+        float(x) for _, x in JOEY_EVAL.findall(log_text))
+    return {"updates": int(steps), "target_tokens": int(tokens), "window_rates": rates, "validations": len(curve),
+            "validation_s": validation_s, "dev_curve": curve}
+
+
+def joeynmt_dev_curve(validations: str, log_text: str) -> list[dict]:
+    """JoeyNMT's validations in order: {step, time_s, bleu, loss, ppl, acc, lr, best} from its validations.txt
+    ("Steps: 300\tloss: 61.2\tacc: 0.31\tppl: 9.8\tbleu: 4.12\tLR: 0.00020000\t*"); time_s: seconds since its
+    training loop started ("EPOCH 1"), validation included, from the log's timestamps (None without them)."""
+    start = JOEY_START.search(log_text)
+    t0 = datetime.strptime(start.group(1), JOEY_TIME) if start else None
+    stamps = [datetime.strptime(t, JOEY_TIME) for t, _ in JOEY_EVAL.findall(log_text)]
+    curve = []
+    reports = [row for row in validations.splitlines() if row.startswith("Steps:")]
+    for i, line in enumerate(reports):
+        point: dict = {"step": None, "time_s": round((stamps[i] - t0).total_seconds(), 2)
+                       if t0 is not None and i < len(stamps) else None}
+        for field in line.split("\t"):
+            name, sep, value = field.partition(": ")
+            if sep:
+                key = {"Steps": "step", "LR": "lr"}.get(name, name)
+                point[key] = int(value) if key == "step" else float(value)
+        point["best"] = line.rstrip().endswith("*")
+        curve.append(point)
+    return curve
+
+
+def attnlab_dev_curve(records: list[dict]) -> list[dict]:
+    """attnlab's validations in order: {step, time_s, bleu, dev_loss, dev_ppl} from its metrics.jsonl records."""
+    keys = ("step", "time_s", "bleu", "chrf", "dev_loss", "dev_ppl")
+    return [{k: r[k] for k in keys if k in r} for r in records if "bleu" in r]
 
 
 def decode_joeynmt(python: Path, config: dict, out: Path, threads: int) -> tuple[list[str], float]:
@@ -249,7 +205,7 @@ def decode_joeynmt(python: Path, config: dict, out: Path, threads: int) -> tuple
     dev set, so JoeyNMT's `test` decodes the test split only."""
     test_config = {**config, "data": {k: v for k, v in config["data"].items() if k != "dev"}}
     config = out / "config_test.yaml"
-    config.write_text(_yaml(test_config) + "\n", encoding="utf-8")
+    config.write_text(to_yaml(test_config) + "\n", encoding="utf-8")
     t0 = time.time()
     with open(out / "test.log", "w") as log:
         subprocess.run([str(python), str(HERE / "joeynmt_run.py"), str(threads), "test", str(config),
@@ -302,9 +258,9 @@ def find_key(obj, key: str):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("config", type=Path, help="an attnlab translation config (joint SentencePiece tokenizer)")
-    ap.add_argument("--minutes", type=float, required=True, help="training wall time of each toolkit")
+    ap.add_argument("--minutes", type=float, help="training wall time of each toolkit (required to run)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads of both toolkits")
-    ap.add_argument("--json", type=Path, required=True, help="where the results go")
+    ap.add_argument("--json", type=Path, help="where the results go (required to run)")
     ap.add_argument("--work", type=Path, default=HERE / "work", help="data, checkpoints and logs")
     ap.add_argument("--joeynmt-python", type=Path, default=HERE / ".venv-joeynmt" / "bin" / "python")
     ap.add_argument("--max-test", type=int, default=0, help="score only the first N test verses (smoke tests)")
@@ -312,11 +268,47 @@ def main() -> None:
                     help="attnlab trains as N data-parallel processes (train --procs N) sharing --threads")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="extra attnlab overrides (applied to both toolkits' configs)")
+    recipe = ap.add_argument_group("JoeyNMT's recipe (default: its example config's; every change is recorded as a "
+                                   "departure, for a short probe of what makes JoeyNMT learn faster)")
+    recipe.add_argument("--joey-lr", type=float, metavar="LR",
+                        help="JoeyNMT's learning rate (the peak, with a warm-up); default: the example's "
+                             f"({EXAMPLES['rnn']['training.learning_rate'][0]:g} RNN, "
+                             f"{EXAMPLES['transformer']['training.learning_rate'][0]:g} Transformer)")
+    recipe.add_argument("--joey-schedule", choices=SCHEDULES,
+                        help="JoeyNMT's learning-rate schedule; default: the example's (plateau); none: constant")
+    recipe.add_argument("--joey-warmup", type=int, metavar="N",
+                        help="warm-up updates of --joey-schedule warmupinversesquareroot (default 4000, as "
+                             "JoeyNMT's iwslt14_deen_sp.yaml)")
+    recipe.add_argument("--joey-valid-every", type=int, default=VALID_EVERY, metavar="N",
+                        help=f"JoeyNMT validates (greedy dev BLEU) every N updates, a multiple of {LOG_EVERY} "
+                             f"(default {VALID_EVERY})")
+    recipe.add_argument("--joey-set", action="append", default=[], metavar="SETTING=VALUE",
+                        help="any other JoeyNMT setting by its dotted path, e.g. model.encoder.dropout=0.1")
+    recipe.add_argument("--joeynmt-only", action="store_true",
+                        help="train and score JoeyNMT only (a probe of its recipe: its dev curve and test BLEU)")
+    ap.add_argument("--show-config", action="store_true",
+                    help="print JoeyNMT's config and its departures from the example, then exit (no training)")
     args = ap.parse_args()
+    cfg = load_experiment(args.config, [f"train.max_minutes={args.minutes or 0}", *args.overrides])
+    try:
+        options = JoeyOptions(lr=args.joey_lr, schedule=args.joey_schedule, warmup=args.joey_warmup,
+                              valid_every=args.joey_valid_every,
+                              sets=tuple(parse_set(text) for text in args.joey_set))
+        kind = model_kind(cfg)
+        options.settings(kind)
+    except ValueError as e:
+        ap.error(str(e))
+    if args.show_config:
+        joey_cfg = joeynmt_config(cfg, (args.work / f"{args.config.stem}-show" / "joeynmt").resolve(), options)
+        print(to_yaml(joey_cfg))
+        print(f"\nDepartures from JoeyNMT's {kind} example:\n")
+        print(departures_markdown(departures(joey_cfg, kind, options)))
+        return
+    if args.minutes is None or args.json is None:
+        ap.error("--minutes and --json are required to run (or --show-config)")
     if not args.joeynmt_python.exists():
         raise SystemExit(f"{args.joeynmt_python} not found: run `bash benchmarks/peers/setup_joeynmt.sh` first")
 
-    cfg = load_experiment(args.config, [f"train.max_minutes={args.minutes}", *args.overrides])
     out = (args.work / f"{args.config.stem}-{args.minutes:g}min").resolve()
     jdir = out / "joeynmt"
     if jdir.exists():
@@ -325,14 +317,14 @@ def main() -> None:
     print(f"exporting attnlab's split and tokenizer of {args.config} to {jdir}", file=sys.stderr)
     sizes = export_data(cfg, jdir, args.max_test)
     config_path = jdir / "config.yaml"
-    joey_cfg = joeynmt_config(cfg, jdir)
-    config_path.write_text(_yaml(joey_cfg) + "\n", encoding="utf-8")
+    joey_cfg = joeynmt_config(cfg, jdir, options)
+    config_path.write_text(to_yaml(joey_cfg) + "\n", encoding="utf-8")
 
     result: dict = {
         "config": str(args.config), "minutes": args.minutes, "threads": args.threads, "data": sizes,
-        "machine": {"cpu": _cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version(),
+        "machine": {"cpu": cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version(),
                     "torch": torch.__version__, "host": platform.node()},
-        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": _commit(),
+        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit(),
         "attnlab_package": str(Path(attnlab.__file__).parent),
         "throughput_definition": __doc__.split("Throughput: ")[1].split("\n\n")[0].replace("\n", " ")}
 
@@ -356,8 +348,18 @@ def main() -> None:
         "validation_s": stats["validation_s"], **times, "checkpoint": "last (saved at the interrupt)",
         "test_sentences": len(hyps), "beam": cfg.decode.beam_size, "decode_s": decode_s,
         "bleu": scores.bleu, "chrf": scores.chrf, "bleu_signature": scores.bleu_signature,
+        "dev_curve": stats["dev_curve"],
+        "settings": {"kind": kind, "example_files": sorted({src.split(" (")[0] for _, src in EXAMPLES[kind].values()}),
+                     "repository": "https://github.com/joeynmt/joeynmt", "options": options.as_dict(),
+                     "departures": departures(joey_cfg, kind, options)},
         "config_yaml": config_path.read_text()}
     print(f"  JoeyNMT: {stats['updates']} updates, test BLEU {scores.bleu:.2f}", file=sys.stderr)
+    if args.joeynmt_only:
+        write_json(args.json, result)
+        points = "  ".join(f"{p['step']}: {p['bleu']:.2f}" for p in stats["dev_curve"])
+        print(f"JoeyNMT {stats['updates']} updates, {result['joeynmt']['tokens_per_s']:.0f} tok/s, test BLEU "
+              f"{scores.bleu:.2f}; dev BLEU (greedy) by update: {points or 'no validation'}; written {args.json}")
+        return
 
     print(f"attnlab: training {args.minutes:g} min", file=sys.stderr)
     load_before = loadavg()
@@ -379,12 +381,12 @@ def main() -> None:
         "process_wall_s": a["process_wall_s"], "checkpoint": "last", "test_sentences": a["eval"]["sentences"],
         "beam": a["eval"]["beam"], "decode_s": a["decode_s"], "bleu": a["eval"]["bleu"],
         "chrf": a["eval"]["chrf"], "bleu_signature": a["eval"]["bleu_signature"],
-        "same_tokenizer_bytes_as_joeynmt": same_tokenizer, "loadavg_after": loadavg()}
+        "same_tokenizer_bytes_as_joeynmt": same_tokenizer, "loadavg_after": loadavg(),
+        "dev_curve": attnlab_dev_curve(a["records"])}
     j, at = result["joeynmt"], result["attnlab"]
     result["ratio_tokens_per_s_attnlab_over_joeynmt"] = at["tokens_per_s"] / j["tokens_per_s"]
     result["ratio_tokens_per_budget_s_attnlab_over_joeynmt"] = at["tokens_per_budget_s"] / j["tokens_per_budget_s"]
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.json, result)
 
     print(f"{args.config} for {args.minutes:g} min, {args.threads} threads, {result['machine']['cpu']}")
     print(f"{'toolkit':<13} {'tok/s':>8} {'tok/s budget':>12} {'updates':>8} {'BLEU':>6} {'chrF':>6}")
@@ -393,25 +395,15 @@ def main() -> None:
               f"{r['bleu']:>6.2f} {r['chrf']:>6.2f}")
     print(f"attnlab / JoeyNMT tokens/s: {result['ratio_tokens_per_s_attnlab_over_joeynmt']:.2f}x "
           f"(budget: {result['ratio_tokens_per_budget_s_attnlab_over_joeynmt']:.2f}x); written {args.json}")
+    for name, r in (("JoeyNMT 2.3", j), ("attnlab", at)):
+        points = "  ".join(f"{p['step']}: {p['bleu']:.2f}" for p in r["dev_curve"])
+        print(f"dev BLEU (greedy) by update, {name}: {points or 'no validation in the budget'}")
+    print(f"JoeyNMT's {kind} example config, {len(j['settings']['departures'])} departures with their reasons: "
+          "joeynmt.settings in the JSON")
 
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
-
-
-def _cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _joeynmt_versions(python: Path) -> str:

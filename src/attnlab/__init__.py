@@ -15,8 +15,8 @@ __version__ = "0.1.0"
 
 from attnlab.app.api import (ConfigInfo, Run, config_path, configs, corpus, load, pretrained_models, show,  # noqa: E402
                              train)
-from attnlab.app.views import Exploration  # noqa: E402
 from attnlab.core.errors import AttnlabError  # noqa: E402
+from attnlab.runs.views import Exploration  # noqa: E402
 
 __all__ = ["AttnlabError", "ConfigInfo", "Exploration", "Run", "config_path", "configs", "corpus", "load",
            "pretrained_models", "show", "train", "__version__"]

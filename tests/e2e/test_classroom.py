@@ -25,8 +25,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
-from attnlab.app.views import Exploration, attention_exploration
 from attnlab.families.explorer import TokenChoice
+from attnlab.runs.views import Exploration, attention_exploration
 
 N = 20  # keys of the near-uniform map
 

@@ -21,7 +21,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
-from attnlab.app.shipped import shipped_names
+from attnlab.runs.shipped import shipped_names
 
 SENTENCE = "In the beginning God created the heaven and the earth."
 ROOT = Path(__file__).resolve().parents[2]

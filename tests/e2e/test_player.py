@@ -123,7 +123,7 @@ def test_step_player_in_the_inline_page_offline(browser, tmp_path):
     sys.path.insert(0, str(Path(__file__).parents[1]))
     from test_explore import SENTENCE, tiny_translator
 
-    from attnlab.app.views import Exploration
+    from attnlab.runs.views import Exploration
     from attnlab.families.translation import explore_translation
 
     ex = Exploration.of(explore_translation(tiny_translator("pre"), SENTENCE, beam=3))

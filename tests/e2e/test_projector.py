@@ -27,8 +27,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
-from attnlab.app.views import Exploration, attention_exploration, summary
 from attnlab.families.pairs import explore_pair
+from attnlab.runs.views import Exploration, attention_exploration, summary
 
 VERSE = ("And Elimelech Naomi's husband died and she was left and her two sons And they took them wives of the women "
          "of Moab the name of the one was Orpah and the name of the other Ruth and they dwelled there about ten "

@@ -10,11 +10,11 @@ imports nothing else of attnlab but the errors and limits of `attnlab.core`).
     run = attnlab.train("demo", out="runs/mine", train__max_minutes=2)   # a packaged config, or a file
     attnlab.show(weights, src_tokens, tgt_tokens)      # any attention a model of yours computed
 
-`load`, `Run`, `train`, `corpus`, `show` and the configs are defined in `attnlab.app.runs` and re-exported here;
+`load`, `Run`, `train`, `corpus`, `show` and the configs are defined in `attnlab.runs.run` and re-exported here;
 this module adds what each command does beyond them: corpora and their statistics, preparing a store, training
 with several processes, the plots, the report, the server, the series study, export and import, the demo.
 
-Every call takes the same path as the command line (`attnlab.app.workflow`), so a run trained here is a run directory
+Every call takes the same path as the command line (`attnlab.runs.workflow`), so a run trained here is a run directory
 like any other, and a user's mistake is the same one-line `attnlab.AttnlabError`: each public function checks its
 arguments' types and ranges where it is entered, with the command line's limits (`attnlab.core.config.MAX_BEAM`, ...).
 """
@@ -31,25 +31,19 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from attnlab.app import study, workflow
-from attnlab.app.checks import as_bool, as_int, as_optional_int, as_optional_path, as_path, as_text, as_texts
+from attnlab.app import study
 from attnlab.app.report import build_report
-from attnlab.app.runs import (CHECKPOINTS, SPLITS, ConfigInfo, Run, config_path, configs, corpus, load, override_list,
-                              show, train, typed_config)
 from attnlab.app.server import EXPLORE_MEMORY, START_VIEWS
-from attnlab.app.shipped import Shipped, shipped_models, shipped_names, shipped_run
-from attnlab.app.shipped import run_path as shipped_run_path
 from attnlab.app.server import serve as serve_runs
-from attnlab.app.views import VIEWS, Exploration, format_decoding, write_views
 from attnlab.core.config import MAX_BEAM, MAX_COUNT, MAX_SAMPLES, MAX_SEED, MAX_VOCAB, PACKAGED_CONFIGS
 from attnlab.core.devices import resolve_device
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import atomic_write_text, read_json
+from attnlab.core.fileio import atomic_write_text, cache_dir, read_json
 from attnlab.core.logs import read_metrics
 from attnlab.core.plotting import plot_attention as plot_heatmap
 from attnlab.core.plotting import plot_attention_grid, plot_bleu_by_length, plot_curves
 from attnlab.data import bible, paraphrase
-from attnlab.data.corpus import Corpus, cache_dir, corpus_stats, format_stats, normalize
+from attnlab.data.corpus import Corpus, corpus_stats, format_stats, normalize
 from attnlab.data.corpus import file_corpus as read_file_corpus
 from attnlab.data.paraphrase import ParaphraseCorpus, format_paraphrase_stats, paraphrase_stats
 from attnlab.data.store import Store, format_store_stats
@@ -60,9 +54,16 @@ from attnlab.families.series import VARIANTS as SERIES_VARIANTS
 from attnlab.families.series import load_series_config
 from attnlab.families.table import FAMILIES, load_family_config
 from attnlab.families.translation import format_seq2seq_eval, prepare_corpus
+from attnlab.runs import workflow
+from attnlab.runs.checks import as_bool, as_int, as_optional_int, as_optional_path, as_path, as_text, as_texts
+from attnlab.runs.run import (CHECKPOINTS, SPLITS, ConfigInfo, Run, config_path, configs, corpus, load, override_list,
+                              show, train, typed_config)
+from attnlab.runs.shipped import Shipped, shipped_models, shipped_names, shipped_run
+from attnlab.runs.shipped import run_path as shipped_run_path
+from attnlab.runs.views import VIEWS, Exploration, format_decoding, write_views
 
 __all__ = [
-    # runs (attnlab.app.runs)
+    # runs (attnlab.runs.run)
     "ConfigInfo", "Run", "config_path", "configs", "corpus", "load", "override_list", "show", "train",
     "typed_config",
     # corpora
@@ -75,7 +76,7 @@ __all__ = [
     "run_path",
     # what the command line shares with the library: names, limits, text
     "AttnlabError", "CHECKPOINTS", "DecodeConfig", "ENGLISH_MODULES", "Exploration", "PACKAGED_CONFIGS",
-    "SERIES_VARIANTS", "SPLITS", "VIEWS", "cache_dir", "normalize", "one_line",
+    "SERIES_VARIANTS", "SPLITS", "TOKENIZERS", "VIEWS", "cache_dir", "normalize", "one_line",
     "MAX_SUMMARY_LEN", "MAX_CHARS", "MAX_CONNECTIONS", "MAX_SEEDS", "MAX_PROCS",
 ]
 
@@ -252,7 +253,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, quantization:
 
 
 def pretrained_models() -> list[Shipped]:
-    """The trained models that ship with attnlab (`attnlab.app.shipped`): name, family, test BLEU by English
+    """The trained models that ship with attnlab (`attnlab.runs.shipped`): name, family, test BLEU by English
     source, size. Load one with `load("pretrained:NAME")`."""
     return shipped_models()
 

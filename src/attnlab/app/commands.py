@@ -87,14 +87,15 @@ def cmd_train(args: argparse.Namespace) -> None:
             raise AttnlabError(f"--init fine-tunes a translation run; {args.config} is a {family.title} config")
         init = api.run_path(init)  # pretrained:NAME is a shipped model's run directory
         sets.append(f"pretrained.init={json.dumps(str(init))}")  # a JSON string is a YAML string: any path
-    family, cfg, name = api.typed_config(args.config, sets)  # checked before any slow work
-    if getattr(args, "require_ability", None) and args.require_ability not in family.abilities:
-        raise AttnlabError(f"{args.config} is a {family.title} config, not a paraphrase one; use attnlab train")
-    out = args.out or Path("runs") / name
+    typed = api.typed_config(args.config, sets)  # read and typed once, before any slow work
+    if getattr(args, "require_ability", None) and args.require_ability not in typed.family.abilities:
+        raise AttnlabError(f"{args.config} is a {typed.family.title} config, not a paraphrase one; use attnlab "
+                           "train")
+    out = args.out or Path("runs") / typed.name
     if args.procs > 1:
         api.train_processes(args.procs, args.config, out, overrides=sets)
     else:
-        api.train(cfg, out)
+        api.train(typed, out)
     print(f"run directory: {out}")
 
 
@@ -302,7 +303,7 @@ def cmd_pretrained(args: argparse.Namespace) -> None:
         print(json.dumps([dataclasses.asdict(m) for m in models], indent=2))
         return
     if not models:
-        raise AttnlabError("this attnlab was installed without its trained models (attnlab.app.shipped)")
+        raise AttnlabError("this attnlab was installed without its trained models (attnlab.runs.shipped)")
     print(f"{'NAME':<12} {'FAMILY':<12} {'BLEU kjv':>8} {'BLEU web':>8} {'MB':>5}  TITLE")
     for m in models:
         print(f"{m.name:<12} {m.family:<12} {m.bleu.get('kjv', float('nan')):>8.2f} "

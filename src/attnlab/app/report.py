@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from attnlab.app.workflow import load_run
 from attnlab.core.config import to_dict
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import atomic_write_text, read_json
@@ -32,6 +31,7 @@ from attnlab.data.tokenizers import TokenizerPair
 from attnlab.decode.translate import Translator
 from attnlab.families.table import explorer
 from attnlab.families.translation import ExperimentConfig, split_pairs
+from attnlab.runs.run import load
 
 log = logging.getLogger("attnlab")
 
@@ -59,16 +59,18 @@ class Sample:
 
 def load_run_info(run_dir: Path, name: str, split: str, checkpoint: str = "best", device: str = "cpu") -> RunInfo:
     """Everything the report shows about one run, except its sample translations."""
-    run = load_run(run_dir, checkpoint, device, ability="translate")
-    cfg, tokenizers, model = run.cfg, run.tokenizers, run.model
-    inputs, description = run.family.summary_inputs(cfg, tokenizers, 7, 6)
+    run = load(run_dir, checkpoint, device)  # the one way to a translator: Run
+    run.require("translate")
+    loaded = run.loaded
+    cfg, tokenizers, model = loaded.cfg, loaded.tokenizers, loaded.model
+    inputs, description = loaded.family.summary_inputs(cfg, tokenizers, 7, 6)
     rows = layer_table(model, *inputs)
-    summary = format_table(rows, f"{run.family.title}, {description}")
+    summary = format_table(rows, f"{loaded.family.title}, {description}")
     records = read_metrics(run_dir)
     ev = run_dir / "eval" / f"{split}.json"
-    attention = explorer(run.family, run_dir).facts(run).description
-    return RunInfo(name, run_dir, cfg, Translator(model, tokenizers, cfg.decode, device), attention, summary,
-                   sum(r.params for r in rows), records, read_json(ev) if ev.is_file() else None)
+    attention = explorer(loaded.family, run_dir).facts(loaded).description
+    return RunInfo(name, run_dir, cfg, run.translator, attention, summary, sum(r.params for r in rows), records,
+                   read_json(ev) if ev.is_file() else None)
 
 
 def default_samples(cfg: ExperimentConfig, split: str, n: int, tokenizers: TokenizerPair | None = None,

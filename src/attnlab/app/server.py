@@ -5,7 +5,7 @@ A FastAPI app with a JSON API and one static page (`attnlab/static/`, no CDN ass
     GET  /api/models      the served models (by name: clients never send a path), their attention shape
     POST /api/translate   {"model", "sentence", "beam", "n_best"} -> tokens, translation, n-best, cross-attention
     POST /api/explore     {"model", "sentence", "sentence_b", "beam", "max_new"} -> every attention map of the
-                          input (`attnlab.app.explore`): shapes and labels, n-best, token probabilities, and an id
+                          input (`attnlab.runs.explore`): shapes and labels, n-best, token probabilities, and an id
     GET  /api/explore/{id}/weights?map=&layer=&words=   one layer of one map (heads x rows x columns, rounded)
     GET  /api/explore/{id}/neuron?map=&layer=&head=     one head's queries, keys and pre-softmax scores
     GET  /api/explore/{id}/steps?layer=                 a translation's context vector at each decoding step
@@ -31,8 +31,9 @@ Limits (all answered with a 4xx JSON body {"error": "...", ...}): request bodies
 malformed JSON (400), a missing/empty/over-long sentence, a sentence that is not valid Unicode (a lone surrogate)
 or a bad beam (422), more source tokens than the run's decode.max_src_tokens (422), an unknown model name (404).
 A bug is a JSON 500, logged. HTTP: HEAD wherever GET, OPTIONS (204 with `Allow`), `Allow` on every 405, 415 for a
-body that is not JSON; the OpenAPI schema names the served models (an enum) and bounds the sentence. Connections
-(`serve`, `serving.guarded_h11`): a connection that has not sent its request head within `header_timeout` seconds
+body that is not declared JSON (no Content-Type included); the OpenAPI schema names the served models (an enum)
+and bounds the sentence. Connections
+(`serve`, `guards.guarded_h11`): a connection that has not sent its request head within `header_timeout` seconds
 (of opening or of its last response) is closed, idle keep-alive connections after 5 s; a body not arrived within
 `body_timeout` seconds gets 408; a head over 16 KiB 431; one client (address) holds at most
 `max_connections_per_client` connections, and past `max_connections` the connection whose request has been
@@ -63,21 +64,20 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from attnlab.app import views
-from attnlab.app.guards import LOOPBACK_HOSTS, HostCheck
-from attnlab.app.runs import Run, load
-from attnlab.app.shipped import run_path
-from attnlab.app.workflow import run_config
+from attnlab.app.guards import (LOOPBACK_HOSTS, MAX_LINGERING, BodyLimit, ConcurrencyLimit, HostCheck, HttpMethods,
+                                RateLimit, allowed_methods, guarded_h11, json_error, listen, raise_fd_limit)
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import read_json
 from attnlab.core.plotting import clean_piece
 from attnlab.data.corpus import normalize
-from attnlab.decode.serving import (MAX_LINGERING, BodyLimit, Busy, ConcurrencyLimit, HttpMethods, Lane, RateLimit,
-                                    allowed_methods, each_alone, guarded_h11,
-                                    json_error, listen, raise_fd_limit)
+from attnlab.decode.serving import Busy, Lane, each_alone
 from attnlab.decode.translate import CTranslate2Translator, Translator
 from attnlab.families.base import LoadedRun
 from attnlab.families.table import explorer
+from attnlab.runs import views
+from attnlab.runs.run import Run, load
+from attnlab.runs.shipped import run_path
+from attnlab.runs.workflow import run_config
 
 log = logging.getLogger("attnlab")
 
@@ -174,7 +174,7 @@ class ServedModel:
     translator: Translator | CTranslate2Translator | None  # translation runs (CTranslate2 or PyTorch)
     light: Lane
     heavy: Lane
-    run: Run | None = None  # the run (`attnlab.app.runs.Run`, the API's `attnlab.Run`): explorations go through it
+    run: Run | None = None  # the run (`attnlab.runs.run.Run`, the API's `attnlab.Run`): explorations go through it
 
     def cost(self, sentence: str, sentence_b: str | None = None, beam: int = 1, max_new: int = 0) -> int:
         """Beam x tokens of a request (which lane it goes to), as the run's family counts an input's tokens
@@ -217,7 +217,7 @@ def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:
 def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "cpu", max_chars: int = 1000,
                 engine: str = "torch") -> dict[str, ServedModel]:
     """Loads each run once; a model's name is its directory name (the full path when two names clash), or
-    `pretrained:NAME` for a shipped model (`attnlab.app.shipped`).
+    `pretrained:NAME` for a shipped model (`attnlab.runs.shipped`).
     engine "ctranslate2": Transformer runs decode with their CTranslate2 export (RUN_DIR/ctranslate2-<checkpoint>-
     float32, exported on first use), and their attention is the last decoder layer's, averaged over heads."""
     models: dict[str, ServedModel] = {}
@@ -435,12 +435,14 @@ def create_app(models: dict[str, ServedModel], max_chars: int = 1000, max_body: 
         return text
 
     def json_body(request: Request) -> None:
-        """415 for a body that is not JSON (a missing Content-Type is read as JSON)."""
+        """415 for a body that is not declared JSON: Content-Type application/json or application/*+json; a body
+        without a Content-Type is refused too (FastAPI would not read it as JSON, and a 422 would blame the fields)."""
         kind = request.headers.get("content-type")
-        if kind is not None:
-            media = kind.split(";")[0].strip().lower()
-            if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
-                raise HTTPException(415, f"the body must be JSON (Content-Type: application/json), not {media!r}")
+        if kind is None:
+            raise HTTPException(415, "the body must be JSON: send Content-Type: application/json")
+        media = kind.split(";")[0].strip().lower()
+        if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+            raise HTTPException(415, f"the body must be JSON (Content-Type: application/json), not {media!r}")
 
     errors = {400: {"description": "malformed JSON", "model": ErrorBody},
               404: {"description": "unknown model", "model": ErrorBody},
@@ -562,7 +564,7 @@ def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8000, devic
     """Load the runs and serve them with uvicorn until Ctrl-C or SIGTERM (in-flight requests finish first); the
     page opens on `start` (`create_app`). Requests must name this machine as Host: a loopback name, the address
     it listens on (unless 0.0.0.0 or ::), or one of `allowed_hosts` (421 otherwise, `HostCheck`).
-    Connections are guarded by `serving.guarded_h11` (per client and in all, request heads); uvicorn's own
+    Connections are guarded by `guards.guarded_h11` (per client and in all, request heads); uvicorn's own
     concurrency limit is off: `serving.ConcurrencyLimit` answers its 503 in JSON with Retry-After."""
     models = load_models(run_dirs, checkpoint, device, max_chars, engine)
     app = create_app(models, max_chars=max_chars, timeout=timeout, body_timeout=body_timeout,

@@ -1,6 +1,6 @@
 """Studies that run the pipeline several times: the series family's multi-seed comparison of a many-to-one RNN
 without and with attention (the seed's claim that attention lowers the test MSE), each model trained through
-`attnlab.app.workflow.train` and scored on the same split.
+`attnlab.runs.workflow.train` and scored on the same split.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import statistics
 import time
 from pathlib import Path
 
-from attnlab.app.workflow import load_run, train
 from attnlab.core.fileio import make_dirs, write_json
 from attnlab.families.series import (VARIANTS, SeriesExperimentConfig, SeriesSplits, baselines, build_series_model,
                                      make_splits, mse)
+from attnlab.runs.workflow import load_run, train
 
 log = logging.getLogger("attnlab")
 

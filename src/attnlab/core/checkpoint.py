@@ -364,11 +364,29 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optimizer: torc
             tensors[f"rng.cuda.{i}"] = s
     atomic_write(Path(f"{stem}.train.safetensors"), lambda tmp: save_file(tensors, tmp), root)
     write_json(stem.with_suffix(".json"), {**trainer_state, "optimizer": optim_meta, "step": step}, root)
-    write_json(ckpt_dir / "latest.json", {"step": step, "name": stem.name}, root)
+    write_latest(ckpt_dir, step, root)
     if best:
         write_best(ckpt_dir, step, trainer_state.get("best_score"))
     prune(ckpt_dir, keep_last)
     return stem
+
+
+def write_latest(ckpt_dir: Path, step: int, root: Path) -> None:
+    """Points latest.json at the (complete) checkpoint of `step`: the one writer of latest.json. `root`: the run
+    folder the write stays inside (`attnlab.core.fileio.atomic_write`)."""
+    write_json(ckpt_dir / "latest.json", {"step": step, "name": step_name(step)}, root)
+
+
+def write_weights_run(folder: Path, model: nn.Module, step: int = 0, quantization: str = "float32") -> Path:
+    """The checkpoints of a run that holds weights only (an imported model, a compact run): `model`'s weights as
+    the checkpoint of `step`, which latest.json and best.json both name. `folder`: the run folder being written
+    (its staging copy). Returns the weights file."""
+    ckpt = folder / "checkpoints"
+    weights = ckpt / f"{step_name(step)}.safetensors"
+    save_weights(model, weights, folder, quantization)
+    write_latest(ckpt, step, folder)
+    write_best(ckpt, step, None)
+    return weights
 
 
 def write_best(ckpt_dir: Path, step: int, score: float | None) -> None:

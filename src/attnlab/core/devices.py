@@ -14,6 +14,8 @@ import torch
 
 from attnlab.core.errors import AttnlabError
 
+DEVICES = ("auto", "cpu", "cuda", "mps")  # the device names train.device and --device take ("cuda:N" too)
+
 
 def available_devices() -> list[str]:
     """The devices this torch build can use on this machine: cpu, cuda:N, mps, xpu:N."""

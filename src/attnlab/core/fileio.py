@@ -30,6 +30,15 @@ log = logging.getLogger("attnlab")
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
+def cache_dir() -> Path:
+    """Where attnlab caches corpora and tokenizers: $ATTNLAB_CACHE, else $XDG_CACHE_HOME/attnlab, else
+    ~/.cache/attnlab."""
+    if os.environ.get("ATTNLAB_CACHE"):
+        return Path(os.environ["ATTNLAB_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return Path(base).expanduser() / "attnlab"
+
+
 def real_dir(path: Path | str, root: Path | str) -> Path:
     """Creates the folder `path` inside the folder `root` (a run or an export folder) with the folders between,
     refusing any of them, `path` included and `root` excluded, that is a symlink or not a folder: a write into a
@@ -89,11 +98,24 @@ def new_file(folder: Path | str, name: str) -> tuple[int, Path]:
     raise AttnlabError(f"{folder}: cannot create a temporary file there")
 
 
+def file_mode() -> int:
+    """The mode a new file gets here: 0o666 less the process's umask (read from /proc where it can be, so that the
+    umask is never changed, even for an instant, under other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            umask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write(path: Path | str, write: Callable[[str], None], root: Path | str | None = None) -> None:
     """Runs write(tmp_path) on a new temporary file next to `path`, flushes it to disk, renames it to `path` and
     flushes the directory, so that after a crash `path` holds either its old or its new content, complete.
 
-    `write` gets a path (not an open file) so that writers that open files themselves (safetensors) fit too. A
+    `write` gets a path (not an open file) so that writers that open files themselves (safetensors) fit too; the
+    file then gets the mode of any new file here (`file_mode`: safetensors writes 0600, whatever the umask). A
     failed write removes its temporary file; an interrupted process (a kill, Ctrl-C) may leave one behind, named
     `.<name>.*.tmp`: `attnlab.core.checkpoint.recover` removes those of a run before it resumes. A symlink at `path` is
     replaced by the file, never followed. `root`: the run or export folder `path` belongs to; a folder between it
@@ -111,6 +133,7 @@ def atomic_write(path: Path | str, write: Callable[[str], None], root: Path | st
     os.close(fd)
     try:
         write(str(tmp))
+        os.chmod(tmp, file_mode())  # the file this call created (or the writer put in its place)
         sync_path(tmp)
     except BaseException:  # Ctrl-C included: no temporary file left behind
         tmp.unlink(missing_ok=True)

@@ -12,7 +12,7 @@ from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import atomic_write_bytes
 
 
-# The browser explorer's palette (static/app.js), so a file and the page it was drawn from look alike: weights on a
+# The browser explorer's palette (static/state.js), so a file and the page it was drawn from look alike: weights on a
 # white-to-blue ramp, signed values (the neuron view's q, k, q x k) red-white-blue, one colour per head.
 ATTENTION_BLUE = "#0d47a1"
 SIGNED_COLORS = ("#b2182b", "#ffffff", "#2166ac")

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import Dataset, Sampler
 
 from attnlab.core.errors import AttnlabError
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
@@ -531,14 +531,3 @@ def padding_fraction(batches: Sequence[Seq2SeqBatch]) -> float:
     real = sum(int(b.src_lengths.sum()) + b.num_tgt_tokens for b in batches)
     total = sum(b.src.numel() + b.tgt_out.numel() for b in batches)
     return 1.0 - real / max(total, 1)
-
-
-def make_loader(dataset: Seq2SeqDataset, max_tokens: int, shuffle: bool = True, seed: int = 0,
-                num_workers: int = 0, *, num_replicas: int = 1, rank: int = 0,
-                pin_memory: bool = False) -> DataLoader:
-    """A DataLoader of `Seq2SeqBatch`es under a token budget. Call `loader.batch_sampler.set_epoch(e)` before
-    each epoch to get that epoch's batches."""
-    sampler = TokenBudgetBatchSampler(dataset.lengths(), max_tokens, shuffle=shuffle, seed=seed,
-                                      num_replicas=num_replicas, rank=rank)
-    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_seq2seq, num_workers=num_workers,
-                      pin_memory=pin_memory)

@@ -15,8 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import atomic_write_text
-from attnlab.data.corpus import Corpus, Pair, cache_dir, iter_lines, normalize
+from attnlab.core.fileio import atomic_write_text, cache_dir
+from attnlab.data.corpus import SPLITS, Corpus, Pair, iter_lines, normalize
 
 log = logging.getLogger("attnlab")
 
@@ -150,7 +150,7 @@ def iter_bible(path: Path) -> tuple[int, Iterator[tuple[str, str, str, str]]]:
         for i, line in lines:
             if line:
                 fields = line.split("\t")
-                if len(fields) != 4 or fields[0] not in ("train", "dev", "test"):
+                if len(fields) != 4 or fields[0] not in SPLITS:
                     raise AttnlabError(f"{path}:{i}: not a Bible corpus cache line; delete the file to rebuild it")
                 yield fields[0], fields[1], fields[2], fields[3]
 

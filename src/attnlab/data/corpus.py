@@ -31,12 +31,15 @@ from itertools import islice, zip_longest
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
+import numpy as np
 from tqdm import tqdm
 
 from attnlab.core.errors import AttnlabError
 
 log = logging.getLogger("attnlab")
 T = TypeVar("T")
+
+SPLITS = ("train", "dev", "test")  # a corpus's splits, everywhere a split is named
 
 
 @dataclass(frozen=True)
@@ -59,18 +62,9 @@ class Corpus:
     skipped: int = 0  # empty lines / verses dropped while reading
 
     def split(self, name: str) -> list[Pair]:
-        if name not in ("train", "dev", "test"):
+        if name not in SPLITS:
             raise AttnlabError(f"unknown split {name!r}; choose train, dev or test")
         return getattr(self, name)
-
-
-def cache_dir() -> Path:
-    """Where attnlab caches corpora and tokenizers: $ATTNLAB_CACHE, else $XDG_CACHE_HOME/attnlab, else
-    ~/.cache/attnlab."""
-    if os.environ.get("ATTNLAB_CACHE"):
-        return Path(os.environ["ATTNLAB_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
-    return Path(base).expanduser() / "attnlab"
 
 
 def normalize(text: str) -> str:
@@ -407,16 +401,6 @@ def read_pairs(spec: str | Path | Sequence[str | Path], skip_bad_lines: bool = F
     return pairs, counts.empty + counts.bad
 
 
-def read_tsv(path: Path | str) -> tuple[list[Pair], int]:
-    """Pairs from a `source<TAB>target` file (see `iter_pairs`). Returns (pairs, skipped)."""
-    return read_pairs(path)
-
-
-def read_parallel(src_path: Path | str, tgt_path: Path | str) -> tuple[list[Pair], int]:
-    """Pairs from two line-aligned plain files (see `iter_pairs`). Returns (pairs, skipped)."""
-    return read_pairs((src_path, tgt_path))
-
-
 def holdout_indices(n: int, dev_size: int, test_size: int, seed: int = 0, what: str = "items"
                     ) -> tuple[list[int], list[int]]:
     """The positions of a seeded random hold-out of dev_size and test_size of n items: (dev, test), in the order
@@ -478,24 +462,25 @@ def file_corpus(train: str | Path | Sequence[str | Path], dev=None, test=None, *
 
 
 # ---------------------------------------------------------------------------------------------- stats
-def _length_stats(lengths: Iterable[int]) -> tuple[float, int]:
-    lengths = list(lengths)
-    return (sum(lengths) / len(lengths), max(lengths)) if lengths else (0.0, 0)
+def length_stats(lengths: Iterable[int] | np.ndarray) -> tuple[float, int]:
+    """(mean, max) of sentence lengths, (0.0, 0) for none: the average and longest columns of corpus statistics."""
+    lengths = np.fromiter(lengths, dtype=np.int64) if not isinstance(lengths, np.ndarray) else lengths
+    return (float(lengths.mean()), int(lengths.max())) if len(lengths) else (0.0, 0)
 
 
 def corpus_stats(corpus: Corpus, tokenizers=None) -> dict:
     """Pairs per split and average / maximum lengths per side, in words and (given a TokenizerPair) in
     tokens; plus the vocabulary sizes."""
     stats: dict = {"corpus": corpus.name, "skipped": corpus.skipped, "splits": {}}
-    for split in ("train", "dev", "test"):
+    for split in SPLITS:
         pairs = corpus.split(split)
         row: dict = {"pairs": len(pairs)}
         for side in ("src", "tgt"):
             texts = [getattr(p, side) for p in pairs]
-            row[f"{side}_words_avg"], row[f"{side}_words_max"] = _length_stats(len(t.split()) for t in texts)
+            row[f"{side}_words_avg"], row[f"{side}_words_max"] = length_stats(len(t.split()) for t in texts)
             if tokenizers is not None:
                 tok = getattr(tokenizers, side)
-                row[f"{side}_tokens_avg"], row[f"{side}_tokens_max"] = _length_stats(
+                row[f"{side}_tokens_avg"], row[f"{side}_tokens_max"] = length_stats(
                     len(tok.encode(t)) for t in texts)
         stats["splits"][split] = row
     if tokenizers is not None:

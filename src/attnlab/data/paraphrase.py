@@ -30,13 +30,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import atomic_write_text
+from attnlab.core.fileio import atomic_write_text, cache_dir
 from attnlab.data.bible import DEV_BOOKS, ENGLISH_MODULES, TEST_BOOKS, ensure_sword_modules, read_sword_bible, split_of
-from attnlab.data.corpus import cache_dir
+from attnlab.data.corpus import SPLITS
 
 KINDS = ("same", "chapter", "random")
 HARD_NEGATIVES = ("random", "overlap")
-SPLITS = ("train", "dev", "test")
 _WORD = re.compile(r"\w+")
 VERSES_CACHE_VERSION = 1
 

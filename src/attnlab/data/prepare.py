@@ -29,9 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import CREATE_FLAGS, atomic_write_text, file_sha256, make_dirs, sync_dir, write_json
+from attnlab.core.fileio import (CREATE_FLAGS, atomic_write_text, cache_dir, file_sha256, make_dirs, sync_dir,
+                                 write_json)
 from attnlab.data.bible import iter_bible
-from attnlab.data.corpus import (Pair, ReadCounts, cache_dir, chunks, holdout_indices, parse_lines, raw_lines,
+from attnlab.data.corpus import (Pair, ReadCounts, chunks, holdout_indices, length_stats, parse_lines, raw_lines,
                                  spec_name, subsample_indices)
 from attnlab.data.spec import StoreSpec, file_spec, fingerprint, input_files, spec_dict, store_key, tokenizer_digest
 from attnlab.data.store import MANIFEST, STORE_ENTRIES, STORE_VERSION, Store, open_store
@@ -96,10 +97,6 @@ def _bible_blocks(spec: StoreSpec, counts: ReadCounts) -> Iterator[tuple[tuple[i
 
 def _pair_hash(src: str, tgt: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{src}\t{tgt}".encode(), digest_size=8).digest(), "little")
-
-
-def _length_stats(lengths: np.ndarray) -> tuple[float, int]:
-    return (float(lengths.mean()), int(lengths.max())) if len(lengths) else (0.0, 0)
 
 
 # ---------------------------------------------------------------------------------------------- encoding
@@ -379,7 +376,7 @@ def _split_stats(pairs: list[Pair]) -> dict:
     row: dict = {"pairs": len(pairs)}
     for side in ("src", "tgt"):
         words = np.array([getattr(p, side).count(" ") + 1 for p in pairs], dtype=np.int64)
-        row[f"{side}_words_avg"], row[f"{side}_words_max"] = _length_stats(words)
+        row[f"{side}_words_avg"], row[f"{side}_words_max"] = length_stats(words)
     return row
 
 
@@ -410,14 +407,14 @@ def _build(spec: StoreSpec, staging: Path, key: str, workers: int, fixed: Tokeni
     stats = {split: _split_stats(held[split]) for split in ("dev", "test")}
     train_row = {"pairs": train["pairs"]}
     for k, side in enumerate(("src", "tgt")):
-        train_row[f"{side}_words_avg"], train_row[f"{side}_words_max"] = _length_stats(build.train_words[:, k])
-        train_row[f"{side}_tokens_avg"], train_row[f"{side}_tokens_max"] = _length_stats(sizes[:, k])
+        train_row[f"{side}_words_avg"], train_row[f"{side}_words_max"] = length_stats(build.train_words[:, k])
+        train_row[f"{side}_tokens_avg"], train_row[f"{side}_tokens_max"] = length_stats(sizes[:, k])
     for split in ("dev", "test"):
         for side in ("src", "tgt"):
             tok = getattr(tokenizers, side)
             lengths = np.array([len(ids) for ids in tok.encode_batch([getattr(p, side) for p in held[split]])],
                                dtype=np.int64)
-            stats[split][f"{side}_tokens_avg"], stats[split][f"{side}_tokens_max"] = _length_stats(lengths)
+            stats[split][f"{side}_tokens_avg"], stats[split][f"{side}_tokens_max"] = length_stats(lengths)
     files = {str(f.relative_to(staging)): {"size": f.stat().st_size, "sha256": file_sha256(f)}
              for f in sorted([staging / "dev.tsv", staging / "test.tsv", *(staging / "tokenizer").iterdir()])}
     manifest = {

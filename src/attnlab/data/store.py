@@ -36,14 +36,13 @@ from torch.utils.data import Dataset
 
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import file_sha256
-from attnlab.data.corpus import Pair, iter_lines
+from attnlab.data.corpus import SPLITS, Pair, iter_lines
 from attnlab.data.tokenizers import TokenizerPair, load_tokenizers
 
 log = logging.getLogger("attnlab")
 
 STORE_VERSION = 1
 MANIFEST = "store.json"
-SPLITS = ("train", "dev", "test")
 _ID_DTYPES = ("<u2", "<u4")  # train.bin's token ids and train.idx's lengths: uint16 or uint32
 class StoreDataset(Dataset):
     """The training pairs of a store: item i is (i, source ids, target ids) as lists (ids without BOS/EOS), as

@@ -31,8 +31,7 @@ from tokenizers import Tokenizer as HFLibraryTokenizer
 
 from attnlab.core.config import MAX_COUNT, MAX_SEED, MAX_VOCAB, from_dict
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import atomic_write_bytes
-from attnlab.data.corpus import cache_dir
+from attnlab.core.fileio import atomic_write_bytes, cache_dir
 
 log = logging.getLogger("attnlab")
 

@@ -1,4 +1,4 @@
-"""Sampling from a decoder-only language model (`attnlab.families.lm.TransformerLM` and any model with its
+"""Sampling from a decoder-only language model (`attnlab.nn.lm.TransformerLM` and any model with its
 `init_state` / `step` interface): greedy (temperature 0), temperature, top-k and top-p (nucleus, Holtzman et al.
 2020, 3.1) filtering, the prompt fed once and every new token through the key/value cache (`step`), so each costs
 O(t).

@@ -87,7 +87,7 @@ class Translator:
     def __init__(self, model: nn.Module, tokenizers: TokenizerPair, decode: DecodeConfig,
                  device: torch.device | str = "cpu") -> None:
         """A trained run's translator: `Translator(run.model, run.tokenizers, run.cfg.decode, run.device)` for a
-        `attnlab.families.base.LoadedRun`, or `attnlab.app.workflow.load_translator(run_dir)`."""
+        `attnlab.families.base.LoadedRun`, or `attnlab.load(run_dir).translator`."""
         self.model = model.to(device).eval()
         self.tokenizers, self.decode, self.device = tokenizers, decode, torch.device(device)
         self.amp_dtype = amp_dtype(decode.amp, self.device, key="decode.amp")  # None: fp32

@@ -3,7 +3,7 @@ row (`Family`) and its explorer hooks (`Explorer`, `ExplorerFacts`), a trained r
 evaluation settings (`EvalOptions`).
 
 They sit below the family modules (`translation`, `lm`, `pairs`, `series`) so those can name them without
-importing the table (`attnlab.families.table`) or the pipeline (`attnlab.app.workflow`) that stand on them.
+importing the table (`attnlab.families.table`) or the pipeline (`attnlab.runs.workflow`) that stand on them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from attnlab.core.config import from_dict
+from attnlab.core.config import apply_overrides, from_dict, read_config_file
 from attnlab.data.tokenizers import TokenizerPair
 from attnlab.families.explorer import Recording
 from attnlab.training.trainer import Training
@@ -58,7 +58,7 @@ class LoadedRun:
         return list(getattr(data, "renderings", []))
 
 
-RunLoader = Callable[..., LoadedRun]  # `attnlab.app.workflow.load_run`(run_dir, checkpoint, device, ability)
+RunLoader = Callable[..., LoadedRun]  # `attnlab.runs.workflow.load_run`(run_dir, checkpoint, device, ability)
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def model_family(raw: Any) -> Any:
 class Family:
     """One model family. Every callable takes the family's typed config first.
 
-    load_config(path, overrides) -> cfg; recognise(raw dict) -> bool; load_data(cfg, tokenizers | None) -> data (a resumed run hands in its
+    recognise(raw dict) -> bool; load_data(cfg, tokenizers | None) -> data (a resumed run hands in its
     tokenizers);
     make_tokenizers(cfg, data) -> TokenizerPair | None (trained for a new run, saved in RUN_DIR/tokenizer);
     build_model(cfg, tokenizers | None) -> model (None: the sizes of the config, for `attnlab summary`);
@@ -135,7 +135,6 @@ class Family:
     title: str
     config_class: type
     recognise: Callable[[dict], bool]
-    load_config: Callable[[Path | str | None, list[str] | None], Any]
     load_data: Callable[[Any, TokenizerPair | None], Any]
     make_tokenizers: Callable[[Any, Any], TokenizerPair | None]
     build_model: Callable[[Any, TokenizerPair | None], nn.Module]
@@ -157,6 +156,10 @@ class Family:
         return from_dict(self.config_class, data)
 
     def new_config(self, data: dict) -> Any:
-        """The typed config of a new run's raw dict (a dict or a config object plus overrides): `complete`d first,
-        then validated key by key (a stored RUN_DIR/config.json is complete: `from_dict`)."""
+        """The typed config of a new run's raw dict (a file's, a dict or a config object, overrides applied):
+        `complete`d first, then validated key by key (a stored RUN_DIR/config.json is complete: `from_dict`)."""
         return from_dict(self.config_class, self.complete(data) if self.complete is not None else data)
+
+    def load_config(self, path: Path | str, overrides: list[str] | None = None) -> Any:
+        """The typed config of a config file plus `--set` overrides, as a new run's (`new_config`)."""
+        return self.new_config(apply_overrides(read_config_file(path), list(overrides or [])))

@@ -5,7 +5,7 @@ one sentence, [CLS] a [SEP] (map "self"), or a pair, [CLS] a [SEP] b [SEP] with 
 al. 2019, 3, Figure 2; map "pair", split at b's first piece for the page's sentence filter), its rollout and the
 neuron view.
 
-The model is MiniLM's BERT encoder in attnlab's layers (`attnlab.families.pretrained.BertEncoder`: word +
+The model is MiniLM's BERT encoder in attnlab's layers (`attnlab.nn.bert.BertEncoder`: word +
 position + token-type embeddings, LayerNorm, post-norm `EncoderLayer`s); this family gives it a config, a
 tokenizer (`attnlab.data.tokenizers.ImportedTokenizer`: the model's own WordPiece) and the explorer hooks. The
 heads BertFor* models put on top (the masked-LM head, a classifier, BertModel's pooler) are not kept: a run
@@ -18,18 +18,17 @@ Shape legend: B batch, L tokens ([CLS] and [SEP] included), D d_model, N layers,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from attnlab.core.config import MAX_LAYERS, from_dict, load_config, to_dict
+from attnlab.core.config import MAX_LAYERS, from_dict, to_dict
 from attnlab.core.errors import AttnlabError
 from attnlab.data.tokenizers import PAD_ID, TokenizerConfig, TokenizerPair
 from attnlab.families.base import ExplorerFacts, LoadedRun, model_family
 from attnlab.families.explorer import AttentionMap, Recording, capture, stacked_qk, with_rollout
-from attnlab.families.pretrained import BertConfig, BertEncoder
+from attnlab.nn.bert import BertConfig, BertEncoder
 from attnlab.nn.transformer import TransformerConfig
 
 NOT_TRAINED = ("a BERT-class encoder run is made by `attnlab import` from a Hugging Face BertModel folder, to "
@@ -91,10 +90,6 @@ class BertExperimentConfig:
 def is_bert_config(data: dict) -> bool:
     """Whether a raw config dict (file or RUN_DIR/config.json) is a BERT-class encoder's."""
     return model_family(data) == "bert"
-
-
-def load_bert_config(path: Path | str | None, overrides: list[str] | None = None) -> BertExperimentConfig:
-    return load_config(BertExperimentConfig, path, overrides)
 
 
 def imported_bert_config(bert: dict, tokenizer: dict) -> dict:

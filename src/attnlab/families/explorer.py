@@ -1,6 +1,6 @@
 """What a family's explorer hook (`attnlab.families.base.Explorer`) records of one input, and the tools it records
 with. The families' own modules say which maps their models have; the explorer page, `attnlab plot explore` and
-`Run.explore` (`attnlab.app.explore`, `attnlab.app.views`) show them without knowing which family made them.
+`Run.explore` (`attnlab.runs.explore`, `attnlab.runs.views`) show them without knowing which family made them.
 
 A `Recording` holds, for one input, each attention map the run's model computes, as (layers, heads, rows,
 columns) weights with the token pieces of its rows (queries) and columns (keys):
@@ -144,7 +144,7 @@ class DecodingSteps:
 
 @dataclass
 class Recording:
-    """Everything a family's explore hook records of one input of one run. `attnlab.app.views.Exploration` is a
+    """Everything a family's explore hook records of one input of one run. `attnlab.runs.views.Exploration` is a
     recording with its views (inline in a notebook, a standalone page)."""
 
     family: str

@@ -5,8 +5,8 @@
   `predict_pairs`, `pair_accuracy`.
 - The experiment (`ParaphraseConfig`, configs/paraphrase-*.toml): the model family "decomposable"
   (`attnlab.nn.decomposable`, Parikh et al. 2016, with a subword tokenizer trained on the train pairs) or "minilm"
-  (`attnlab.families.pretrained.build_minilm_classifier`, the fine-tuned all-MiniLM-L6-v2 and its WordPiece tokenizer), on
-  the KJV-vs-WEB verse pairs of `attnlab.data.paraphrase`; and the functions the run pipeline (`attnlab.app.workflow`)
+  (`attnlab.families.minilm.build_minilm_classifier`, the fine-tuned all-MiniLM-L6-v2 and its WordPiece tokenizer), on
+  the KJV-vs-WEB verse pairs of `attnlab.data.paraphrase`; and the functions the run pipeline (`attnlab.runs.workflow`)
   calls for it (see `attnlab.families.table`), and its explorer hooks (the soft alignments or the self-attention of
   each sentence).
 
@@ -34,8 +34,8 @@ from attnlab.data.tokenizers import PAD_ID, TokenizerConfig, TokenizerPair, buil
 from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun
 from attnlab.families.explorer import (AttentionMap, Recording, capture, encoder_self_attention, scheme_of, stacked_qk,
                                        with_rollout)
-from attnlab.families.pretrained import (BertEncoder, MiniLMConfig, WordPieceTokenizer, build_minilm_classifier,
-                                         minilm_dir)
+from attnlab.families.minilm import MiniLMConfig, WordPieceTokenizer, build_minilm_classifier, minilm_dir
+from attnlab.nn.bert import BertEncoder
 from attnlab.nn.decomposable import DecomposableAttention, DecomposableConfig
 from attnlab.training.trainer import TrainConfig, Training
 

@@ -35,12 +35,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnlab.core.config import MAX_DIM, MAX_SEED, apply_overrides, from_dict, load_config, read_config_file
+from attnlab.core.config import MAX_SEED, apply_overrides, from_dict, read_config_file
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import write_json
 from attnlab.families.base import EvalOptions, LoadedRun
-from attnlab.nn.attention import LearnedQueryAttention
-from attnlab.nn.rnn import RNNLayer
+from attnlab.nn.series import SeriesModelConfig, SeriesRNN
 from attnlab.training.trainer import TrainConfig, Training
 
 log = logging.getLogger("attnlab")
@@ -82,28 +81,6 @@ class SeriesDataConfig:
             raise AttnlabError("series.select = 'best' needs a held-out dev set: set series.dev_fraction > 0")
 
 
-@dataclass
-class SeriesModelConfig:
-    """RNN(hidden_dim) over the window, then the last state or the attention context, then Dense(1).
-    init = "keras": glorot-uniform input weights, orthogonal recurrent weights, zero biases (Keras' defaults);
-    "torch": U(-1/sqrt(H), 1/sqrt(H)) everywhere."""
-
-    cell: str = "elman"
-    hidden_dim: int = 2
-    attention: bool = False
-    keras_bias: bool = True  # one bias per gate, as Keras counts (SimpleRNN(2) on 1 input: 8 params)
-    output_activation: str = "linear"  # the seed's Dense(1, activation='linear'); the blog used tanh
-    init: str = "keras"
-
-    CHOICES: ClassVar[dict] = {"cell": ("elman", "lstm", "gru"), "output_activation": ("linear", "tanh"),
-                               "init": ("keras", "torch")}
-    LIMITS: ClassVar[dict] = {"hidden_dim": (1, MAX_DIM)}
-
-    def __post_init__(self) -> None:
-        if self.hidden_dim < 1:
-            raise AttnlabError(f"model.hidden_dim must be >= 1, got {self.hidden_dim}")
-
-
 def _series_train_defaults() -> TrainConfig:
     # the seed's Keras fit: Adam(1e-3), MSE, 30 epochs, Keras' default batch of 32 windows, no clipping
     return TrainConfig(max_steps=10**9, max_epochs=30, max_tokens=32, lr=1e-3, clip_norm=0.0, label_smoothing=0.0,
@@ -119,13 +96,18 @@ class SeriesExperimentConfig:
     train: TrainConfig = field(default_factory=_series_train_defaults)
 
 
+def complete_series(raw: dict) -> dict:
+    """A new series run's raw config with the seed's Keras fit as its training defaults (`_series_train_defaults`)
+    under the keys it sets."""
+    train = raw.get("train", {})
+    if not isinstance(train, dict):
+        return raw  # the config check names the section
+    return {**raw, "train": {**dataclasses.asdict(_series_train_defaults()), **train}}
+
+
 def load_series_config(path: Path | str | None, overrides: list[str] | None = None) -> SeriesExperimentConfig:
-    base = {"train": dataclasses.asdict(_series_train_defaults())}
-    if path is None:
-        return load_config(SeriesExperimentConfig, None, overrides, base=base)
-    data = read_config_file(path)
-    data["train"] = {**base["train"], **data.get("train", {})}
-    return from_dict(SeriesExperimentConfig, apply_overrides(data, list(overrides or [])))
+    data = read_config_file(path) if path is not None else {}
+    return from_dict(SeriesExperimentConfig, complete_series(apply_overrides(data, list(overrides or []))))
 
 
 def is_series_config(raw: dict) -> bool:
@@ -214,51 +196,6 @@ def make_splits(cfg: SeriesDataConfig) -> SeriesSplits:
     tr, dv, te = order[:n_train - n_dev], order[n_train - n_dev:n_train], order[n_train:]
     train = SeriesDataset(X[tr], y[tr])
     return SeriesSplits(train, SeriesDataset(X[dv], y[dv]) if n_dev else train, SeriesDataset(X[te], y[te]), series)
-
-
-# ---------------------------------------------------------------------------------------------- model
-class SeriesRNN(nn.Module):
-    """RNN over a window, then Dense(1) on the last state or on the attention context.
-
-    Shape:
-        x (B, T) or (B, T, 1) -> prediction (B,), attention weights (B, T) or None.
-    """
-
-    def __init__(self, cfg: SeriesModelConfig, window: int) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.rnn = RNNLayer(cfg.cell, 1, cfg.hidden_dim, impl="scratch", keras_bias=cfg.keras_bias)
-        self.attention = LearnedQueryAttention(cfg.hidden_dim, window) if cfg.attention else None
-        self.dense = nn.Linear(cfg.hidden_dim, 1)
-        if cfg.init == "keras":
-            self._keras_init()
-
-    @torch.no_grad()
-    def _keras_init(self) -> None:
-        for cell in self.rnn.cells:
-            nn.init.xavier_uniform_(cell.weight_ih)  # glorot_uniform over (I, G*H), symmetric in fan in/out
-            H = cell.hidden_size
-            for g in range(cell.gates):  # Keras: one orthogonal (H, G*H) matrix; here one per gate block
-                nn.init.orthogonal_(cell.weight_hh[g * H:(g + 1) * H])
-            cell.bias_ih.zero_()
-            if cell.bias_hh is not None:
-                cell.bias_hh.zero_()
-            if self.cfg.cell == "lstm":
-                cell.bias_ih[H:2 * H] = 1.0  # Keras' unit_forget_bias
-        nn.init.xavier_uniform_(self.dense.weight)
-        self.dense.bias.zero_()
-
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor | None]:
-        if x.dim() == 2:
-            x = x[:, :, None]  # (B, T, 1)
-        h, _ = self.rnn(x)  # (B, T, H)
-        weights = None
-        if self.attention is not None:
-            summary, weights = self.attention(h)  # (B, H), (B, T)
-        else:
-            summary = h[:, -1]  # (B, H): h_T
-        out = self.dense(summary)[:, 0]  # (B,)
-        return (torch.tanh(out) if self.cfg.output_activation == "tanh" else out), weights
 
 
 # ---------------------------------------------------------------------------------------------- task

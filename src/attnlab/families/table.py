@@ -4,7 +4,7 @@ A family declares its config class, how a raw config (a file, or RUN_DIR/config.
 data, tokenizers and model are built, what it hands the trainer (`attnlab.training.trainer.Training`), how a run is
 evaluated and summarised, and what it can do beyond that: its abilities (translate, generate, classify, regress),
 its explorer hooks (`attnlab.families.base.Explorer`: every attention map of an input, what the server says of a
-run, what an input costs) and its CTranslate2 and Hugging Face exports (and import). The run pipeline (`attnlab.app.workflow`: train, resume,
+run, what an input costs) and its CTranslate2 and Hugging Face exports (and import). The run pipeline (`attnlab.runs.workflow`: train, resume,
 load, evaluate, summary) calls these functions and nothing else, and the apps (server, explorer, report, export)
 ask the row, never the family's name: adding a family is adding a row here, not copying a pipeline or a branch.
 
@@ -41,7 +41,7 @@ def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool], export: s
     network."""
     return Family(
         name=name, title=title, config_class=translation.ExperimentConfig, recognise=recognise,
-        load_config=translation.load_experiment, load_data=translation.load_seq2seq_data,
+        load_data=translation.load_seq2seq_data,
         make_tokenizers=translation.make_seq2seq_tokenizers, build_model=translation.build_seq2seq,
         initialise=translation.init_seq2seq, complete=translation.resolve_init, training=translation.seq2seq_training,
         evaluate=translation.evaluate_seq2seq, format_eval=translation.format_seq2seq_eval,
@@ -52,28 +52,28 @@ def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool], export: s
 
 FAMILIES: tuple[Family, ...] = (
     Family(name="lm", title="decoder-only Transformer LM", config_class=lm.LMExperimentConfig,
-           recognise=lm.is_lm_config, load_config=lm.load_lm_config, load_data=lambda cfg, tokenizers: lm.load_text(cfg.data),
+           recognise=lm.is_lm_config, load_data=lambda cfg, tokenizers: lm.load_text(cfg.data),
            make_tokenizers=lm.make_lm_tokenizers, build_model=lm.build_lm, training=lm.lm_training,
            evaluate=lm.evaluate_lm, format_eval=lm.format_lm_eval, summary_inputs=lm.lm_summary_inputs,
            abilities=frozenset({"generate"}),
            explorer=Explorer(lm.explore_generation, lm.lm_explorer_facts, lm.lm_tokens, empty_input=True),
            export="generator", hf_kind="causal-lm", hf_import=lm.imported_lm_config),
     Family(name="pair", title="sentence-pair classifier", config_class=pairs.ParaphraseConfig,
-           recognise=pairs.is_paraphrase_config, load_config=pairs.load_paraphrase_config,
+           recognise=pairs.is_paraphrase_config,
            load_data=lambda cfg, tokenizers: pairs.load_pairs(cfg), make_tokenizers=pairs.make_pair_tokenizers, build_model=pairs.build_pair_model,
            training=pairs.pair_training, evaluate=pairs.evaluate_pairs, format_eval=pairs.format_pair_eval,
            summary_inputs=pairs.pair_summary_inputs, abilities=frozenset({"classify"}),
            uses_tokenizers=lambda cfg: cfg.model.family != "minilm",  # MiniLM's WordPiece comes with its weights
            explorer=Explorer(pairs.explore_pair, pairs.pair_explorer_facts, pairs.pair_tokens, sentences=2)),
     Family(name="series", title="many-to-one series regressor", config_class=series.SeriesExperimentConfig,
-           recognise=series.is_series_config, load_config=series.load_series_config,
+           recognise=series.is_series_config, complete=series.complete_series,
            load_data=lambda cfg, tokenizers: series.make_splits(cfg.series), make_tokenizers=lambda cfg, data: None,
            build_model=series.build_series_model, training=series.series_training,
            evaluate=series.evaluate_series, format_eval=series.format_series_eval,
            summary_inputs=series.series_summary_inputs, abilities=frozenset({"regress"}),
            uses_tokenizers=lambda cfg: False),
     Family(name="bert", title="BERT-class encoder", config_class=bert.BertExperimentConfig,
-           recognise=bert.is_bert_config, load_config=bert.load_bert_config, load_data=bert.not_trained,
+           recognise=bert.is_bert_config, load_data=bert.not_trained,
            make_tokenizers=bert.not_trained, build_model=bert.build_bert, training=bert.not_trained,
            evaluate=bert.not_trained, format_eval=str, summary_inputs=bert.bert_summary_inputs,
            abilities=frozenset(),  # explored only: `attnlab serve`, `plot explore`, Run.explore
@@ -102,8 +102,10 @@ def family_of(cfg: Any) -> Family:
 
 
 def load_family_config(path: Path | str, overrides: list[str] | None = None) -> tuple[Family, Any]:
-    """(family, typed config) of a config file plus `--set` overrides."""
-    cfg = family_of_config(apply_overrides(read_config_file(path), list(overrides or []))).load_config(path, overrides)
+    """(family, typed config) of a config file plus `--set` overrides: the one reader of a config file (the file
+    read once, its family looked up, the config completed and typed once)."""
+    raw = apply_overrides(read_config_file(path), list(overrides or []))
+    cfg = family_of_config(raw).new_config(raw)
     return family_of(cfg), cfg  # a config completed from pretrained.init (no [model] of its own) is its run's row
 
 

@@ -1,5 +1,5 @@
 """A translation experiment (the RNN and Transformer encoder-decoder families): its typed config (data,
-tokenizer, model, train, decode) and the functions the one run pipeline (`attnlab.app.workflow`) calls for it: load
+tokenizer, model, train, decode) and the functions the one run pipeline (`attnlab.runs.workflow`) calls for it: load
 the corpus, train the tokenizers, build the model, hand the trainer its datasets and dev BLEU, evaluate BLEU/chrF;
 and its explorer hooks (every attention map of a translation, what the server says of a run, what a sentence
 costs). Plain functions, no registries; `attnlab.families.table` lists them.

@@ -1,11 +1,11 @@
 """BERT-class encoders in from Hugging Face (Devlin et al. 2019; `transformers`' BertModel and the BertFor*
 classes), called by `attnlab.interop.huggingface` for the "encoder" kind (the family row's `hf_kind`): the folder
 becomes a run of the family whose model is MiniLM's BERT encoder in attnlab's layers
-(`attnlab.families.pretrained.BertEncoder`, `attnlab.families.bert`): word + position + token-type embeddings,
+(`attnlab.nn.bert.BertEncoder`, `attnlab.families.bert`): word + position + token-type embeddings,
 the embedding LayerNorm, post-norm layers, GELU, LayerNorm epsilon 1e-12 (as config.json says). Read with
 safetensors and JSON only (`attnlab.interop.hf_folder`).
 
-The encoder's tensors are kept and renamed (`attnlab.families.pretrained.bert_key_map`, a leading "bert."
+The encoder's tensors are kept and renamed (`attnlab.families.minilm.bert_key_map`, a leading "bert."
 stripped); the heads a BertFor* class puts on top (the masked-LM head "cls.*", a classifier, BertModel's pooler)
 are left out and listed in RUN_DIR/imported.json. The tokenizer is the folder's own (tokenizer.json, or BERT's
 vocab.txt built into one as `transformers`' BertTokenizer builds it: BertNormalizer with the folder's
@@ -27,7 +27,7 @@ from torch import Tensor
 from attnlab.core.config import MAX_LAYERS, MAX_LEN, MAX_VOCAB
 from attnlab.core.errors import AttnlabError
 from attnlab.data.tokenizers import ImportedTokenizer
-from attnlab.families.pretrained import UNUSED_KEYS, bert_key_map
+from attnlab.families.minilm import UNUSED_KEYS, bert_key_map
 from attnlab.interop.hf_folder import (Imported, choice, gather_rows, parse_tokenizer, read_weights, setting,
                                        special_rows, tensor)
 

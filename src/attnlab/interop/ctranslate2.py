@@ -21,7 +21,7 @@ RNN models).
 An export is written like a checkpoint (`export_ctranslate2`): into a new private folder, then renamed into place,
 with attnlab.json (MANIFEST) recording the checkpoint's and the tokenizer's SHA-256 and every file's; nothing is
 written through a symlink. Before an export is loaded, `check_export` holds it against its manifest and the run's
-tokenizer: `attnlab.app.workflow` rebuilds the run's own export when it is stale or damaged, and refuses an export
+tokenizer: `attnlab.runs.workflow` rebuilds the run's own export when it is stale or damaged, and refuses an export
 named with --ct2-model with one line naming the file.
 
 Shape legend: D d_model, V vocabulary, N layers.
@@ -233,7 +233,7 @@ def export_ctranslate2(run: LoadedRun, out: Path | str | None = None, quantizati
                        source: dict | None = None) -> Path:
     """Writes the CTranslate2 model of a loaded Transformer translation run (for `ctranslate2.Translator`) or
     language-model run (for `ctranslate2.Generator`) to `out` (default `ctranslate2_dir`); returns the directory.
-    The weights are quantized as asked (int8: 8-bit weights, float32 compute). `attnlab.app.workflow.export_run`
+    The weights are quantized as asked (int8: 8-bit weights, float32 compute). `attnlab.runs.workflow.export_run`
     loads the run and calls this.
 
     The export is written like a checkpoint: everything goes into a new private folder beside `out` (CTranslate2

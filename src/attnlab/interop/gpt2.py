@@ -4,7 +4,7 @@ layers with fairseq's scaled embeddings), called by `attnlab.interop.huggingface
 (the family row's `hf_kind`). Read and written with safetensors and JSON only (`attnlab.interop.hf_folder`).
 
 Import: a GPT2LMHeadModel (or GPT2Model) folder becomes an ordinary language-model run whose settings say what
-GPT-2 is (`attnlab.families.lm.LMModelConfig`): learned positions, no sqrt(D) embedding scale, pre-norm with the
+GPT-2 is (`attnlab.nn.lm.LMModelConfig`): learned positions, no sqrt(D) embedding scale, pre-norm with the
 final LayerNorm, its activation (gelu_new: the tanh GELU), biases, its LayerNorm epsilon, the output layer tied to
 the embeddings (or not, as the folder says). Its tokenizer is the folder's own (tokenizer.json, or GPT-2's
 vocab.json + merges.txt built into one as `transformers`' GPT2Tokenizer builds it), run by the `tokenizers`

@@ -26,7 +26,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from attnlab.core.checkpoint import FLOAT_DTYPES, read_tensors, save_weights, step_name, write_best
+from attnlab.core.checkpoint import FLOAT_DTYPES, read_tensors, write_weights_run
 from attnlab.core.config import MAX_DIM
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import atomic_write, atomic_write_bytes, new_folder, read_json, replace_folder, write_json
@@ -264,10 +264,7 @@ def write_run(out: Path, raw: dict, pair: TokenizerPair, model: nn.Module, impor
     try:
         write_json(tmp / "config.json", raw, tmp)
         save_tokenizers(pair, tmp / "tokenizer")
-        ckpt = tmp / "checkpoints"
-        save_weights(model, ckpt / f"{step_name(0)}.safetensors", tmp)
-        write_json(ckpt / "latest.json", {"step": 0, "name": step_name(0)}, tmp)
-        write_best(ckpt, 0, None)
+        write_weights_run(tmp, model)
         write_json(tmp / "imported.json", imported, tmp)
         replace_folder(tmp, out)
     except BaseException:

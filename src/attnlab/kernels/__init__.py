@@ -8,6 +8,8 @@ plain twin and a test that holds the two equal (values and gradients).
   (CPU), twins tanh and a matrix product;
 - `dropout`: a mask of 16-bit random numbers (CPU), twin `F.dropout`;
 - `loss`: label-smoothed cross-entropy with its gradient in the same pass (CPU training), twin `F.cross_entropy`;
+- `linear_ce`: the output layer and that loss in one, a block of rows at a time, the (N, V) logits never whole,
+  twin `F.linear` + `F.cross_entropy`;
 - `memory`: glibc's malloc keeping freed memory for the next step, twin glibc's own thresholds.
 
 One switch turns them all off: ``ATTNLAB_KERNELS=0`` for a process (`make test-plain` runs the suite so), or

@@ -1,22 +1,20 @@
 // attnlab explorer, the classroom pieces (issue 39): projector mode, the sentence filter of pair maps, the
-// single-head shortcut. Uses app.js's el, q, esc, large, currentMap, wordsOn, render, paintWeights, rowMax,
-// selectedHeads; app.js calls these from its views.
-"use strict";
+// single-head shortcut. The views call these; the address's ?projector=1 is read here (?theme= in state.js).
+import {PAGE_PARAMS, currentMap, el, large, layerWeights, paintWeights, q, render, rowMax, wordsOn} from "./state.js";
 
 // ------------------------------------------------------------------------------------------ projector mode
 // one full-width panel (the second is hidden), the heatmap fitted to the panel's width with its token names
 // thinned (every k-th, each whole, full names on hover). The toggle is each panel's "projector" button (one state
 // for the page) and the URL: ?projector=1, with ?theme=dark (or light, auto) for the dark theme on this page only
-const PAGE_PARAMS = new URLSearchParams(location.search);
 const MAX_FIT_CELL = 160;  // px: a short map's cells grow to use the width (issue 46), up to this
 const FIT_FONT = 24;  // px: projector labels read from the back of a room (28 with "large text")
 
 // a piece as a reader writes it on the projector: the word-start mark ("_" or "\u2581") dropped, "</s>" kept
 function spoken(s) { return s.length > 1 && (s[0] === "_" || s[0] === "\u2581") ? s.slice(1) : s; }
 
-function projectorOn() { return document.body.classList.contains("projector"); }
+export function projectorOn() { return document.body.classList.contains("projector"); }
 
-function setProjector(on) {
+export function setProjector(on) {
   document.body.classList.toggle("projector", on);
   document.querySelectorAll("button.projector").forEach(b => b.setAttribute("aria-pressed", String(on)));
   try {  // the address says it, so that a link opens the same way (a file:// page may refuse: it then stays)
@@ -27,13 +25,8 @@ function setProjector(on) {
   document.querySelectorAll(".panel").forEach(p => { if (p.result) render(p); });
 }
 
-// the URL's ?theme= (a choice for this page, not remembered) and ?projector=1, before the first render
-function urlTheme() {
-  const v = PAGE_PARAMS.get("theme");
-  return v === "dark" || v === "light" || v === "auto" ? v : null;
-}
-
-function applyUrlProjector() {
+// the URL's ?projector=1, before the first render
+export function applyUrlProjector() {
   const v = PAGE_PARAMS.get("projector");
   document.body.classList.toggle("projector", v !== null && v !== "0" && v !== "false");
 }
@@ -64,7 +57,7 @@ function scrollbarWidth() {
 // per weight on a canvas scaled up, every k-th token name beside its row and above its column; hovering a cell
 // or a name outlines its row and column, shows both names whole at their places and prints "row -> column:
 // weight" above the map; the source strip is shaded by the row's weights
-function fittedHeatmap(panel, box, w, rows, cols, vmax) {
+export function fittedHeatmap(panel, box, w, rows, cols, vmax) {
   rows = rows.map(spoken);
   cols = cols.map(spoken);
   const R = rows.length, C = cols.length, font = large() ? FIT_FONT + 4 : FIT_FONT, line = Math.ceil(font * 1.25);
@@ -153,7 +146,7 @@ function fittedHeatmap(panel, box, w, rows, cols, vmax) {
 const PAIR_FILTERS = {all: "all", aa: "A\u2192A", ab: "A\u2192B", ba: "B\u2192A", bb: "B\u2192B"};
 
 // the filter's rows [r0, r1) and columns [c0, c1) of `map` (words: its word-level labels), or null for all
-function pairSlice(panel, map, words = wordsOn(panel)) {
+export function pairSlice(panel, map, words = wordsOn(panel)) {
   const choice = q(panel, ".pair").value;
   if (map.split === null || map.split === undefined || choice === "all") return null;
   const split = words ? map.split_words : map.split;
@@ -163,18 +156,18 @@ function pairSlice(panel, map, words = wordsOn(panel)) {
           c1: cols === "a" ? split : m, name: PAIR_FILTERS[choice], key: choice.toUpperCase()};
 }
 
-function sliceLabels(s, list) { return s ? list.slice(s.c0, s.c1) : list; }
+export function sliceLabels(s, list) { return s ? list.slice(s.c0, s.c1) : list; }
 
 function sliceMatrix(s, mat) { return s ? mat.slice(s.r0, s.r1).map(row => row.slice(s.c0, s.c1)) : mat; }
 
 // one layer's [head][row][col] weights of the current map, cut to the sentence filter's block
-async function viewWeights(panel, key, layer) {
+export async function viewWeights(panel, key, layer) {
   const s = pairSlice(panel, currentMap(panel));
   return (await layerWeights(panel, key, layer)).map(h => sliceMatrix(s, h));
 }
 
 // the neuron view's map and payload cut to the block (it shows pieces, not words)
-function pairNeuron(panel, map, n) {
+export function pairNeuron(panel, map, n) {
   const s = pairSlice(panel, map, false);
   if (!s) return [map, n];
   const cut = {...n, q: n.q.slice(s.r0, s.r1), k: n.k.slice(s.c0, s.c1), scores: sliceMatrix(s, n.scores),
@@ -187,7 +180,7 @@ function pairNeuron(panel, map, n) {
 // bertviz's shortcut: double-clicking a head (its name in the head picker or the model view, a thumbnail, a line
 // of the head view) shows that head alone; double-clicking it again shows every head. The head picker holds the
 // choice for the head view and the model view alike
-function soloHead(panel, h) {
+export function soloHead(panel, h) {
   const boxes = [...panel.querySelectorAll(".head-picker input")];
   const alone = boxes.every(b => b.checked === (Number(b.value) === h));
   boxes.forEach(b => { b.checked = alone || Number(b.value) === h; });

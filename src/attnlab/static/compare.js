@@ -2,7 +2,9 @@
 // each row a model's translation and its attention map on one shared scale (0 to 1: the same colour is the same
 // weight in every map), with the uniform weight 1/n marked, and the models' test BLEU by source length from their
 // evaluations. Opened by #compare in the address (`attnlab serve --pretrained` prints that address) or the page's
-// "compare models" link. Self-contained: it reads the same JSON API as the explorer and shares no globals with it.
+// "compare models" link. It reads the same JSON API as the explorer and shares only the DOM helpers with it; app.js
+// starts it (`startCompare`: nothing on a page without the compare section, as a notebook's inline explorer).
+import {el, svgEl} from "./state.js";
 
 const CMP = {
   ramp: [13, 71, 161],  // the weight ramp's top, as the explorer's heatmap (style.css: --ramp-lo is its 0 end)
@@ -10,20 +12,6 @@ const CMP = {
   minCell: 14,  // px: a longer sentence scrolls inside its row rather than shrink its cells below this
   maxCell: 96,
 };
-
-function cmpEl(tag, attrs = {}, text = "") {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-  if (text) e.textContent = text;
-  return e;
-}
-
-function cmpSvg(tag, attrs = {}, text = "") {
-  const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
-  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-  if (text) e.textContent = text;
-  return e;
-}
 
 // a piece's label as a reader writes it: the word-start mark ("_" in the API's labels) dropped, "</s>" kept
 function cmpLabel(s) { return s.length > 1 && s.startsWith("_") ? s.slice(1) : s; }
@@ -63,28 +51,28 @@ function cmpHeatmap(box, w, rows, cols) {
   const labelWidth = Math.ceil(Math.max(...rows.map(s => s.length), 4) * fontPx * 0.62) + 8;
   const [cw, ch] = cmpCell(box, cols.length, rows.length, labelWidth, fontPx);
   const colHeight = Math.ceil(Math.max(...cols.map(s => s.length), 4) * fontPx * 0.62) + 8;
-  const svg = cmpSvg("svg", {class: "cmp-map", width: labelWidth + cw * cols.length + 2,
+  const svg = svgEl("svg", {class: "cmp-map", width: labelWidth + cw * cols.length + 2,
                              height: colHeight + ch * rows.length + 2, "data-cell": cw, "data-cell-height": ch,
                              "data-rows": rows.length, "data-cols": cols.length});
-  svg.append(cmpSvg("rect", {class: "cmp-base", x: labelWidth, y: colHeight, width: cw * cols.length,
+  svg.append(svgEl("rect", {class: "cmp-base", x: labelWidth, y: colHeight, width: cw * cols.length,
                              height: ch * rows.length}));
   cols.forEach((s, j) => {
     const x = labelWidth + cw * (j + 0.5), y = colHeight - 6;
-    svg.append(cmpSvg("text", {class: "cmp-col", x, y, transform: `rotate(-90 ${x} ${y})`,
+    svg.append(svgEl("text", {class: "cmp-col", x, y, transform: `rotate(-90 ${x} ${y})`,
                                "dominant-baseline": "middle"}, s));
   });
   rows.forEach((s, i) => {
-    svg.append(cmpSvg("text", {class: "cmp-row", x: labelWidth - 6, y: colHeight + ch * (i + 0.5),
+    svg.append(svgEl("text", {class: "cmp-row", x: labelWidth - 6, y: colHeight + ch * (i + 0.5),
                                "text-anchor": "end", "dominant-baseline": "middle"}, s));
     w[i].forEach((x, j) => {
-      const rect = cmpSvg("rect", {class: "cmp-cell", x: labelWidth + cw * j, y: colHeight + ch * i,
+      const rect = svgEl("rect", {class: "cmp-cell", x: labelWidth + cw * j, y: colHeight + ch * i,
                                    width: cw, height: ch, "data-w": x.toFixed(4),
                                    fill: `rgba(${CMP.ramp.join(", ")}, ${Math.min(1, x).toFixed(3)})`});
-      rect.append(cmpSvg("title", {}, `${s} \u2192 ${cols[j]}: ${x.toFixed(3)}`));
+      rect.append(svgEl("title", {}, `${s} \u2192 ${cols[j]}: ${x.toFixed(3)}`));
       svg.append(rect);
     });
   });
-  const wrap = cmpEl("div", {class: "cmp-map-box"});
+  const wrap = el("div", {class: "cmp-map-box"});
   wrap.append(svg);
   box.append(wrap);
 }
@@ -92,22 +80,22 @@ function cmpHeatmap(box, w, rows, cols) {
 // the shared scale, once: 0 to 1, with the uniform weight 1/n of this sentence's n source pieces marked
 function cmpLegend(n) {
   const u = 1 / Math.max(1, n);
-  const box = cmpEl("div", {class: "cmp-legend", "data-uniform": u.toFixed(4)});
-  const ramp = cmpEl("span", {class: "cmp-ramp"});
-  ramp.append(cmpEl("span", {class: "cmp-uniform", style: `left: calc(${(100 * u).toFixed(2)}% - 3px)`,
+  const box = el("div", {class: "cmp-legend", "data-uniform": u.toFixed(4)});
+  const ramp = el("span", {class: "cmp-ramp"});
+  ramp.append(el("span", {class: "cmp-uniform", style: `left: calc(${(100 * u).toFixed(2)}% - 3px)`,
                              title: `uniform weight 1/${n} = ${u.toFixed(3)}`}));
-  box.append(cmpEl("span", {}, "0"), ramp, cmpEl("span", {}, "1"),
-             cmpEl("span", {class: "cmp-uniform-note"}, `\u25b2 uniform 1/n = ${u.toFixed(3)} (n = ${n} source pieces)`),
-             cmpEl("span", {class: "cmp-note"}, "every map on this one scale: rows output pieces, columns source pieces"));
+  box.append(el("span", {}, "0"), ramp, el("span", {}, "1"),
+             el("span", {class: "cmp-uniform-note"}, `\u25b2 uniform 1/n = ${u.toFixed(3)} (n = ${n} source pieces)`),
+             el("span", {class: "cmp-note"}, "every map on this one scale: rows output pieces, columns source pieces"));
   return box;
 }
 
 // test BLEU by source length of every model with an evaluation (its eval/test.json), one line each
 function cmpChart(models) {
   const scored = models.filter(m => m.bleu_by_length && m.bleu_by_length.length);
-  const box = cmpEl("figure", {class: "cmp-chart"});
+  const box = el("figure", {class: "cmp-chart"});
   if (!scored.length) {
-    box.append(cmpEl("figcaption", {}, "BLEU by source length: no served model has a test evaluation " +
+    box.append(el("figcaption", {}, "BLEU by source length: no served model has a test evaluation " +
                                         "(attnlab evaluate RUN writes one)"));
     return box;
   }
@@ -116,33 +104,33 @@ function cmpChart(models) {
   const W = 720, H = 360, L = 70, B = 60, T = 20, R = 230;
   const x = k => L + (W - L - R) * (buckets.length === 1 ? 0.5 : k / (buckets.length - 1));
   const y = v => T + (H - T - B) * (1 - v / (Math.ceil(top / 5) * 5));
-  const svg = cmpSvg("svg", {viewBox: `0 0 ${W} ${H}`, class: "cmp-chart-svg", role: "img",
+  const svg = svgEl("svg", {viewBox: `0 0 ${W} ${H}`, class: "cmp-chart-svg", role: "img",
                              "aria-label": "test BLEU by source length in words"});
   for (let v = 0; v <= Math.ceil(top / 5) * 5; v += 5) {
-    svg.append(cmpSvg("line", {x1: L, x2: W - R, y1: y(v), y2: y(v), class: "cmp-grid"}));
-    svg.append(cmpSvg("text", {x: L - 8, y: y(v), "text-anchor": "end", "dominant-baseline": "middle"}, String(v)));
+    svg.append(svgEl("line", {x1: L, x2: W - R, y1: y(v), y2: y(v), class: "cmp-grid"}));
+    svg.append(svgEl("text", {x: L - 8, y: y(v), "text-anchor": "end", "dominant-baseline": "middle"}, String(v)));
   }
-  buckets.forEach((b, k) => svg.append(cmpSvg("text", {x: x(k), y: H - B + 26, "text-anchor": "middle"}, b)));
-  svg.append(cmpSvg("text", {x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle"}, "source length (words)"));
-  svg.append(cmpSvg("text", {x: 16, y: (T + H - B) / 2, transform: `rotate(-90 16 ${(T + H - B) / 2})`,
+  buckets.forEach((b, k) => svg.append(svgEl("text", {x: x(k), y: H - B + 26, "text-anchor": "middle"}, b)));
+  svg.append(svgEl("text", {x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle"}, "source length (words)"));
+  svg.append(svgEl("text", {x: 16, y: (T + H - B) / 2, transform: `rotate(-90 16 ${(T + H - B) / 2})`,
                              "text-anchor": "middle"}, "test BLEU"));
   scored.forEach((m, i) => {
     const color = CMP.colors[i % CMP.colors.length];
     const pts = m.bleu_by_length.map(b => [x(buckets.indexOf(b.bucket)), y(b.bleu)]);
-    svg.append(cmpSvg("polyline", {points: pts.map(p => p.join(",")).join(" "), fill: "none", stroke: color,
+    svg.append(svgEl("polyline", {points: pts.map(p => p.join(",")).join(" "), fill: "none", stroke: color,
                                    "stroke-width": 4, class: "cmp-line", "data-model": m.name}));
     pts.forEach(([px, py], k) => {
-      const dot = cmpSvg("circle", {cx: px, cy: py, r: 6, fill: color});
-      dot.append(cmpSvg("title", {}, `${m.name}, ${m.bleu_by_length[k].bucket} words: BLEU ` +
+      const dot = svgEl("circle", {cx: px, cy: py, r: 6, fill: color});
+      dot.append(svgEl("title", {}, `${m.name}, ${m.bleu_by_length[k].bucket} words: BLEU ` +
                                      `${m.bleu_by_length[k].bleu.toFixed(2)} (${m.bleu_by_length[k].sentences} verses)`));
       svg.append(dot);
     });
     const ly = T + 10 + 30 * i;
-    svg.append(cmpSvg("line", {x1: W - R + 20, x2: W - R + 50, y1: ly, y2: ly, stroke: color, "stroke-width": 4}));
-    svg.append(cmpSvg("text", {x: W - R + 58, y: ly, "dominant-baseline": "middle", class: "cmp-legend-name"},
+    svg.append(svgEl("line", {x1: W - R + 20, x2: W - R + 50, y1: ly, y2: ly, stroke: color, "stroke-width": 4}));
+    svg.append(svgEl("text", {x: W - R + 58, y: ly, "dominant-baseline": "middle", class: "cmp-legend-name"},
                       m.name.replace(/^pretrained:/, "")));
   });
-  box.append(svg, cmpEl("figcaption", {}, "test BLEU (beam 5) by source length, from each model's evaluation " +
+  box.append(svg, el("figcaption", {}, "test BLEU (beam 5) by source length, from each model's evaluation " +
                                            "of the test verses"));
   return box;
 }
@@ -160,9 +148,9 @@ async function cmpRun(models, sentence) {
   rows.textContent = "";
   rows.dataset.state = "busy";
   const items = models.map(m => {
-    const row = cmpEl("section", {class: "cmp-model", "data-model": m.name, "data-state": "busy"});
-    row.append(cmpEl("h2", {}, `${m.name.replace(/^pretrained:/, "")}: ${m.family}, attention ${m.attention}`),
-               cmpEl("p", {class: "cmp-translation"}, "translating\u2026"));
+    const row = el("section", {class: "cmp-model", "data-model": m.name, "data-state": "busy"});
+    row.append(el("h2", {}, `${m.name.replace(/^pretrained:/, "")}: ${m.family}, attention ${m.attention}`),
+               el("p", {class: "cmp-translation"}, "translating\u2026"));
     rows.append(row);
     return row;
   });
@@ -180,7 +168,7 @@ async function cmpRun(models, sentence) {
     const cols = r.src_labels.map(cmpLabel);
     n = cols.length;
     if (w === null) {
-      row.append(cmpEl("p", {class: "cmp-none"}, "no attention: the decoder sees only the encoder's summary of " +
+      row.append(el("p", {class: "cmp-none"}, "no attention: the decoder sees only the encoder's summary of " +
                                                   "the whole sentence"));
     } else {
       cmpHeatmap(row, w, r.tgt_labels.slice(0, w.length).map(cmpLabel), cols);
@@ -193,7 +181,7 @@ async function cmpRun(models, sentence) {
   rows.dataset.state = "done";
 }
 
-async function cmpMain() {
+export async function startCompare() {
   const section = document.getElementById("compare");
   if (!section) return;
   const models = (await (await fetch("/api/models")).json()).filter(m => m.kind === "translation");
@@ -217,4 +205,3 @@ async function cmpMain() {
   section.dataset.ready = "1";
 }
 
-cmpMain();

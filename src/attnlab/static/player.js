@@ -5,9 +5,11 @@
 // W^O, heads concatenated, the chosen head's segment outlined), the output distribution's top 5 and the token
 // chosen, and for beam search the beam as a tree over the steps from the search's own trace (kept, pruned,
 // finished and unfinished candidates with their scores).
-// Loaded before app.js (one script when inlined): app.js's RENDERERS.player is renderPlayer; at call time it
-// uses app.js's el, svgEl, q, esc, colorOf, currentMap, fillLayerHead, selectedMatrix, layerWeights, getSteps.
-"use strict";
+import {colorOf, currentMap, el, getSteps, layerWeights, q, selectedMatrix, svgEl} from "./state.js";
+import {fillLayerHead} from "./maps.js";
+import {projectorOn} from "./classroom.js";
+import {hypothesisText} from "./decoding.js";
+import {standalone} from "./export.js";
 
 const PLAYER_SPEEDS = [["slow", 1200], ["normal", 600], ["fast", 150]];  // ms per step while playing
 const PLAYER_CSS = `
@@ -161,7 +163,7 @@ function playerButton(action, text, title) {
   return el("button", {type: "button", "data-action": action, title}, text);
 }
 
-async function renderPlayer(panel, box) {
+export async function renderPlayer(panel, box) {
   playerStyle();
   clearInterval(panel.playerTimer);
   const r = panel.result, steps = r.steps;
@@ -229,7 +231,7 @@ async function renderPlayer(panel, box) {
     ended = endedHypotheses(steps.tree);
     const best = ended.length ? ended[0].path : [];
     treeSvg = beamTreeSVG(steps.tree, best);
-    if (projectorOn()) {  // classroom.js: the tree drawn for 11 px labels, scaled to 24 px ones
+    if (projectorOn()) {  // projector mode: the tree drawn for 11 px labels, scaled to 24 px ones
       const k = 24 / 11;
       treeSvg.style.width = `${Math.ceil(k * Number(treeSvg.getAttribute("width")))}px`;
       treeSvg.style.height = `${Math.ceil(k * Number(treeSvg.getAttribute("height")))}px`;

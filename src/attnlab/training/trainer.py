@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader
 
 from attnlab.core.checkpoint import load_checkpoint, read_pointer, recover, save_checkpoint, step_name, write_best
 from attnlab.core.config import MAX_COUNT, MAX_LEN, MAX_SEED, MAX_THREADS, from_dict
-from attnlab.core.devices import amp_dtype, autocast, resolve_device
+from attnlab.core.devices import DEVICES, amp_dtype, autocast, resolve_device
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import append_line, atomic_write_text, make_dirs, real_dir
 from attnlab.core.logs import Progress
@@ -81,7 +81,7 @@ class TrainConfig:
 
     CHOICES: ClassVar[dict] = {"optimizer": ("adam", "adamw"),
                                "schedule": ("constant", "inverse_sqrt", "noam", "plateau"),
-                               "device": ("auto", "cpu", "cuda", "mps"), "amp": ("none", "auto", "bf16", "fp16")}
+                               "device": DEVICES, "amp": ("none", "auto", "bf16", "fp16")}
     LIMITS: ClassVar[dict] = {
         "seed": (0, MAX_SEED), "max_steps": (0, MAX_COUNT), "max_epochs": (0, MAX_COUNT),
         "max_minutes": (0.0, 1e7), "max_tokens": (1, 2**24), "pack_length": (0, MAX_LEN), "accum_steps": (1, 2**16),

@@ -3,9 +3,9 @@ packaged configs and `show`. `attnlab.app.api` re-exports all of it as the Pytho
 gives); it lives here, below `attnlab.app.server`, because the web app serves `Run`s, and the API above both
 starts the server (`api.serve`).
 
-Every call takes the same path as the command line (`attnlab.app.workflow`), so a run trained here is a run directory
+Every call takes the same path as the command line (`attnlab.runs.workflow`), so a run trained here is a run directory
 like any other, and a user's mistake is the same one-line `attnlab.AttnlabError`: each public function checks its
-arguments' types and ranges where it is entered (`attnlab.app.checks`), with the command line's limits
+arguments' types and ranges where it is entered (`attnlab.runs.checks`), with the command line's limits
 (`attnlab.core.config.MAX_BEAM`, ...).
 """
 
@@ -18,36 +18,35 @@ import importlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import torch
 
-from attnlab.app import views
-from attnlab.app.checks import (as_bool, as_int, as_optional_int, as_optional_number, as_optional_path,
-                                 as_optional_text, as_path, as_text, as_texts)
-from attnlab.app.explore import explore_run
-from attnlab.app.workflow import count_parameters, ctranslate2_translator, evaluate_run, load_run, summary
-from attnlab.app.workflow import train as train_run
 from attnlab.core.config import (MAX_BEAM, MAX_COUNT, MAX_LEN, MAX_SAMPLES, MAX_SEED, MAX_VOCAB, PACKAGED_CONFIGS,
                                  apply_overrides, from_dict, packaged_configs, read_config_file, resolve_config,
                                  to_dict)
 from attnlab.core.errors import AttnlabError
 from attnlab.core.logs import in_notebook, read_metrics
-from attnlab.data.corpus import normalize
+from attnlab.data.corpus import SPLITS, normalize
 from attnlab.data.store import Store
+from attnlab.decode.sampling import generate
 from attnlab.decode.translate import CTranslate2Translator, DecodeConfig, Translation, Translator
-from attnlab.families.base import EvalOptions, LoadedRun
+from attnlab.families.base import EvalOptions, Family, LoadedRun
 from attnlab.families.explorer import Recording
-from attnlab.families.lm import generate
-from attnlab.families.table import family_of, family_of_config, require
+from attnlab.families.table import family_of, family_of_config, load_family_config, require
 from attnlab.families.translation import prepare_corpus
+from attnlab.runs import views
+from attnlab.runs.checks import (as_bool, as_int, as_optional_int, as_optional_number, as_optional_path,
+                                 as_optional_text, as_path, as_text, as_texts)
+from attnlab.runs.explore import explore_run
+from attnlab.runs.workflow import count_parameters, ctranslate2_translator, evaluate_run, load_run, summary
+from attnlab.runs.workflow import train as train_run
 from attnlab.training.trainer import TrainerState
 
 log = logging.getLogger("attnlab")
 
 DATA_SUFFIXES = (".tsv", ".jsonl", ".json", ".txt")  # `corpus(path)`: a data file, not a config
 COMPRESSED = (".gz", ".xz", ".bz2")
-SPLITS = ("train", "dev", "test")
 CHECKPOINTS = ("best", "last")
 
 
@@ -125,13 +124,25 @@ def _value(v: Any) -> str:
     return str(v)
 
 
-def typed_config(config: Any, overrides: list[str]) -> tuple[Any, Any, str]:
+class TypedConfig(NamedTuple):
+    """A config read and typed once (`typed_config`): its family row, the typed config, and the name of its
+    default run directory. `train` takes it as it is."""
+
+    family: Family
+    cfg: object  # the family's config dataclass
+    name: str
+
+
+def typed_config(config: Any, overrides: list[str]) -> TypedConfig:
     """(family, typed config, name) of a config given as a path or packaged name, a dict or a typed config,
-    plus `--set` overrides; `name` is what the default run directory is called."""
+    plus `--set` overrides; `name` is what the default run directory is called. A `TypedConfig` without
+    overrides is returned as it is (the command line types a config once, then trains it)."""
+    if isinstance(config, TypedConfig):
+        if not overrides:
+            return config
+        config = config.cfg
     if isinstance(config, (str, Path)):
-        path = resolve_config(config)
-        family = family_of_config(apply_overrides(read_config_file(path), list(overrides)))
-        cfg, name = family.load_config(path, overrides), Path(config).stem
+        cfg, name = load_family_config(resolve_config(config), overrides)[1], Path(config).stem
     elif isinstance(config, Mapping):
         raw = apply_overrides(copy.deepcopy(dict(config)), list(overrides))
         cfg, name = family_of_config(raw).new_config(raw), "run"
@@ -141,7 +152,7 @@ def typed_config(config: Any, overrides: list[str]) -> tuple[Any, Any, str]:
     else:
         raise AttnlabError(f"config: give a config file, a packaged config's name (attnlab.configs()), a dict or a "
                            f"config object, not a {type(config).__name__}")
-    return family_of(cfg), cfg, name  # the overrides, or a config completed from pretrained.init, may change the row
+    return TypedConfig(family_of(cfg), cfg, name)  # overrides, or pretrained.init's run, may change the row
 
 
 # ---------------------------------------------------------------------------------------------- runs
@@ -246,7 +257,7 @@ class Run:
 
     def explore(self, sentence: str, sentence_b: str | None = None, beam: int | None = None,
                 max_new: int = 40) -> views.Exploration:
-        """Every attention map of one input (`attnlab.app.views.Exploration`, what `attnlab serve` shows): the
+        """Every attention map of one input (`attnlab.runs.views.Exploration`, what `attnlab serve` shows): the
         translation of a sentence (beam: the run's by default), a language model's greedy continuation of a
         prompt (max_new tokens), or a sentence pair (sentence_b). In a notebook it displays the explorer."""
         sentence, beam = as_text("sentence", sentence), as_optional_int("beam", beam, 1, MAX_BEAM)
@@ -374,9 +385,9 @@ def train(config: Any, out: Path | str | None = None, *, resume: bool = False,
     """Trains a config into a run directory and returns the run with its best weights.
 
     config: a config file, a packaged config's bare name ("demo", "bible-transformer-small"; see
-    `attnlab.configs()`), a dict of config sections, or a config object. Overrides as a dict of dotted keys
-    ({"train.max_steps": 50}) or keywords with a double underscore for the dot (train__max_steps=50). out: the
-    run directory (default runs/<config name>). resume=True continues the run in `out` (config None), where only
+    `attnlab.configs()`), a dict of config sections, a config object, or a `typed_config` result. Overrides as a
+    dict of dotted keys ({"train.max_steps": 50}) or keywords with a double underscore for the dot
+    (train__max_steps=50). out: the run directory (default runs/<config name>). resume=True continues the run in `out` (config None), where only
     its limits may change. Progress: a bar with loss and tokens/s (a notebook widget in Jupyter).
     """
     sets = override_list(overrides, **kw)

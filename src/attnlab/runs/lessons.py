@@ -8,7 +8,7 @@ their exponentials, the scale forgotten, torch's two GRU biases counted as Keras
 expected value is never shown before the answer is right. Nothing here raises on an answer: `...` (not
 answered yet), a string, a wrong shape are verdicts too.
 
-    from attnlab.app import lessons
+    from attnlab.runs import lessons
     lessons.softmax_weights([0.66, 0.24, 0.10], scores=[2.0, 1.0, 0.1])   # right: a Verdict, shown inline
 """
 

@@ -3,15 +3,15 @@
 
 The run's family records it: its row's explorer hooks (`attnlab.families.base.Explorer`, in the family's own
 module) know which maps its models have, and `attnlab.families.explorer` holds what they record with and what they
-return. Here the recording becomes an `attnlab.app.views.Exploration`, the recording with its views; a family
+return. Here the recording becomes an `attnlab.runs.views.Exploration`, the recording with its views; a family
 without explorer hooks is refused, naming the families that have them.
 """
 
 from __future__ import annotations
 
-from attnlab.app.views import Exploration
 from attnlab.families.base import LoadedRun
 from attnlab.families.table import explorer
+from attnlab.runs.views import Exploration
 
 
 def explore_run(run: LoadedRun, sentence: str, sentence_b: str | None = None, beam: int | None = None,

@@ -24,20 +24,21 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from attnlab.app.shipped import compact_run, run_path
 from attnlab.core.checkpoint import average_into, load_weights, resolve_checkpoint
 from attnlab.core.config import MAX_PARAMETERS, apply_overrides, to_dict
 from attnlab.core.devices import resolve_device
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import make_dirs, read_json, real_dir, write_json
 from attnlab.core.summary import format_table, layer_table
+from attnlab.data.corpus import SPLITS
 from attnlab.data.tokenizers import TokenizerPair, load_tokenizers, save_tokenizers
-from attnlab.decode.translate import CTranslate2Translator, Translator
+from attnlab.decode.translate import CTranslate2Translator
 from attnlab.families.base import EvalOptions, Family, LoadedRun
 from attnlab.families.table import family_of, family_of_config, load_family_config, require
 from attnlab.interop.ctranslate2 import (check_export, check_export_folder, ctranslate2_dir, export_ctranslate2,
                                          export_source, read_manifest)
 from attnlab.interop.huggingface import export_huggingface, import_huggingface
+from attnlab.runs.shipped import compact_run, run_path
 from attnlab.training.trainer import Trainer, TrainerState, Training
 
 log = logging.getLogger("attnlab")
@@ -196,7 +197,7 @@ def load_run(run_dir: Path | str, checkpoint: str = "best", device: str | torch.
              ability: str | None = None) -> LoadedRun:
     """A trained run of any family with its best or last weights, in eval mode on `device`; `ability`
     ("translate", "generate", "classify"): refuse, naming the right command, a run that cannot do it. `run_dir` may
-    be `pretrained:NAME`, a model that ships with attnlab (`attnlab.app.shipped`)."""
+    be `pretrained:NAME`, a model that ships with attnlab (`attnlab.runs.shipped`)."""
     run_dir = run_path(run_dir)
     family, raw = run_config(run_dir)
     if ability is not None:
@@ -210,23 +211,6 @@ def load_run(run_dir: Path | str, checkpoint: str = "best", device: str | torch.
     model = build_checked_model(family, cfg, tokenizers)
     load_weights(model, resolve_checkpoint(run_dir, checkpoint))
     return LoadedRun(run_dir, family, cfg, tokenizers, model.to(device).eval(), checkpoint, device)
-
-
-def load_translator(run_dir: Path | str, checkpoint: str = "best", device: str = "cpu", engine: str = "torch",
-                    model_dir: Path | str | None = None) -> Translator | CTranslate2Translator:
-    """The translator of a trained translation run (RNN or Transformer), best or last weights. engine
-    "ctranslate2": a Transformer run decoded by CTranslate2 with the run's tokenizers and decode settings, from
-    `model_dir` or the run's own float32 export (`ctranslate2_model`, made on first use)."""
-    run_dir = run_path(run_dir)
-    if engine == "ctranslate2":
-        family, raw = run_config(run_dir)
-        require(family, "translate", run_dir)
-        return ctranslate2_translator(run_dir, checkpoint, run_tokenizers(Path(run_dir)), family.from_dict(raw).decode,
-                                      model_dir)
-    if engine != "torch":
-        raise AttnlabError(f"unknown engine {engine!r}; choose torch or ctranslate2")
-    run = load_run(run_dir, checkpoint, device, ability="translate")
-    return Translator(run.model, run.tokenizers, run.cfg.decode, run.device)
 
 
 def ctranslate2_translator(run_dir: Path | str, checkpoint: str, tokenizers: TokenizerPair, decode: Any,
@@ -256,14 +240,14 @@ def export_run(run_dir: Path | str, out: Path | str | None = None, quantization:
     """Exports a Transformer translation or language-model run to CTranslate2 (`attnlab.interop.ctranslate2`;
     default RUN_DIR/ctranslate2-<checkpoint>-<quantization>) or a Transformer translation run to Hugging Face
     (`attnlab.interop.huggingface`, float32 only; default RUN_DIR/huggingface-<checkpoint>), or any run to a
-    compact attnlab run (`attnlab.app.shipped.compact_run`: float32, bfloat16 or int8 weights, no training state;
+    compact attnlab run (`attnlab.runs.shipped.compact_run`: float32, bfloat16 or int8 weights, no training state;
     default RUN_DIR-<quantization> beside the run); returns the folder.
     The checkpoint and tokenizer are hashed before the weights are loaded: a checkpoint that moves meanwhile makes
     the export stale, never wrongly current."""
     if to not in ("ctranslate2", "huggingface", "attnlab"):
         raise AttnlabError(f"--to {to!r}: choose ctranslate2, huggingface or attnlab")
     run_dir = run_path(run_dir)
-    if to == "attnlab":  # a compact run of any family (`attnlab.app.shipped`)
+    if to == "attnlab":  # a compact run of any family (`attnlab.runs.shipped`)
         if out is None:
             out = Path(run_dir).with_name(f"{Path(run_dir).name}-{quantization}")
         return compact_run(load_run(run_dir, checkpoint, "cpu"), out, quantization)
@@ -277,7 +261,7 @@ def export_run(run_dir: Path | str, out: Path | str | None = None, quantization:
 
 
 def average_run(run_dir: Path | str, last: int, out: Path | str | None = None) -> Path:
-    """A compact float32 run (`attnlab.app.shipped.compact_run`; default RUN_DIR-avgN beside the run) whose weights
+    """A compact float32 run (`attnlab.runs.shipped.compact_run`; default RUN_DIR-avgN beside the run) whose weights
     are the mean of the run's `last` newest checkpoints (`attnlab.core.checkpoint.average_into`), named in its
     card; it loads like any run. Returns the folder."""
     run_dir = run_path(run_dir)
@@ -318,17 +302,9 @@ def ctranslate2_model(run_dir: Path | str, checkpoint: str = "best", tokenizers:
     return out
 
 
-def evaluate(run_dir: Path | str, split: str = "test", checkpoint: str = "best", device: str = "auto",
-             options: EvalOptions = EvalOptions()) -> tuple[Family, dict]:
-    """The family's evaluation of a run on a split (BLEU/chrF, perplexity, accuracy, MSE); it writes its result
-    under RUN_DIR/eval/. Returns (family, result) so the caller can format it."""
-    run = load_run(run_dir, checkpoint, device)
-    return run.family, evaluate_run(run, split, options)
-
-
 def evaluate_run(run: LoadedRun, split: str = "test", options: EvalOptions = EvalOptions()) -> dict:
     """The family's evaluation of a loaded run on a split (`evaluate` for a run already in memory)."""
-    if split not in ("train", "dev", "test"):
+    if split not in SPLITS:
         raise AttnlabError(f"unknown split {split!r}; choose train, dev or test")
     if options.source is not None and "translate" not in run.family.abilities:
         raise AttnlabError(f"--source picks the English rendering of a translation run's source side; this is a "

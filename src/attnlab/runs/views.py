@@ -1,14 +1,14 @@
 """An exploration and its views: the attention maps of one input (`Exploration`), what the explorer page is sent
 (`summary`, `weights_payload`, `neuron_payload`), the words toggle, the files of `attnlab plot explore`, the
 explorer inline in a notebook (`exploration_html`, `Exploration._repr_html_`) and explorations of any attention
-a user computed (`attention_exploration`, what `attnlab.show` draws). `attnlab.app.explore` computes explorations
+a user computed (`attention_exploration`, what `attnlab.show` draws). `attnlab.runs.explore` computes explorations
 from trained runs (each family's explorer hook records them: `attnlab.families.explorer`).
 
 `merge_words` aggregates subword pieces into words (Clark et al. 2019, "What Does BERT Look At?", sec. 2:
 attention *to* a word is the sum over its pieces, attention *from* a word the mean over its pieces).
 
-`exploration_html` shows an exploration inline in a notebook: the explorer page (static/index.html, app.js,
-style.css) with its data embedded, in an iframe, offline.
+`exploration_html` shows an exploration inline in a notebook: the explorer page (static/index.html, its
+script modules joined by `explorer_script`, style.css) with its data embedded, in an iframe, offline.
 
 Shape legend: L layers, H heads, R rows (query tokens), C columns (key tokens), Dh head dim.
 """
@@ -512,19 +512,80 @@ def default_title(ex: Exploration) -> str:
     return f"attnlab explorer, {ex.family} run"
 
 
+# a module's import statement, the one form the explorer's modules use: named imports from a sibling module
+MODULE_IMPORT = re.compile(r'^import \{([\w\s,]+)\} from "\./([a-z]+\.js)";\n', re.M)
+# an exported declaration: a function or a const (whose binding never changes, so a copy of it is the live one)
+MODULE_EXPORT = re.compile(r"^export (?=(?:async function|function|const) (\w+))", re.M)
+# a top-level declaration (the modules keep their top level at column 0 and indent everything inside it)
+MODULE_TOP = re.compile(r"^(?:export )?(?:async function|function|const|let|var|class) (\w+)", re.M)
+
+
+def explorer_script(entry: str = "app.js") -> str:
+    """The explorer's ES modules (static/*.js, from `entry` through its imports) as one classic script, for a page
+    that has no server to load them from: a notebook's inline explorer (an <iframe srcdoc>) and `save_html`.
+
+    Why one script: a srcdoc frame or an HTML file has no URL that "./state.js" resolves against, and module scripts
+    from data: or blob: URLs cannot import each other by those names without an import map of generated URLs, which
+    a sandboxed or content-security-policed notebook frame may refuse; a bundler would be a build step and a
+    dependency. Instead, the modules are joined in the order the browser evaluates them (depth-first, each module's
+    imports before it, `entry` last) inside one strict-mode function scope, their `import` lines dropped and the
+    `export ` before a declaration removed. That is the modules' own semantics, which this checks and refuses
+    otherwise: every import is `import {a, b} from "./x.js";` of names that x.js exports (no renaming, default or
+    namespace import, so a name means the same declaration everywhere); every export is a function or a const (no
+    live `let` binding to lose); no two modules declare the same top-level name (one scope holds them all); and the
+    imports form no cycle.
+    """
+    modules: dict[str, str] = {}  # name: text, in the order they are reached
+    exports: dict[str, set[str]] = {}
+    order: list[str] = []  # evaluation order: a module after its imports
+
+    def visit(name: str, stack: tuple[str, ...]) -> None:
+        assert name not in stack, f"static/ modules import in a cycle: {' -> '.join((*stack, name))}"
+        if name in modules:
+            return
+        text = (STATIC / name).read_text(encoding="utf-8")
+        imports = MODULE_IMPORT.findall(text)
+        statements = re.findall(r"^import\b", text, re.M)
+        assert len(statements) == len(imports) and "import(" not in text and "import.meta" not in text, \
+            f"static/{name}: an import not of the form 'import {{a, b}} from \"./x.js\";'"
+        exported = MODULE_EXPORT.findall(text)
+        assert len(re.findall(r"^export\b", text, re.M)) == len(exported), \
+            f"static/{name}: an export that is not 'export function|async function|const NAME'"
+        assert not re.search(r"^[ \t]+(?:import|export)\b", text, re.M), f"static/{name}: an indented import or export"
+        modules[name] = text
+        for names, source in imports:
+            assert " as " not in f" {names} ", f"static/{name}: a renamed import from {source}"
+            visit(source, (*stack, name))
+            missing = set(names.replace(",", " ").split()) - exports[source]
+            assert not missing, f"static/{name} imports {sorted(missing)} from {source}, which does not export them"
+        exports[name] = set(exported)
+        order.append(name)
+
+    visit(entry, ())
+    owner: dict[str, str] = {}
+    for name in order:
+        text = modules[name]
+        assert not re.search(r"^(?:export )?(?:const|let|var) [\[{]", text, re.M), \
+            f"static/{name}: a top-level destructuring declaration (its names would go unchecked)"
+        for top in MODULE_TOP.findall(text):
+            assert top not in owner, f"static/{name} and static/{owner[top]} both declare {top} at the top level"
+            owner[top] = name
+    bodies = [f"// ---- static/{name}\n" + MODULE_EXPORT.sub("", MODULE_IMPORT.sub("", modules[name]))
+              for name in order]
+    return '(() => {\n"use strict";\n' + "\n".join(bodies) + "})();\n"
+
+
 def explorer_page(ex: Exploration, title: str | None = None) -> str:
-    """The explorer page (static/index.html) with its CSS, its script and `ex` inlined: a standalone HTML
-    document that shows the exploration without a server or a network."""
+    """The explorer page (static/index.html) with its CSS, its modules (`explorer_script`) and `ex` inlined: a
+    standalone HTML document that shows the exploration without a server or a network."""
     title = title or default_title(ex)
-    page, css, player, classroom, app = ((STATIC / name).read_text(encoding="utf-8")
-                                         for name in ("index.html", "style.css", "player.js", "classroom.js", "app.js"))
-    js = f"{player}\n{classroom}\n{app}"  # one script: player.js and classroom.js define what app.js's views use
+    page, css = ((STATIC / name).read_text(encoding="utf-8") for name in ("index.html", "style.css"))
+    js = explorer_script()
     assert "</script" not in js.lower() and "</style" not in css.lower(), "the scripts/style.css cannot be inlined"
     # "<" escaped: no "</script>" or "<!--" inside the JSON can end its script element
     data = json.dumps(embedded_data(ex, title), separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     parts = {'<link rel="stylesheet" href="/static/style.css">': f"<style>\n{css}</style>",
-             '<script src="/static/player.js"></script>\n': "", '<script src="/static/classroom.js"></script>\n': "",
-             '<script src="/static/app.js"></script>':
+             '<script type="module" src="/static/app.js"></script>':
                  f'<script type="application/json" id="attnlab-data">{data}</script>\n<script>\n{js}</script>',
              "<title>attnlab attention explorer</title>": f"<title>{html.escape(title)}</title>"}
     for old, new in parts.items():
@@ -545,15 +606,15 @@ def frame_height(ex: Exploration) -> int:
 
 def exploration_html(ex: Exploration, title: str | None = None, height: int | None = None) -> str:
     """The explorer of `ex` as an HTML snippet for a notebook output: an <iframe srcdoc> holding the explorer page
-    (`explorer_page`: index.html, style.css and app.js inlined, the data embedded as JSON). No CDN, no network:
-    it works in Jupyter, JupyterLab, VS Code and in a notebook exported to HTML (nbconvert). The frame follows
-    its content's height where the host lets it (`height` px at first; default from the token count).
+    (`explorer_page`: index.html, style.css and the explorer's modules inlined, the data embedded as JSON). No
+    CDN, no network: it works in Jupyter, JupyterLab, VS Code and in a notebook exported to HTML (nbconvert). The
+    frame follows its content's height where the host lets it (`height` px at first; default from the token count).
 
-    Size: the page itself (~48 KB), then every layer of every map twice, pieces and words, at 4 decimals
-    (`rounded`): about 14 bytes per weight of a map with the HTML escaping, plus, for maps with queries and keys
-    (a run's Transformer maps), every head's neuron payload (q, k, scores, weights). Measured for
-    `attention_exploration`: 2 layers x 4 heads x 12 x 12 tokens 65 KB, 6 x 12 x 13 x 13 220 KB, 6 x 8 x 50 x 50
-    1.7 MB; all of it is stored in the notebook file. Explore long inputs with `attnlab serve` instead.
+    Size: the page itself (~145 KB with the srcdoc's escaping), then every layer of every map twice, pieces and
+    words, at 4 decimals (`rounded`): about 14 bytes per weight of a map with the HTML escaping, plus, for maps with
+    queries and keys (a run's Transformer maps), every head's neuron payload (q, k, scores, weights). Measured for
+    `attention_exploration`: 2 layers x 4 heads x 12 x 12 tokens 163 KB, 6 x 12 x 13 x 13 320 KB, 6 x 8 x 50 x 50
+    1.8 MB; all of it is stored in the notebook file. Explore long inputs with `attnlab serve` instead.
     """
     title = title or default_title(ex)
     doc = explorer_page(ex, title)

@@ -22,12 +22,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnlab.core.checkpoint import QUANTIZATIONS, STEP_NAME, resolve_checkpoint, save_weights, step_name, write_best
+from attnlab.core.checkpoint import QUANTIZATIONS, STEP_NAME, resolve_checkpoint, write_weights_run
 from attnlab.core.errors import AttnlabError
+from attnlab.core.fileio import (atomic_write_text, cache_dir, check_replaceable_folder, file_sha256, new_folder,
+                                 read_json, replace_folder, sync_path, write_json)
 from attnlab.core.logs import read_metrics
-from attnlab.core.fileio import (atomic_write_text, check_replaceable_folder, file_sha256, new_folder, read_json,
-                                 replace_folder, sync_path, write_json)
-from attnlab.data.corpus import cache_dir
 from attnlab.families.base import LoadedRun
 
 log = logging.getLogger("attnlab")
@@ -249,11 +248,7 @@ def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", tit
             shutil.copy2(src / "metrics.jsonl", tmp / "metrics.jsonl")
         if (src / "tokenizer").is_dir():
             shutil.copytree(src / "tokenizer", tmp / "tokenizer")
-        ckpt = tmp / "checkpoints"
-        weights = ckpt / f"{step_name(step)}.safetensors"
-        save_weights(run.model, weights, tmp, quantization)
-        write_json(ckpt / "latest.json", {"step": step, "name": step_name(step)}, tmp)
-        write_best(ckpt, step, None)
+        write_weights_run(tmp, run.model, step, quantization)
         for file_name, result in evaluations.values():  # without the plot's path, which is not copied
             write_json(tmp / "eval" / file_name, {k: v for k, v in result.items() if k != "plot"}, tmp)
         evaluations = {source: result for source, (_, result) in evaluations.items()}
