@@ -177,7 +177,7 @@ DEPARTURES: dict[str, str] = {
     "model.tied_softmax": _ARCHITECTURE,
 }
 
-PROBE = "set on the command line after a short probe: issue 49 gives JoeyNMT any setting that makes it learn faster"
+PROBE = "set on the command line (issue 49 gives JoeyNMT any setting that makes it learn faster; the docs say whether a probe chose it)"
 
 
 @dataclass
