@@ -70,6 +70,10 @@ def main() -> None:
     ap.add_argument("--explorations", type=int, default=5000)
     ap.add_argument("--explore-memory", type=int, default=64, help="the server's budget in MiB")
     ap.add_argument("--clients", type=int, default=4, help="explorations in flight at once")
+    ap.add_argument("--warm-all", action="store_true",
+                    help="take the baseline after one exploration of every model, verse and beam (their working "
+                         "buffers, which the allocator keeps, then count as baseline; the warm-up explorations "
+                         "themselves stay in the budget); default: one greedy exploration of each model")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     port = free_port()
@@ -88,8 +92,10 @@ def main() -> None:
         else:
             raise SystemExit("the server did not start: " + server.stderr.read()[-2000:])
         names = [m["name"] for m in models]
-        for name in names:  # the baseline: models loaded, each model's exploration path warmed once
-            assert call(port, "POST", "/api/explore", {"model": name, "sentence": VERSES[0], "beam": 1})[0] == 200
+        warm = [{"model": name, "sentence": verse, "beam": beam} for name in names
+                for verse in (VERSES if args.warm_all else VERSES[:1]) for beam in (BEAMS if args.warm_all else (1,))]
+        for body in warm:  # the baseline: models loaded, their exploration paths warmed (every verse and beam)
+            assert call(port, "POST", "/api/explore", body)[0] == 200
         baseline = memory(server.pid)["VmRSS"]
         bodies = [{"model": names[i % len(names)], "sentence": VERSES[i % len(VERSES)],
                    "beam": BEAMS[(i // len(names)) % len(BEAMS)]} for i in range(args.explorations)]
@@ -114,6 +120,7 @@ def main() -> None:
         result = {
             "benchmark": "explore_memory", "runs": args.runs, "explorations": args.explorations,
             "explore_memory_mib": args.explore_memory, "clients": args.clients, "answers": statuses,
+            "warm_up_explorations": len(warm),
             "baseline_rss_mib": round(baseline, 1), "peak_rss_mib": round(peak_rss, 1),
             "end_rss_mib": round(end["VmRSS"], 1), "peak_hwm_mib": round(end["VmHWM"], 1),
             "growth_over_baseline_mib": round(peak_rss - baseline, 1),
