@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from attnlab.core.config import apply_overrides, from_dict, read_config_file
+from attnlab.core.config import from_dict
 from attnlab.data.tokenizers import TokenizerPair
 from attnlab.families.explorer import Recording
 from attnlab.training.trainer import Training
@@ -159,7 +159,3 @@ class Family:
         """The typed config of a new run's raw dict (a file's, a dict or a config object, overrides applied):
         `complete`d first, then validated key by key (a stored RUN_DIR/config.json is complete: `from_dict`)."""
         return from_dict(self.config_class, self.complete(data) if self.complete is not None else data)
-
-    def load_config(self, path: Path | str, overrides: list[str] | None = None) -> Any:
-        """The typed config of a config file plus `--set` overrides, as a new run's (`new_config`)."""
-        return self.new_config(apply_overrides(read_config_file(path), list(overrides or [])))
