@@ -2,7 +2,7 @@
 the CLI, each case its own `attnlab` process:
 
 - tamper: every tamper family (truncated, flipped-byte or zeroed model.bin; bad JSON in config.json;
-  decoder_start_token changed; layer_norm_epsilon 1e300 or -1; the vocabulary shuffled, an entry renamed or
+  decoder_start_token changed; layer_norm_epsilon 1e300, -1 or 0.5; the vocabulary shuffled, an entry renamed or
   missing) applied to the run's own export (`translate --engine ctranslate2`) and to an export named with
   `--ct2-model`, with the manifest as the export left it and re-hashed by the tamperer;
 - links: a symlink to a decoy at every position of an export folder (model.bin, config.json,
@@ -93,6 +93,7 @@ TAMPERS = {  # name: (file, what it does to the file's bytes)
                                                                       b'"decoder_start_token": "</s>"')),
     "layer_norm_epsilon 1e300": ("config.json", lambda b: b.replace(b"1e-05", b"1e300")),
     "layer_norm_epsilon -1": ("config.json", lambda b: b.replace(b"1e-05", b"-1")),
+    "layer_norm_epsilon 0.5": ("config.json", lambda b: b.replace(b"1e-05", b"0.5")),  # in range, not attnlab's
     "vocabulary shuffled": ("shared_vocabulary.json", lambda b: json.dumps(shuffled(json.loads(b))).encode()),
     "vocabulary entry renamed": ("shared_vocabulary.json",
                                  lambda b: json.dumps(json.loads(b)[:-1] + ["renamed"]).encode()),

@@ -342,6 +342,7 @@ TAMPERS = {  # name: (file, what it does to the file's bytes)
                                                               b'"decoder_start_token": "</s>"')),
     "layer_norm_epsilon 1e300": ("config.json", lambda b: b.replace(b"1e-05", b"1e300")),
     "layer_norm_epsilon -1": ("config.json", lambda b: b.replace(b"1e-05", b"-1")),
+    "layer_norm_epsilon 0.5": ("config.json", lambda b: b.replace(b"1e-05", b"0.5")),  # in range, not attnlab's
     "vocabulary shuffled": ("shared_vocabulary.json",
                             lambda b: json.dumps(shuffle(json.loads(b))).encode()),
     "vocabulary entry renamed": ("shared_vocabulary.json",

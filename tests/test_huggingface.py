@@ -127,6 +127,44 @@ def test_export_loads_and_computes_what_attnlab_computes(runs, tmp_path, name, c
     assert "2 steps" in card and "AutoModelForSeq2SeqLM.from_pretrained(DIR)" in card
 
 
+def test_a_pegasus_export_converts_with_ctranslate2s_own_converter(runs, tmp_path):
+    """Issue 47: `ct2-transformers-converter` (here its class, TransformersConverter) takes the pre-norm export
+    (Pegasus): CTranslate2 scores a target as attnlab does (1e-4) and decodes greedily to attnlab's tokens, starting
+    from attnlab's <s> (the converter starts a Pegasus decoder with the tokenizer's pad token)."""
+    ct2 = pytest.importorskip("ctranslate2")
+    from ctranslate2.converters import TransformersConverter
+
+    hf = tmp_path / "hf"
+    assert main(["export", str(runs["pre-all-gelu"]), "--to", "huggingface", "--out", str(hf)]) == 0
+    quiet(TransformersConverter(str(hf)).convert, str(tmp_path / "ct2"))
+    assert json.loads((tmp_path / "ct2/config.json").read_text())["decoder_start_token"] == "<s>"
+    tok = quiet(transformers.AutoTokenizer.from_pretrained, str(hf))
+    translator = ct2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    run = load_run(runs["pre-all-gelu"])
+    att, pair = run.model, run.tokenizers
+    texts = [s for s in SENTENCES if s.strip()]
+    src = [tok.convert_ids_to_tokens(tok(s).input_ids) for s in texts]
+    tgt = [tok.convert_ids_to_tokens(tok(text_target=t).input_ids)[:-1] for t in reversed(texts)]
+    scored = translator.score_batch(src, tgt)
+    ids = [pair.src.encode(s) + [EOS_ID] for s in texts]
+    y = [pair.tgt.encode(t) for t in reversed(texts)]
+    with torch.no_grad():
+        lp = att(pad(ids), torch.tensor([len(s) for s in ids]), pad([[BOS_ID] + t for t in y])).log_softmax(-1)
+    for b, res in enumerate(scored):
+        ours = lp[b, torch.arange(len(y[b]) + 1), torch.tensor(y[b] + [EOS_ID])]
+        assert len(res.log_probs) == len(y[b]) + 1
+        assert float((torch.tensor(res.log_probs) - ours).abs().max()) < 1e-4
+    gen = json.loads((hf / "generation_config.json").read_text())
+    limits = max_output_length(torch.tensor([len(s) for s in ids]))
+    with torch.no_grad():
+        hyps = greedy_search(att, pad(ids), torch.tensor([len(s) for s in ids]), limits, banned=pair.tgt.control_ids)
+    for i, piece_list in enumerate(src):
+        out = translator.translate_batch([piece_list], beam_size=1, max_decoding_length=int(limits[i]),
+                                         suppress_sequences=[[p] for p in tok.convert_ids_to_tokens(
+                                             gen["suppress_tokens"])])[0].hypotheses[0]
+        assert out == [pair.tgt.id_to_piece(t) for t in hyps[i][0].tokens], texts[i]
+
+
 def test_sinusoids_agree_after_the_permutation():
     from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
     for D in (15, 16, 64):
@@ -285,6 +323,9 @@ def test_export_import_export_is_bit_equal(runs, tmp_path, variant):
     assert main(["export", str(tmp_path / "run"), "--to", "huggingface", "--out", str(tmp_path / "b")]) == 0
     a, b = load_file(str(tmp_path / "a/model.safetensors")), load_file(str(tmp_path / "b/model.safetensors"))
     assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
+    for name in sorted(p.name for p in (tmp_path / "a").iterdir()):  # the configs and the tokenizer too
+        if name not in ("README.md", "attnlab.json"):  # where the export came from: the run's log and hashes
+            assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     ours, back = load_run(runs[variant]).model.state_dict(), load_run(tmp_path / "run").model.state_dict()
     assert sorted(ours) == sorted(back) and all(torch.equal(ours[k], back[k]) for k in ours)
 

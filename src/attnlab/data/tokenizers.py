@@ -279,10 +279,11 @@ class MarianVocabTokenizer:
                  specials: dict[str, int]) -> None:
         try:
             self._src = spm.SentencePieceProcessor(model_proto=bytes(source_spm))
-            spm.SentencePieceProcessor(model_proto=bytes(target_spm))
+            spm.SentencePieceProcessor(model_proto=bytes(target_spm))  # both checked before anything is kept
         except RuntimeError as e:
             raise AttnlabError(f"not a SentencePiece model ({str(e).strip()[:120]})") from None
         self.source_spm, self.target_spm = bytes(source_spm), bytes(target_spm)
+        self._tgt = spm.SentencePieceProcessor(model_proto=self.target_spm)
         self.vocab, self.rows, self.specials = dict(vocab), [int(r) for r in rows], dict(specials)
         self._piece = {i: p for p, i in self.vocab.items()}
         self._ids = {h: a for a, h in enumerate(self.rows) if h >= 0}
@@ -311,10 +312,24 @@ class MarianVocabTokenizer:
     def id_to_piece(self, i: int) -> str:
         return SPECIALS[PAD_ID] if self.rows[int(i)] < 0 else self._piece[self.rows[int(i)]]
 
+    def hf_piece(self, hf_id: int) -> str:
+        """The piece of a Hugging Face id (vocab.json's)."""
+        return self._piece[int(hf_id)]
+
     @functools.cached_property
     def control_ids(self) -> tuple[int, ...]:
-        """The ids whose piece holds a control character (`is_control`), ascending."""
-        return tuple(i for i in range(len(SPECIALS), self.vocab_size) if is_control(self.id_to_piece(i)))
+        """The ids whose piece decodes to a control character, ascending: a piece holding one (`is_control`), and
+        a byte piece of the target model <0x00>..<0x1F> or <0x7F> (as `SentencePieceTokenizer.control_ids`)."""
+        out = []
+        for i in range(len(SPECIALS), self.vocab_size):
+            piece = self.id_to_piece(i)
+            j = self._tgt.piece_to_id(piece)
+            if self._tgt.id_to_piece(j) == piece and self._tgt.is_byte(j):
+                if int(piece[3:-1], 16) < 0x20 or int(piece[3:-1], 16) == 0x7F:  # "<0x0A>"
+                    out.append(i)
+            elif is_control(piece):
+                out.append(i)
+        return tuple(out)
 
     def to_bytes(self) -> bytes:
         return json.dumps({"kind": self.kind, "source_spm": base64.b64encode(self.source_spm).decode(),

@@ -292,7 +292,14 @@ def export_files(model_dir: Path) -> dict[str, dict]:
     return files
 
 
-def check_export(model_dir: Path | str, tokenizers: TokenizerPair, source: dict | None = None) -> None:
+def written_config(model) -> dict:
+    """The values of config.json that attnlab writes for `model` beyond its special tokens (`_output`): an export
+    of that model must hold them, whatever its MANIFEST says (a forged config.json with a re-hashed MANIFEST)."""
+    return {"layer_norm_epsilon": float(model.cfg.layer_norm_eps)}
+
+
+def check_export(model_dir: Path | str, tokenizers: TokenizerPair, source: dict | None = None,
+                 written: dict | None = None) -> None:
     """Checks a CTranslate2 translation export before it is loaded; any disagreement is an AttnlabError naming the
     file:
 
@@ -300,7 +307,8 @@ def check_export(model_dir: Path | str, tokenizers: TokenizerPair, source: dict 
       recorded, and none is added (a truncated, zeroed or flipped model.bin, an export cut short);
     - `source` (a reuse of a run's own export): made from the checkpoint and tokenizer `export_source` names now;
     - config.json: attnlab's special tokens, decoding starts from <s>, no BOS/EOS added to the source (attnlab
-      adds its EOS), a LayerNorm epsilon in (0, 1) (the limit of `attnlab.nn.transformer.TransformerConfig`);
+      adds its EOS), a LayerNorm epsilon in (0, 1) (the limit of `attnlab.nn.transformer.TransformerConfig`) and,
+      with `written` (`written_config` of the run's model), exactly the values attnlab writes for that model;
     - the vocabularies: exactly the run's tokenizers' pieces in id order (size, specials, order, names).
 
     model.bin itself is checked by loading it (`attnlab.decode.translate.CTranslate2Translator`)."""
@@ -319,7 +327,7 @@ def check_export(model_dir: Path | str, tokenizers: TokenizerPair, source: dict 
                                f"{source['checkpoint']} one now ({source['checkpoint_file']})")
         if manifest.get("tokenizer_sha256") != source["tokenizer_sha256"]:
             raise AttnlabError(f"{model_dir / MANIFEST}: exported with another tokenizer than the run's")
-    check_config(model_dir / "config.json")
+    check_config(model_dir / "config.json", written or {})
     src, tgt = vocabulary(tokenizers.src), vocabulary(tokenizers.tgt)
     if (model_dir / "shared_vocabulary.json").is_file() or (model_dir / "shared_vocabulary.txt").is_file():
         if src != tgt:
@@ -361,8 +369,9 @@ def check_files(model_dir: Path, manifest: dict) -> None:
                                f"the one {MANIFEST} records); export the run again")
 
 
-def check_config(path: Path) -> None:
-    """config.json of a translation export: attnlab's special tokens, no source BOS/EOS, a sane epsilon."""
+def check_config(path: Path, written: dict) -> None:
+    """config.json of a translation export: attnlab's special tokens, no source BOS/EOS, a sane epsilon, and the
+    `written` values exactly."""
     cfg = read_json(path)
     if not isinstance(cfg, dict):
         raise AttnlabError(f"{path}: expected a JSON object")
@@ -377,6 +386,10 @@ def check_config(path: Path) -> None:
     eps = cfg.get("layer_norm_epsilon", 1e-5)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
         raise AttnlabError(f"{path}: layer_norm_epsilon is {eps!r}; it must be a number in (0, 1)")
+    for key, value in written.items():
+        if cfg.get(key) != value:
+            raise AttnlabError(f"{path}: {key} is {cfg.get(key)!r}, but attnlab writes {value!r} for this run's "
+                               "model; export the run again")
 
 
 def check_vocabulary(model_dir: Path, stem: str, pieces: list[str]) -> None:

@@ -179,8 +179,10 @@ def hf_config(cfg, src_vocab: int, tgt_vocab: int, specials: dict[str, int]) -> 
         "decoder_start_token_id": specials["start"], "forced_eos_token_id": None, "use_cache": True,
         "dtype": "float32", "tie_word_embeddings": cfg.tie_embeddings != "none"}
     if cfg.norm == "pre":
+        # normalize_before / normalize_embedding: not PegasusConfig keys (transformers keeps them as plain
+        # attributes) but what CTranslate2's own converter (ct2-transformers-converter) reads for every BART-like model
         return {"architectures": ["PegasusForConditionalGeneration"], "model_type": "pegasus",
-                "vocab_size": tgt_vocab, **common}
+                "vocab_size": tgt_vocab, "normalize_before": True, "normalize_embedding": False, **common}
     return {"architectures": ["MarianMTModel"], "model_type": "marian", "vocab_size": src_vocab,
             "decoder_vocab_size": tgt_vocab, "share_encoder_decoder_embeddings": cfg.tie_embeddings == "all",
             **common}
@@ -210,11 +212,15 @@ def tokenizer_files(pair: TokenizerPair, max_len: int) -> dict[str, bytes]:
     if isinstance(tok, MarianVocabTokenizer):  # an import: its own files back
         files = {"source.spm": tok.source_spm, "target.spm": tok.target_spm, "vocab.json": dump(tok.vocab)}
         pieces = {name: tok.id_to_piece(i) for name, i in (("pad", BOS_ID), ("eos", EOS_ID), ("unk", UNK_ID))}
+        if "bos" in tok.specials:  # the imported config's bos, back in its place
+            pieces = {"pad": pieces["pad"], "bos": tok.hf_piece(tok.specials["bos"]), **pieces}
     else:
         files = {"source.spm": pair.src.to_bytes(), "target.spm": pair.tgt.to_bytes(), "vocab.json": dump(_vocab(tok))}
         if not pair.joint:
             files["target_vocab.json"] = dump(_vocab(pair.tgt))
-        pieces = {"pad": SPECIALS[PAD_ID], "bos": SPECIALS[BOS_ID], "eos": SPECIALS[EOS_ID], "unk": SPECIALS[UNK_ID]}
+        # the tokenizer's pad is the decoder's start, as in Marian's and Pegasus' own tokenizers (and an import's,
+        # above): CTranslate2's converter starts a Pegasus decoder with it. Padding is masked, so its id is free.
+        pieces = {"pad": SPECIALS[BOS_ID], "bos": SPECIALS[BOS_ID], "eos": SPECIALS[EOS_ID], "unk": SPECIALS[UNK_ID]}
     files["tokenizer_config.json"] = dump({
         "tokenizer_class": "MarianTokenizer", "separate_vocabs": not pair.joint, "source_lang": None,
         "target_lang": None, **{f"{k}_token": v for k, v in pieces.items()}, "model_max_length": max_len,
@@ -351,6 +357,9 @@ def marian_rows(hf: dict, vocab: dict[str, int]) -> tuple[list[int], dict[str, i
     if not all(isinstance(h, int) and 0 <= h < len(vocab) for h in real) or len(set(real)) != len(real):
         raise AttnlabError(f"special ids pad {pad}, decoder start {start}, eos {eos}, <unk> {specials['unk']}: each "
                            "must be a distinct id of vocab.json")
+    bos = hf.get("bos_token_id")  # kept only to be written back by an export (attnlab's decoder starts with `start`)
+    if isinstance(bos, int) and not isinstance(bos, bool) and 0 <= bos < len(vocab):
+        specials["bos"] = bos
     return head + [i for i in range(len(vocab)) if i not in head], specials
 
 

@@ -172,8 +172,7 @@ class Run:
             self._explorer = Translator(loaded.model, loaded.tokenizers, loaded.cfg.decode, loaded.device)
             self._translator = self._explorer
             if engine == "ctranslate2":
-                self._translator = ctranslate2_translator(loaded.run_dir, loaded.checkpoint, loaded.tokenizers,
-                                                          loaded.cfg.decode, model_dir)
+                self._translator = ctranslate2_translator(loaded, model_dir)
         elif engine != "torch":
             raise AttnlabError(f"{loaded.run_dir}: engine {engine!r} decodes translation runs only")
 

@@ -36,7 +36,7 @@ from attnlab.decode.translate import CTranslate2Translator
 from attnlab.families.base import EvalOptions, Family, LoadedRun
 from attnlab.families.table import family_of, family_of_config, load_family_config, require
 from attnlab.interop.ctranslate2 import (check_export, check_export_folder, ctranslate2_dir, export_ctranslate2,
-                                         export_source, read_manifest)
+                                         export_source, read_manifest, written_config)
 from attnlab.interop.huggingface import export_huggingface, import_huggingface
 from attnlab.runs.shipped import compact_run, run_path
 from attnlab.training.trainer import Trainer, TrainerState, Training
@@ -213,20 +213,22 @@ def load_run(run_dir: Path | str, checkpoint: str = "best", device: str | torch.
     return LoadedRun(run_dir, family, cfg, tokenizers, model.to(device).eval(), checkpoint, device)
 
 
-def ctranslate2_translator(run_dir: Path | str, checkpoint: str, tokenizers: TokenizerPair, decode: Any,
-                           model_dir: Path | str | None = None) -> CTranslate2Translator:
+def ctranslate2_translator(run: LoadedRun, model_dir: Path | str | None = None) -> CTranslate2Translator:
     """A translation run decoded by CTranslate2 with its tokenizers and decode settings, from `model_dir`
-    (checked by `attnlab.interop.ctranslate2.check_export`: a disagreement is an AttnlabError naming the file) or
-    the run's own float32 export (`ctranslate2_model`: made on first use, made again when stale or damaged)."""
+    (checked by `attnlab.interop.ctranslate2.check_export` against the run's tokenizers and the config values
+    attnlab writes for its model: a disagreement is an AttnlabError naming the file) or the run's own float32 export
+    (`ctranslate2_model`: made on first use, made again when stale or damaged)."""
+    run_dir, checkpoint, tokenizers, decode = run.run_dir, run.checkpoint, run.tokenizers, run.cfg.decode
+    written = written_config(run.model)
     if model_dir is None:
-        model_dir = ctranslate2_model(run_dir, checkpoint, tokenizers)
+        model_dir = ctranslate2_model(run_dir, checkpoint, tokenizers, written)
         try:
             return CTranslate2Translator(model_dir, tokenizers, decode)
         except AttnlabError as e:  # model.bin does not load although the manifest agrees: rewritten with it
             log.info("exporting %s again: %s", run_dir, e)
             export_run(run_dir, model_dir, "float32", checkpoint)
     else:
-        check_export(model_dir, tokenizers)
+        check_export(model_dir, tokenizers, written=written)
         manifest = read_manifest(Path(model_dir), required=False)
         source = export_source(run_dir, checkpoint)
         if manifest is not None and manifest.get("checkpoint_sha256") != source["checkpoint_sha256"]:
@@ -282,8 +284,8 @@ def import_run(src: Path | str, out: Path | str) -> Path:
     return out
 
 
-def ctranslate2_model(run_dir: Path | str, checkpoint: str = "best", tokenizers: TokenizerPair | None = None
-                      ) -> Path:
+def ctranslate2_model(run_dir: Path | str, checkpoint: str = "best", tokenizers: TokenizerPair | None = None,
+                      written: dict | None = None) -> Path:
     """The run's float32 CTranslate2 model directory (what `--engine ctranslate2` runs without an explicit model
     directory), exported on first use and exported again when `attnlab.interop.ctranslate2.check_export` finds it
     stale (made from another checkpoint or tokenizer: `train --resume` moved `checkpoint`) or damaged (a file changed,
@@ -293,12 +295,12 @@ def ctranslate2_model(run_dir: Path | str, checkpoint: str = "best", tokenizers:
     tokenizers = tokenizers if tokenizers is not None else run_tokenizers(run_dir)
     check_export_folder(out)  # a link or a file there: refused, not exported again
     try:
-        check_export(out, tokenizers, export_source(run_dir, checkpoint))
+        check_export(out, tokenizers, export_source(run_dir, checkpoint), written)
     except AttnlabError as e:
         if out.exists() or out.is_symlink():
             log.info("exporting %s again: %s", run_dir, e)
         export_run(run_dir, out, "float32", checkpoint)
-        check_export(out, tokenizers, export_source(run_dir, checkpoint))
+        check_export(out, tokenizers, export_source(run_dir, checkpoint), written)
     return out
 
 
