@@ -59,3 +59,19 @@ def keep_freed_memory() -> bool:
         _done = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
         log.debug("glibc malloc keeps freed memory: %s", _done)
     return _done
+
+
+def release_freed_memory() -> bool:
+    """Give the memory that malloc holds free anywhere in its heaps back to the kernel (glibc's malloc_trim(0)),
+    for a long-running process after it dropped much at once: the server when it drops explorations, whose Python
+    objects are spread over the heap between the ones kept, so that its resident memory follows what it keeps
+    (issue 47). The next allocations of that memory fault their pages in again. Returns whether memory was given
+    back; False where the C library is not glibc."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    return bool(trim(0))
