@@ -323,9 +323,8 @@ class Explorations:
 
     def add(self, ex: views.Exploration) -> str:
         """Keeps `ex` under a new id, dropping the least recently used beyond the budget; after a drop (at most
-        once every TRIM_EVERY seconds) the memory malloc holds free is given back (`release_freed_memory`): the
-        dropped explorations' objects lie between the kept ones, and the server's resident memory should follow
-        what it keeps (issue 47: 64 MiB of explorations held 74 MiB of RSS without it)."""
+        every TRIM_EVERY s) malloc's free memory is given back (`release_freed_memory`), so that RSS follows what
+        is kept (issue 47: the dropped explorations' objects lie between the kept ones)."""
         eid, size = secrets.token_hex(8), ex.nbytes()
         dropped = []
         with self._lock:
