@@ -53,6 +53,16 @@ def is_control(text: str) -> bool:
     return _CONTROL.search(text) is not None
 
 
+def piece_is_control(sp: spm.SentencePieceProcessor, i: int) -> bool:
+    """Whether SentencePiece id i decodes to a control character: a byte piece <0x00>..<0x1F> or <0x7F> (a byte
+    >= 0x80 is part of a multi-byte character and cannot be judged alone), or a piece whose text holds one."""
+    piece = sp.id_to_piece(i)
+    if sp.is_byte(i):
+        value = int(piece[3:-1], 16)  # "<0x0A>"
+        return value < 0x20 or value == 0x7F
+    return is_control(piece)
+
+
 def one_line(text: str) -> str:
     """text as one line of a line-oriented file: each control character escaped as Python writes it in a string
     literal ("\\n", "\\t", "\\r", "\\x1b", "\\u2028"); text without one is returned as it is. Backslashes are kept as
@@ -235,17 +245,7 @@ class SentencePieceTokenizer:
         """The ids of the pieces that decode to a control character (`is_control`), ascending: the byte pieces
         <0x00>..<0x1F> and <0x7F>, and any piece whose own text holds one. (A byte >= 0x80 is part of a multi-byte
         character and cannot be judged alone.)"""
-        sp = self._sp
-        out = []
-        for i in range(len(SPECIALS), sp.get_piece_size()):
-            piece = sp.id_to_piece(i)
-            if sp.is_byte(i):
-                value = int(piece[3:-1], 16)  # "<0x0A>"
-                if value < 0x20 or value == 0x7F:
-                    out.append(i)
-            elif is_control(piece):
-                out.append(i)
-        return tuple(out)
+        return tuple(i for i in range(len(SPECIALS), self._sp.get_piece_size()) if piece_is_control(self._sp, i))
 
     def pieces(self, text: str) -> list[str]:
         """The token strings of text ("▁" marks a preceding space, "<0xE2>" a byte) for attention plots."""
@@ -279,11 +279,10 @@ class MarianVocabTokenizer:
                  specials: dict[str, int]) -> None:
         try:
             self._src = spm.SentencePieceProcessor(model_proto=bytes(source_spm))
-            spm.SentencePieceProcessor(model_proto=bytes(target_spm))  # both checked before anything is kept
+            self._tgt = spm.SentencePieceProcessor(model_proto=bytes(target_spm))
         except RuntimeError as e:
             raise AttnlabError(f"not a SentencePiece model ({str(e).strip()[:120]})") from None
         self.source_spm, self.target_spm = bytes(source_spm), bytes(target_spm)
-        self._tgt = spm.SentencePieceProcessor(model_proto=self.target_spm)
         self.vocab, self.rows, self.specials = dict(vocab), [int(r) for r in rows], dict(specials)
         self._piece = {i: p for p, i in self.vocab.items()}
         self._ids = {h: a for a, h in enumerate(self.rows) if h >= 0}
@@ -323,11 +322,8 @@ class MarianVocabTokenizer:
         out = []
         for i in range(len(SPECIALS), self.vocab_size):
             piece = self.id_to_piece(i)
-            j = self._tgt.piece_to_id(piece)
-            if self._tgt.id_to_piece(j) == piece and self._tgt.is_byte(j):
-                if int(piece[3:-1], 16) < 0x20 or int(piece[3:-1], 16) == 0x7F:  # "<0x0A>"
-                    out.append(i)
-            elif is_control(piece):
+            j = self._tgt.piece_to_id(piece)  # the target model's id of the piece (its <unk> for one it lacks)
+            if piece_is_control(self._tgt, j) if self._tgt.id_to_piece(j) == piece else is_control(piece):
                 out.append(i)
         return tuple(out)
 
