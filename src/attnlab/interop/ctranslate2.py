@@ -110,12 +110,21 @@ def _ffn(spec, ff, norm) -> None:
     _norm(spec.layer_norm, norm)
 
 
-def _output(spec, decoder_spec, generator: torch.nn.Linear, layer_norm_eps: float) -> None:
-    """The output layer (a zero bias where attnlab has none), LayerNorm epsilon and attnlab's special tokens."""
+def written_config(model) -> dict:
+    """The values of config.json that attnlab writes for `model` beyond its special tokens (`_output`): an export
+    of that model must hold them, whatever its MANIFEST says (a forged config.json with a re-hashed MANIFEST)."""
+    return {"layer_norm_epsilon": float(model.cfg.layer_norm_eps)}
+
+
+def _output(spec, decoder_spec, model) -> None:
+    """The output layer (a zero bias where attnlab has none), the config values of `written_config` and attnlab's
+    special tokens."""
+    generator = model.generator
     _linear(decoder_spec.projection, generator)
     if generator.bias is None:
         decoder_spec.projection.bias = np.zeros(generator.out_features, dtype=np.float32)
-    spec.config.layer_norm_epsilon = layer_norm_eps
+    for key, value in written_config(model).items():
+        setattr(spec.config, key, value)
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = SPECIALS[3], SPECIALS[1], SPECIALS[2]
 
 
@@ -154,7 +163,7 @@ def transformer_spec(model, src_vocab: list[str], tgt_vocab: list[str]):
         _self_attention(layer_spec.self_attention, layer.self_attn, layer.norm1)
         _cross_attention(layer_spec.attention, layer.cross_attn, layer.norm2)
         _ffn(layer_spec.ffn, layer.ff, layer.ff_norm)
-    _output(spec, dec, model.generator, cfg.layer_norm_eps)
+    _output(spec, dec, model)
     spec.config.decoder_start_token = SPECIALS[1]
     spec.register_source_vocabulary(src_vocab)
     spec.register_target_vocabulary(tgt_vocab)
@@ -180,7 +189,7 @@ def language_model_spec(model, vocab: list[str]):
     for layer_spec, layer in zip(dec.layer, model.layers):
         _self_attention(layer_spec.self_attention, layer.self_attn, layer.norm1)
         _ffn(layer_spec.ffn, layer.ff, layer.ff_norm)
-    _output(spec, dec, model.generator, cfg.layer_norm_eps)
+    _output(spec, dec, model)
     spec.register_vocabulary(vocab)
     return spec
 
@@ -290,12 +299,6 @@ def export_files(model_dir: Path) -> dict[str, dict]:
         elif not stat.S_ISDIR(mode):
             raise AttnlabError(f"{path}: is neither a file nor a folder")
     return files
-
-
-def written_config(model) -> dict:
-    """The values of config.json that attnlab writes for `model` beyond its special tokens (`_output`): an export
-    of that model must hold them, whatever its MANIFEST says (a forged config.json with a re-hashed MANIFEST)."""
-    return {"layer_norm_epsilon": float(model.cfg.layer_norm_eps)}
 
 
 def check_export(model_dir: Path | str, tokenizers: TokenizerPair, source: dict | None = None,
