@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
@@ -14,9 +15,15 @@ from attnlab.core.config import MAX_BEAM, MAX_LEN
 from attnlab.core.devices import amp_dtype, autocast
 from attnlab.core.errors import AttnlabError
 from attnlab.data.batching import grid_length, pad_sequences
-from attnlab.data.tokenizers import EOS_ID, TokenizerPair
+from attnlab.data.tokenizers import EOS_ID, Tokenizer, TokenizerPair
 from attnlab.decode.search import TraceStep, beam_search, greedy_search, max_output_length
 from attnlab.kernels.memory import keep_freed_memory
+
+def output_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
+    """The text of generated target ids, as every output shows it (translations, n-best lists, beam trees): the
+    tokenizer's decode without surrounding spaces. An output cut at the length limit can end in a lone word-start
+    piece, which decodes as a trailing space; Marian's and Hugging Face's tokenizers strip it too."""
+    return tokenizer.decode(ids).strip(" ")
 
 
 @dataclass
@@ -134,7 +141,7 @@ class Translator:
         attention = None
         if hyp.attention is not None:
             attention = hyp.attention[..., : len(src_ids)].float().cpu()
-        return Translation(text=tgt_tok.decode(hyp.tokens), score=hyp.score,
+        return Translation(text=output_text(tgt_tok, hyp.tokens), score=hyp.score,
                            src_tokens=[src_tok.id_to_piece(i) for i in src_ids],
                            tgt_tokens=[tgt_tok.id_to_piece(i) for i in hyp.tokens] + (["</s>"] if hyp.finished else []),
                            attention=attention, trace=trace)
@@ -221,5 +228,5 @@ class CTranslate2Translator:
             raise AttnlabError(f"{self.model_dir}: the model produced {unknown[0]!r}, which the run's target "
                                "tokenizer does not have")
         tgt_ids = [self.tgt_ids[t] for t in tokens]
-        return Translation(text=self.tokenizers.tgt.decode(tgt_ids), score=float(score), src_tokens=src_pieces,
+        return Translation(text=output_text(self.tokenizers.tgt, tgt_ids), score=float(score), src_tokens=src_pieces,
                            tgt_tokens=tgt_tokens, attention=weights)

@@ -33,7 +33,7 @@ from attnlab.data.spec import StoreSpec
 from attnlab.data.store import Store
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, SPECIALS, TokenizerConfig, TokenizerPair, load_tokenizers, one_line
 from attnlab.decode.search import trace_tokens
-from attnlab.decode.translate import DecodeConfig, Translator, encode_source
+from attnlab.decode.translate import DecodeConfig, Translator, encode_source, output_text
 from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun, RunLoader, model_family
 from attnlab.families.explorer import (MAX_NBEST, AttentionMap, DecodingSteps, Recording, capture, captured, scheme_of,
                                        stacked_qk, token_choices, with_rollout)
@@ -472,7 +472,7 @@ def explore_translation(translator, sentence: str, beam: int) -> Recording:
     if steps is not None and best.trace is not None:
         trace = steps.tree = best.trace
         steps.pieces = {i: tgt.id_to_piece(i) for rec in trace for i in rec.token}
-        steps.texts = {(rec.step, j): tgt.decode([i for i in trace_tokens(trace, rec.step, j) if i != EOS_ID])
+        steps.texts = {(rec.step, j): output_text(tgt, [i for i in trace_tokens(trace, rec.step, j) if i != EOS_ID])
                        for rec in trace for j, status in enumerate(rec.status) if status in ("finished", "unfinished")}
     return Recording(family="transformer" if isinstance(model, TransformerSeq2Seq) else "rnn", output=best.text,
                      maps=maps, scheme=scheme_of(tgt), score=best.score, nbest=[(t.text, t.score) for t in nbest],
