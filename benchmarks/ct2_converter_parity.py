@@ -14,8 +14,8 @@ generation_config.json suppresses. attnlab's side is the command line, `attnlab 
 The round trip: `attnlab import` of the export, then `attnlab export` of that run; every file of the two exports is
 compared byte for byte. Two files say where the export came from and differ by design: README.md (the training
 budget, from the run's log, which an import has not) and attnlab.json (the checkpoint's and tokenizer's SHA-256).
-MarianTokenizer strips the text it joins, and attnlab keeps a space that ends an output cut at the length limit:
-the script counts both identical outputs and outputs identical but for that space.
+MarianTokenizer strips the text it joins, as attnlab's `output_text` does (an output cut at the length limit can
+end in a space); the script counts identical outputs, and outputs identical but for surrounding space.
 """
 
 from __future__ import annotations
