@@ -17,7 +17,8 @@ from attnlab.core.errors import AttnlabError
 from attnlab.data.batching import pack_rows
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from attnlab.decode.sampling import filter_logits, generate, sample_next
-from attnlab.families.lm import LMTask, init_decoder_from_lm, load_lm_config
+from attnlab.data.corpus import holdout
+from attnlab.families.lm import LMTask, init_decoder_from_lm, load_lm_config, load_lm_data, lm_store_spec
 from attnlab.nn.lm import LMModelConfig, TransformerLM
 from attnlab.nn.transformer import DecoderLayer, TransformerConfig, TransformerSeq2Seq
 from attnlab.runs.workflow import load_run, train
@@ -264,10 +265,12 @@ def test_training_learns_and_perplexity_equals_direct_computation(lm_run):
     assert dev[-1] < dev[0] and dev[-1] < 2.5  # digits are mostly predictable from the previous one
     result = load(run).evaluate("test")
     cfg, tok, model = _loaded_lm(run)
-    from attnlab.families.lm import load_text
-
+    # the held-out test lines drawn from the file itself (not the store): 40 + 40 of the non-empty lines, seed 0
+    lines = [line for line in (lm_run / "count.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    test = holdout(lines, 40, 40)["test"]
+    assert result["sentences"] == len(test) == 40
     nll, n = 0.0, 0
-    for s in load_text(cfg.data).test:  # one sentence at a time, no batching or padding
+    for s in test:  # one sentence at a time, no batching or padding
         ids = [BOS_ID, *tok.encode(s), EOS_ID]
         lp = model(torch.tensor([ids[:-1]])).log_softmax(-1)[0]
         nll -= sum(lp[t, ids[t + 1]].item() for t in range(len(ids) - 1))
@@ -302,9 +305,25 @@ def test_cli_user_mistakes_exit_2(lm_run, tmp_path, capsys):
     assert main(["generate", str(tmp_path / "nowhere")]) == 2
     assert "not a run directory" in capsys.readouterr().err
     with pytest.raises(AttnlabError, match="data.train"):
-        from attnlab.families.lm import load_text
+        lm_store_spec(load_lm_config(None, ["data.corpus=text"]))
+    with pytest.raises(AttnlabError, match="data.dev and data.test"):
+        lm_store_spec(load_lm_config(None, ["data.corpus=text", "data.train=a.txt", "data.dev=b.txt"]))
 
-        load_text(load_lm_config(None, ["data.corpus=text"]).data)
+
+def test_the_lm_reads_its_text_through_a_prepared_store(lm_run, tmp_path):
+    """Like translation, the LM trains from a prepared store: the training sentences are the store's ids (not
+    Python lists), equal to the file's non-empty lines minus the held-out ones, encoded by the run's tokenizer;
+    a second run of the config reuses the store."""
+    cfg, tok, _ = _loaded_lm(lm_run / "run")
+    store = load_lm_data(cfg, load_run(lm_run / "run").tokenizers)
+    assert store.manifest["spec"]["monolingual"] == "lines"
+    data = store.train_data()
+    lines = [line for line in (lm_run / "count.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    train = holdout(lines, 40, 40)["train"]
+    assert [data[i][2] for i in range(len(data))] == [tok.encode(s) for s in train]
+    assert all(data[i][1] == [] for i in range(len(data)))  # a monolingual store keeps no source
+    again = load_lm_data(cfg)
+    assert again.path == store.path and again.key == store.key  # prepared once, reused
 
 
 # ---------------------------------------------------------------------------------------------- transfer

@@ -46,9 +46,11 @@ from attnlab.data import bible, paraphrase
 from attnlab.data.corpus import Corpus, corpus_stats, format_stats, normalize
 from attnlab.data.corpus import file_corpus as read_file_corpus
 from attnlab.data.paraphrase import ParaphraseCorpus, format_paraphrase_stats, paraphrase_stats
+from attnlab.data.prepare import prepare as prepare_store
 from attnlab.data.store import Store, format_store_stats
 from attnlab.data.tokenizers import cached_tokenizers, one_line, save_tokenizers
 from attnlab.decode.translate import DecodeConfig
+from attnlab.families.lm import lm_store_spec
 from attnlab.families.pairs import plot_alignment as plot_pair_alignment
 from attnlab.families.series import VARIANTS as SERIES_VARIANTS
 from attnlab.families.series import load_series_config
@@ -181,15 +183,18 @@ def export_tsv(corpus: Corpus | ParaphraseCorpus, directory: str | Path) -> str:
 
 def prepare(config: str | Path, overrides: Mapping[str, Any] | Sequence[str] | None = None,
             out: str | Path | None = None, force: bool = False) -> Store:
-    """Prepares a translation config's corpus once (`attnlab.data.prepare`), what `train` otherwise does on first
-    use: into `out` (default: the cache, keyed by the inputs), again if force=True (a damaged store)."""
+    """Prepares a translation or language-model config's corpus once (`attnlab.data.prepare`; an LM's is a
+    monolingual store), what `train` otherwise does on first use: into `out` (default: the cache, keyed by the
+    inputs), again if force=True (a damaged store)."""
     sets, config = override_list(overrides), as_path("config", config)
     out, force = as_optional_path("out", out), as_bool("force", force)
     family, cfg = load_family_config(config, sets)
+    if family.name == "lm":
+        return prepare_store(lm_store_spec(cfg), out, force=force)
     if "translate" not in family.abilities:
         names = " or ".join(sorted(f.name for f in FAMILIES if "translate" in f.abilities))
         raise AttnlabError(f"{config} is a {family.title} config; `attnlab data prepare` prepares the corpus of "
-                           f"a translation config (model.family {names})")
+                           f"a translation config (model.family {names}) or a language model (lm)")
     return prepare_corpus(cfg, out=out, force=force)
 
 

@@ -78,15 +78,16 @@ def add_data_paraphrase(dsub: argparse._SubParsersAction, opts: Options) -> None
 
 def add_data_prepare(dsub: argparse._SubParsersAction, opts: Options) -> None:
     prep = dsub.add_parser(
-        "prepare", parents=[opts["overrides"]], help="prepare a translation config's corpus once: filtered, tokenized "
-        "and written to a token-id store (what `attnlab train` does on first use)",
-        description="Prepare the corpus of a translation config once: read it as a stream (TSV, JSON lines or two "
-                    "aligned files, plain or .gz/.xz/.bz2), hold out dev/test, apply the training filters "
+        "prepare", parents=[opts["overrides"]], help="prepare a translation or LM config's corpus once: filtered, "
+        "tokenized and written to a token-id store (what `attnlab train` does on first use)",
+        description="Prepare the corpus of a translation or language-model config once: read it as a stream (TSV, "
+                    "JSON lines or two aligned files, plain or .gz/.xz/.bz2; an LM's text: one sentence a line), "
+                    "hold out dev/test, apply the training filters "
                     "(data.max_words, data.max_ratio, data.dedup, data.max_train_pairs), train the tokenizer on a "
                     "bounded sample (tokenizer.sample_sentences), encode on every core and write the token ids to a "
                     "store on disk (.bin + .idx) keyed by the inputs. Training, resuming and other configs with the "
                     "same data reuse it; a changed input file or setting builds a new one.")
-    prep.add_argument("config", type=Path, help="a translation config (.toml/.yaml/.json)")
+    prep.add_argument("config", type=Path, help="a translation or language-model config (.toml/.yaml/.json)")
     prep.add_argument("--out", type=Path, metavar="DIR", help="the store's folder (default: the cache, "
                       "$ATTNLAB_CACHE/stores/NAME-KEY); train from it with --set data.store=DIR")
     prep.add_argument("--force", action="store_true", help="build it again even if it is there (a damaged store)")

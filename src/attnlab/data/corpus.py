@@ -333,7 +333,8 @@ def raw_lines(spec: str | Path | Sequence[str | Path], skip_bad_lines: bool = Fa
 
 def parse_lines(lines: Sequence[tuple[int, str | None, str]], fmt: str, where: str | Path,
                 skip_bad_lines: bool = False) -> tuple[list[tuple[int, str, str]], int, int]:
-    """The whitespace-normalized (line number, source, target) pairs of raw lines of `raw_lines`, and how many
+    """The whitespace-normalized (line number, source, target) pairs of raw lines of `raw_lines` (fmt "lines": a
+    plain text file, each line a sentence given as both sides), and how many
     were skipped as empty (a line or a side) and as malformed (with skip_bad_lines, the lines the reader could not
     take too; else a malformed line is an AttnlabError naming where:line). A pure function of its arguments, so
     worker processes can run it."""
@@ -345,6 +346,8 @@ def parse_lines(lines: Sequence[tuple[int, str | None, str]], fmt: str, where: s
             continue
         if fmt == "aligned":
             s, t = a, b
+        elif fmt == "lines":  # a text corpus: each line one sentence, kept as both sides (a monolingual store)
+            s = t = a
         elif not a.strip():
             empty += 1
             continue

@@ -59,6 +59,10 @@ def _file_blocks(spec: StoreSpec) -> Iterator[tuple]:
         if paths:
             where = file_spec(paths)
             fmt, lines = raw_lines(where, spec.skip_bad_lines, spec.max_line_bytes, spec.max_expansion)
+            if spec.monolingual == "lines":
+                if not isinstance(where, str):
+                    raise AttnlabError(f"a text corpus is one file per split, got {list(paths)}")
+                fmt = "lines"
             name, path = spec_name(where), where if isinstance(where, str) else where[0]
             for chunk in chunks(lines, _READ_CHUNK):
                 yield code, chunk, fmt, path, name, spec.skip_bad_lines, spec.dedup
@@ -90,6 +94,9 @@ def _bible_blocks(spec: StoreSpec, counts: ReadCounts) -> Iterator[tuple[tuple[i
         dropped, records = iter_bible(path)
         counts.empty += dropped
         for chunk in chunks(records, _READ_CHUNK):
+            if spec.monolingual:  # one side's sentence, as both sides of the record (see StoreSpec)
+                keep = 1 if spec.monolingual == "src" else 2
+                chunk = [(r[0], r[1], r[1 + keep], r[1 + keep]) for r in chunk]
             for code in sorted({codes[r[0]] for r in chunk}):
                 yield _block(code, [(ref, src, tgt) for split, ref, src, tgt in chunk if codes[split] == code],
                              spec.dedup), rendering
@@ -119,7 +126,8 @@ def _encode_chunk(task: tuple[list[str], list[str], str]) -> tuple[np.ndarray, n
     srcs, tgts, dtype = task
     assert _worker_tokenizers is not None, "encoding worker not initialised"
     src_tok, tgt_tok = _worker_tokenizers
-    s_len, s_ids = _flatten(src_tok.encode_batch(srcs), np.dtype(dtype))
+    # a monolingual store (no sources given): every source is empty
+    s_len, s_ids = _flatten(src_tok.encode_batch(srcs) if srcs else [[]] * len(tgts), np.dtype(dtype))
     t_len, t_ids = _flatten(tgt_tok.encode_batch(tgts), np.dtype(dtype))
     # interleave per pair: source ids of pair k, then its target ids
     s_off, t_off = np.concatenate([[0], np.cumsum(s_len)]), np.concatenate([[0], np.cumsum(t_len)])
@@ -303,14 +311,16 @@ class _Build:
         def tasks() -> Iterator[tuple[list[str], list[str], str]]:
             srcs: list[str] = []
             tgts: list[str] = []
+            keep_src = not self.spec.monolingual  # a monolingual store keeps the sentence once, as the target
             for code, (_, src, tgt) in zip(codes, self._scratch_lines()):
                 if code == _TRAIN:
-                    srcs.append(src)
+                    if keep_src:
+                        srcs.append(src)
                     tgts.append(tgt)
-                    if len(srcs) == _CHUNK:
+                    if len(tgts) == _CHUNK:
                         yield srcs, tgts, dtype.str
                         srcs, tgts = [], []
-            if srcs:
+            if tgts:
                 yield srcs, tgts, dtype.str
 
         sides = (tokenizers.src, tokenizers.tgt)
@@ -360,7 +370,10 @@ def _train_tokenizers(spec: StoreSpec, srcs: list[str], tgts: list[str], fixed_t
                       ) -> TokenizerPair:
     cfg = spec.tokenizer
     t0 = time.perf_counter()
-    if fixed_tgt is not None:
+    if spec.monolingual:  # the sentences, sampled once (as sources)
+        tok = train_tokenizer(cfg, srcs)
+        pair = TokenizerPair(tok, tok, joint=True, config=cfg)
+    elif fixed_tgt is not None:
         pair = TokenizerPair(train_tokenizer(cfg, srcs), fixed_tgt, joint=False, config=cfg)
     elif cfg.joint:
         tok = train_tokenizer(cfg, [*srcs, *tgts])
@@ -390,9 +403,10 @@ def _build(spec: StoreSpec, staging: Path, key: str, workers: int, fixed: Tokeni
     codes = build.select(*read)
     del read
     need_src = fixed is None
-    need_tgt = fixed is None and fixed_tgt is None
+    need_tgt = fixed is None and fixed_tgt is None and not spec.monolingual
     t1 = time.perf_counter()
-    srcs, tgts, held = build.sample_and_heldout(codes, need_src, need_tgt, spec.tokenizer.joint and fixed_tgt is None)
+    joint = spec.tokenizer.joint and fixed_tgt is None and not spec.monolingual
+    srcs, tgts, held = build.sample_and_heldout(codes, need_src, need_tgt, joint)
     t2 = time.perf_counter()
     tokenizers = fixed if fixed is not None else _train_tokenizers(spec, srcs, tgts, fixed_tgt)
     tokenizer_seconds = time.perf_counter() - t2

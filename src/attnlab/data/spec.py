@@ -32,6 +32,10 @@ class StoreSpec:
     Reading (`attnlab.data.corpus.iter_lines`): a line longer than max_line_bytes or not UTF-8 stops the prepare with
     its file:line, or with skip_bad_lines is skipped and counted, like a malformed line; a compressed file
     expanding more than max_expansion times its size is refused (0: no limit).
+    monolingual (a language model's text): "" for pairs; "src" or "tgt" keeps one side of the Bible's pairs,
+    "lines" reads each file line as one sentence. Each sentence is stored as its target side, with an empty source,
+    and one tokenizer is trained on the sentences (the pair's src and tgt are that tokenizer; dev and test pairs
+    carry the sentence on both sides).
     """
 
     corpus: str = "bible"
@@ -51,6 +55,16 @@ class StoreSpec:
     max_line_bytes: int = MAX_LINE_BYTES
     max_expansion: float = MAX_EXPANSION
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    monolingual: str = ""
+
+    MONOLINGUAL = ("", "src", "tgt", "lines")
+
+    def __post_init__(self) -> None:
+        if self.monolingual not in self.MONOLINGUAL:
+            raise AttnlabError(f"monolingual {self.monolingual!r} is not one of {self.MONOLINGUAL}")
+        if self.monolingual == "lines" and self.corpus == "bible" or \
+                self.monolingual in ("src", "tgt") and self.corpus != "bible":
+            raise AttnlabError(f"monolingual {self.monolingual!r} does not apply to corpus {self.corpus!r}")
 
     @property
     def name(self) -> str:
@@ -97,14 +111,17 @@ def tokenizer_digest(tokenizers: TokenizerPair) -> str:
 
 
 def spec_dict(spec: StoreSpec) -> dict:
-    """The spec as the manifest and the key record it; one English rendering as its name, max_line_bytes only when
-    not its default (the keys of stores prepared before `english` became a list and before max_line_bytes), never
-    max_expansion (it decides whether a file is read, not what is read from it)."""
+    """The spec as the manifest and the key record it; one English rendering as its name, max_line_bytes and
+    monolingual only when not their defaults (the keys of stores prepared before `english` became a list, before
+    max_line_bytes and before monolingual stores), never max_expansion (it decides whether a file is read, not what
+    is read from it)."""
     d = asdict(spec)
     if len(spec.english) == 1:
         d["english"] = spec.english[0]
     if spec.max_line_bytes == MAX_LINE_BYTES:
         del d["max_line_bytes"]
+    if not spec.monolingual:
+        del d["monolingual"]
     del d["max_expansion"]
     return d
 

@@ -33,16 +33,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from attnlab.core.config import MAX_COUNT, MAX_LEN, MAX_SEED, MAX_VOCAB, from_dict, load_config, to_dict
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import read_lines, write_json
+from attnlab.core.fileio import write_json
 from attnlab.data.batching import pack_rows, pad_sequences
-from attnlab.data.bible import bible_corpus
-from attnlab.data.corpus import holdout, normalize, subsample
-from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair, build_tokenizers
+from attnlab.data.corpus import normalize
+from attnlab.data.prepare import prepare
+from attnlab.data.spec import StoreSpec
+from attnlab.data.store import Store, StoreDataset
+from attnlab.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair
 # Sample, filter_logits and sample_next are re-exported: the LM's sampling, named where the LM is
 from attnlab.decode.sampling import check_sampling, generate
 from attnlab.families.base import EvalOptions, ExplorerFacts, LoadedRun, model_family
@@ -61,7 +64,8 @@ log = logging.getLogger("attnlab")
 class LMDataConfig:
     """corpus = "bible": one side of the translation corpus (side "src" = English, "tgt" = Spanish), its fixed
     train/dev/test split; corpus = "text": plain UTF-8 files, one sentence per line (empty lines skipped); without
-    dev/test files, dev_size and test_size lines are held out at random (seeded)."""
+    dev/test files, dev_size and test_size lines are held out at random (seeded). Read once into a prepared
+    monolingual store (`lm_store_spec`), as a translation corpus is."""
 
     corpus: str = "bible"
     side: str = "tgt"
@@ -73,6 +77,7 @@ class LMDataConfig:
     test_size: int = 500
     max_train_sentences: int = 0  # a seeded random subset of the training sentences (0: all)
     subset_seed: int = 0
+    store: str = ""  # the prepared text's folder ("": the cache, cache_dir()/stores/NAME-KEY; `attnlab data prepare`)
 
     CHOICES: ClassVar[dict] = {"corpus": ("bible", "text"), "side": ("src", "tgt"), "english": ("kjv", "web")}
     LIMITS: ClassVar[dict] = {"dev_size": (0, MAX_COUNT), "test_size": (0, MAX_COUNT),
@@ -141,18 +146,28 @@ def imported_lm_config(lm: dict, tokenizer: dict) -> dict:
 
 # ---------------------------------------------------------------------------------------------- data
 class LMDataset(torch.utils.data.Dataset):
-    """Tokenized sentences (ids without BOS/EOS); item i is (i, ids[i]); lengths() = len + 1 (BOS or EOS)."""
+    """Sentences as token ids without BOS/EOS: item i is (i, ids of sentence i); lengths() = len + 1 (BOS or EOS).
+    `from_store`: the training sentences of a monolingual store (the targets of its `StoreDataset`, read from its
+    files, nothing per sentence in the Python heap); a list of id lists otherwise (the dev split)."""
 
-    def __init__(self, ids: list[list[int]]) -> None:
+    def __init__(self, ids: list[list[int]] | StoreDataset) -> None:
         self.ids = ids
+
+    @classmethod
+    def from_store(cls, data: StoreDataset) -> LMDataset:
+        return cls(data)
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def __getitem__(self, index: int) -> tuple[int, list[int]]:
+        if isinstance(self.ids, StoreDataset):
+            return index, self.ids[index][2]
         return index, self.ids[index]
 
-    def lengths(self) -> list[int]:
+    def lengths(self) -> np.ndarray | list[int]:
+        if isinstance(self.ids, StoreDataset):
+            return self.ids.lengths()[:, 1]
         return [len(s) + 1 for s in self.ids]
 
 
@@ -206,63 +221,40 @@ class LMTask:
         return sequence_loss(logits, batch.targets, label_smoothing), batch.num_targets
 
 
-@dataclass
-class TextSplits:
-    name: str
-    train: list[str]
-    dev: list[str]
-    test: list[str]
-    skipped: int = 0
-
-    def split(self, name: str) -> list[str]:
-        if name not in ("train", "dev", "test"):
-            raise AttnlabError(f"unknown split {name!r}; choose train, dev or test")
-        return getattr(self, name)
-
-
-def _text_lines(path: str) -> tuple[list[str], int]:
-    lines = [normalize(line) for line in read_lines(Path(path))]
-    kept = [line for line in lines if line]
-    return kept, len(lines) - len(kept)
+def lm_store_spec(cfg: LMExperimentConfig) -> StoreSpec:
+    """The monolingual store of the config's data (`attnlab.data.spec.StoreSpec`): one side of the Bible, or text
+    files of one sentence per line (without dev/test files, data.dev_size and data.test_size lines held out at
+    random, seed 0), its training subset (data.max_train_sentences), and one tokenizer trained on the sentences."""
+    d = cfg.data
+    tokenizer = dataclasses.replace(cfg.tokenizer, joint=True)
+    subset = {"max_train_pairs": d.max_train_sentences, "subset_seed": d.subset_seed, "tokenizer": tokenizer}
+    if d.corpus == "bible":
+        return StoreSpec(corpus="bible", english=[d.english], monolingual=d.side, **subset)
+    if not d.train:
+        raise AttnlabError("data.train: give a text file (one sentence per line) for corpus = 'text'")
+    if bool(d.dev) != bool(d.test):
+        raise AttnlabError("data.dev and data.test: give both files, or neither (then lines are held out)")
+    return StoreSpec(corpus="files", train=[d.train], dev=[d.dev] if d.dev else [], test=[d.test] if d.test else [],
+                     dev_size=d.dev_size, test_size=d.test_size, monolingual="lines", **subset)
 
 
-def load_text(cfg: LMDataConfig) -> TextSplits:
-    """The sentences of the config's data, training subset applied (dev and test are never subsampled)."""
-    if cfg.corpus == "bible":
-        corpus = bible_corpus(cfg.english)
-        pick = (lambda pairs: [p.src for p in pairs]) if cfg.side == "src" else (lambda pairs: [p.tgt for p in pairs])
-        out = TextSplits(f"{corpus.name}-{cfg.side}", pick(corpus.train), pick(corpus.dev), pick(corpus.test))
-    else:
-        if not cfg.train:
-            raise AttnlabError("data.train: give a text file (one sentence per line) for corpus = 'text'")
-        train, skipped = _text_lines(cfg.train)
-        if cfg.dev or cfg.test:
-            if not (cfg.dev and cfg.test):
-                raise AttnlabError("data.dev and data.test: give both files, or neither (then lines are held out)")
-            (dev, s_dev), (test, s_test) = _text_lines(cfg.dev), _text_lines(cfg.test)
-            skipped += s_dev + s_test
-        else:
-            if cfg.dev_size + cfg.test_size >= len(train):
-                raise AttnlabError(f"{cfg.train}: cannot hold out data.dev_size ({cfg.dev_size}) + data.test_size "
-                                   f"({cfg.test_size}) lines from {len(train)}")
-            splits = holdout(train, cfg.dev_size, cfg.test_size)
-            train, dev, test = splits["train"], splits["dev"], splits["test"]
-        if skipped:
-            log.info("skipped %s empty lines", f"{skipped:,}")
-        out = TextSplits(Path(cfg.train).stem, train, dev, test, skipped)
-    out.train = subsample(out.train, cfg.max_train_sentences, cfg.subset_seed)
-    if not out.train or not out.dev:
-        raise AttnlabError("data: the train and dev splits need at least one sentence each")
-    return out
+def load_lm_data(cfg: LMExperimentConfig, tokenizers: TokenizerPair | None = None) -> Store:
+    """The prepared store of the LM's text (`lm_store_spec`), reused when prepared before; a resumed run hands in
+    its own tokenizer."""
+    return prepare(lm_store_spec(cfg), cfg.data.store or None, tokenizers)
+
+
+def split_sentences(store: Store, split: str) -> list[str]:
+    """The sentences of a dev or test split (a monolingual store keeps each as its pair's target)."""
+    return [p.tgt for p in store.pairs(split)]
 
 
 # ---------------------------------------------------------------------------------------------- family
 # The rows of the language-model family in `attnlab.families.table`: what the one run pipeline (`attnlab.runs.workflow`)
 # calls to train, evaluate and summarise an LM run.
-def make_lm_tokenizers(cfg: LMExperimentConfig, text: TextSplits) -> TokenizerPair:
-    """One tokenizer trained on the training sentences (stored as a joint pair: the LM reads `.tgt`)."""
-    tok_cfg = dataclasses.replace(cfg.tokenizer, joint=True)
-    return build_tokenizers(tok_cfg, text.train, [])
+def make_lm_tokenizers(cfg: LMExperimentConfig, store: Store) -> TokenizerPair:
+    """The one tokenizer the store trained on the training sentences (a joint pair: the LM reads `.tgt`)."""
+    return store.tokenizers()
 
 
 def build_lm(cfg: LMExperimentConfig, tokenizers: TokenizerPair | None) -> TransformerLM:
@@ -275,20 +267,24 @@ def summary_vocab(cfg: TokenizerConfig) -> int:
     return cfg.vocab_size if cfg.kind != "char" else 100
 
 
-def lm_training(cfg: LMExperimentConfig, text: TextSplits, tokenizers: TokenizerPair, model: TransformerLM
+def lm_training(cfg: LMExperimentConfig, store: Store, tokenizers: TokenizerPair, model: TransformerLM
                 ) -> Training:
-    """Next-token prediction on the training sentences; model selection on dev loss (perplexity)."""
+    """Next-token prediction on the store's training sentences; model selection on dev loss (perplexity)."""
     if tokenizers is None:  # a resumed run whose tokenizer folder is gone
         raise AttnlabError("a language-model run needs its tokenizer (RUN_DIR/tokenizer is missing)")
     tok = tokenizers.tgt
-    train_ids = [tok.encode(s) for s in text.train]
-    too_long = max((len(ids) + 1 for ids in train_ids), default=0)
+    train = LMDataset.from_store(store.train_data())
+    dev = split_sentences(store, "dev")
+    if not len(train) or not dev:
+        raise AttnlabError("data: the train and dev splits need at least one sentence each")
+    lengths = train.lengths()
+    too_long = int(lengths.max()) if len(lengths) else 0
     if too_long > cfg.model.lm.max_len:
         raise AttnlabError(f"model.lm.max_len ({cfg.model.lm.max_len}) is shorter than the longest training "
                            f"sentence ({too_long} tokens with BOS)")
-    return Training(LMTask(cfg.train.fused_loss), LMDataset(train_ids), LMDataset([tok.encode(s) for s in text.dev]),
+    return Training(LMTask(cfg.train.fused_loss), train, LMDataset([tok.encode(s) for s in dev]),
                     dev_eval=None, d_model=cfg.model.lm.d_model,
-                    sizes=f"train sentences {len(text.train):,}, dev {len(text.dev):,}")
+                    sizes=f"train sentences {len(train):,} (prepared store {store.path}), dev {len(dev):,}")
 
 
 def lm_summary_inputs(cfg: LMExperimentConfig, tokenizers: TokenizerPair | None, src_len: int, tgt_len: int
@@ -310,7 +306,9 @@ def evaluate_lm(run: LoadedRun, split: str, options: EvalOptions) -> dict:
     """Perplexity of a split per token (of this run's tokenizer) and per word (whitespace words + EOS, comparable
     across tokenizers); writes RUN_DIR/eval/<split>.json."""
     cfg, tok = run.cfg, run.tokenizers.tgt
-    sentences = load_text(cfg.data).split(split)
+    if split not in ("dev", "test"):
+        raise AttnlabError(f"unknown split {split!r}; choose dev or test")
+    sentences = split_sentences(load_lm_data(cfg, run.tokenizers), split)
     nll, ntok = sentence_nll(run.model, [tok.encode(s) for s in sentences], cfg.train.max_tokens, run.device)
     nwords = sum(len(s.split()) + 1 for s in sentences)
     per_token, per_word = nll / max(ntok, 1), nll / max(nwords, 1)

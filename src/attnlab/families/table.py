@@ -52,7 +52,7 @@ def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool], export: s
 
 FAMILIES: tuple[Family, ...] = (
     Family(name="lm", title="decoder-only Transformer LM", config_class=lm.LMExperimentConfig,
-           recognise=lm.is_lm_config, load_data=lambda cfg, tokenizers: lm.load_text(cfg.data),
+           recognise=lm.is_lm_config, load_data=lm.load_lm_data,
            make_tokenizers=lm.make_lm_tokenizers, build_model=lm.build_lm, training=lm.lm_training,
            evaluate=lm.evaluate_lm, format_eval=lm.format_lm_eval, summary_inputs=lm.lm_summary_inputs,
            abilities=frozenset({"generate"}),
