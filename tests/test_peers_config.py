@@ -181,7 +181,7 @@ def harness_configs():
         try:
             cfg = load_experiment(path)
             joey = HARNESS.joeynmt_config(cfg, Path("/tmp/peers"))
-        except (SystemExit, AttnlabError):  # no JoeyNMT counterpart (Luong, no attention), or not a translation config
+        except (SystemExit, AttnlabError):  # no JoeyNMT counterpart (dot, no attention), or not a translation config
             continue
         out.append((str(path.relative_to(PACKAGED_CONFIGS).with_suffix("")), cfg, joey))
     return out
@@ -280,7 +280,19 @@ def test_what_must_match_for_a_fair_comparison_does(name, cfg, joey):
             block = model[part]
             assert (block["rnn_type"], block["num_layers"], block["hidden_size"],
                     block["embeddings"]["embedding_dim"]) == (r.cell, layers, r.hidden_dim, r.emb_dim)
-        assert model["encoder"]["bidirectional"] == r.bidirectional and model["decoder"]["attention"] == "bahdanau"
+        assert model["encoder"]["bidirectional"] == r.bidirectional
+        # Bahdanau's context always feeds JoeyNMT's RNN input; Luong's general score is JoeyNMT's "luong", with or
+        # without input feeding as attnlab's config says, and the scaling JoeyNMT lacks is named
+        expected = ("bahdanau", True) if r.attention == "bahdanau" else ("luong", r.input_feeding)
+        assert (model["decoder"]["attention"], model["decoder"]["input_feeding"]) == expected
+        named = HARNESS.model_differences(cfg)
+        assert any("sqrt(H)" in d for d in named) == (r.attention == "general" and r.scaled_scores)
+
+
+def test_luong_configs_have_a_counterpart_and_the_rest_of_the_rnns_do_not():
+    kinds = {n: c.model.rnn.attention for n, c, j in CONFIGS if kind_of(j) == "rnn"}
+    assert "pretrained/luong" in kinds and kinds["pretrained/luong"] == "general", kinds
+    assert set(kinds.values()) <= {"bahdanau", "general"}
 
 
 def test_normalization_and_updates_are_where_joeynmt_2_3_reads_them():

@@ -173,9 +173,29 @@ DEPARTURES: dict[str, str] = {
                                  "its encoder's)",
     **{f"model.{part}.{key}": _ARCHITECTURE for part in ("encoder", "decoder") for key in
        ("rnn_type", "bidirectional", "layer_norm", "init_hidden")},
+    "model.decoder.attention": _ARCHITECTURE + " (Luong's general score; JoeyNMT's has no 1/sqrt(H) for "
+                               "attnlab's model.rnn.scaled_scores, and a bias in W_c, which attnlab's lacks: "
+                               "differences no JoeyNMT setting expresses, listed in MODEL_DIFFERENCES)",
+    "model.decoder.input_feeding": _ARCHITECTURE + " (attnlab's model.rnn.input_feeding)",
     "model.tied_embeddings": _ARCHITECTURE,
     "model.tied_softmax": _ARCHITECTURE,
 }
+
+# where the two models differ and no JoeyNMT setting can make them equal: (when it applies, what differs)
+MODEL_DIFFERENCES: tuple[tuple[str, str], ...] = (
+    ("luong_scaled", "Luong attention's scores: attnlab divides h_t^T W_a h_s by sqrt(H) (model.rnn.scaled_scores); "
+                     "JoeyNMT's LuongAttention does not"),
+    ("luong", "Luong's attentional state tanh(W_c [c_t; h_t]): JoeyNMT's W_c has a bias, attnlab's has none (eq. 5)"),
+)
+
+
+def model_differences(cfg: ExperimentConfig) -> list[str]:
+    """The differences between attnlab's model and JoeyNMT's for the config that no JoeyNMT setting removes."""
+    r = cfg.model.rnn
+    luong = cfg.model.family == "rnn" and r.attention == "general"
+    applies = {"luong_scaled": luong and r.scaled_scores, "luong": luong}
+    return [what for key, what in MODEL_DIFFERENCES if applies[key]]
+
 
 PROBE = "set on the command line (issue 49 gives JoeyNMT any setting that makes it learn faster; the docs say whether a probe chose it)"
 
@@ -278,9 +298,10 @@ def model_kind(cfg: ExperimentConfig) -> str:
         if m.transformer.positions != "sinusoidal" or m.transformer.activation != "relu":
             raise SystemExit("JoeyNMT's Transformer has sinusoidal positions and ReLU only")
         return "transformer"
-    if m.family == "rnn" and m.rnn.attention == "bahdanau" and m.rnn.cell in ("gru", "lstm"):
+    if m.family == "rnn" and m.rnn.attention in ("bahdanau", "general") and m.rnn.cell in ("gru", "lstm"):
         return "rnn"
-    raise SystemExit("only the Bahdanau GRU/LSTM model and the Transformer have a JoeyNMT counterpart here")
+    raise SystemExit("only the GRU/LSTM models with Bahdanau or Luong general attention, and the Transformer, have a "
+                     "JoeyNMT counterpart here")
 
 
 def harness_settings(cfg: ExperimentConfig, out: Path, options: JoeyOptions) -> dict[str, object]:
@@ -325,6 +346,9 @@ def harness_settings(cfg: ExperimentConfig, out: Path, options: JoeyOptions) -> 
                       f"model.{part}.embeddings.embedding_dim": r.emb_dim})
         s["model.encoder.bidirectional"] = r.bidirectional
         s["model.decoder.init_hidden"] = "bridge" if r.bridge == "linear" else "last"
+        # JoeyNMT's "luong" is Luong's general score h_t^T W_a h_s; Bahdanau's context always feeds the RNN input
+        s["model.decoder.attention"] = "bahdanau" if r.attention == "bahdanau" else "luong"
+        s["model.decoder.input_feeding"] = True if r.attention == "bahdanau" else r.input_feeding
     return s
 
 

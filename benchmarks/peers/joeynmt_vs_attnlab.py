@@ -58,7 +58,7 @@ from common import commit, cpu_name, write_json  # noqa: E402  (benchmarks/commo
 sys.path.insert(0, str(HERE))
 from joeynmt_settings import (  # noqa: E402  (benchmarks/peers/joeynmt_settings.py)
     EXAMPLES, LOG_EVERY, SCHEDULES, VALID_EVERY, JoeyOptions, departures, departures_markdown, joeynmt_config,
-    model_kind, parse_set, to_yaml)
+    model_differences, model_kind, parse_set, to_yaml)
 
 JOEY_RATE = re.compile(r"Step:\s+(\d+),.*Tokens per Sec:\s+([\d.]+)")
 # JoeyNMT 2.3's validation: "Generation took 1.2345[sec]." then "Evaluation result (greedy): bleu: ..., 0.12[sec]"
@@ -303,6 +303,8 @@ def main() -> None:
         print(to_yaml(joey_cfg))
         print(f"\nDepartures from JoeyNMT's {kind} example:\n")
         print(departures_markdown(departures(joey_cfg, kind, options)))
+        for what in model_differences(cfg):
+            print(f"- not expressible in JoeyNMT: {what}")
         return
     if args.minutes is None or args.json is None:
         ap.error("--minutes and --json are required to run (or --show-config)")
@@ -351,7 +353,8 @@ def main() -> None:
         "dev_curve": stats["dev_curve"],
         "settings": {"kind": kind, "example_files": sorted({src.split(" (")[0] for _, src in EXAMPLES[kind].values()}),
                      "repository": "https://github.com/joeynmt/joeynmt", "options": options.as_dict(),
-                     "departures": departures(joey_cfg, kind, options)},
+                     "departures": departures(joey_cfg, kind, options),
+                     "model_differences": model_differences(cfg)},
         "config_yaml": config_path.read_text()}
     print(f"  JoeyNMT: {stats['updates']} updates, test BLEU {scores.bleu:.2f}", file=sys.stderr)
     if args.joeynmt_only:
