@@ -324,6 +324,9 @@ def test_the_lm_reads_its_text_through_a_prepared_store(lm_run, tmp_path):
     assert all(data[i][1] == [] for i in range(len(data)))  # a monolingual store keeps no source
     again = load_lm_data(cfg)
     assert again.path == store.path and again.key == store.key  # prepared once, reused
+    out = tmp_path / "store"  # `attnlab data prepare` takes an LM config, and training reads that folder
+    assert main(["data", "prepare", str(lm_run / "lm.toml"), "--out", str(out)]) == 0
+    assert load_lm_data(load_lm_config(lm_run / "lm.toml", [f"data.store={out}"])).path == out
 
 
 # ---------------------------------------------------------------------------------------------- transfer

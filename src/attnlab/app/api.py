@@ -46,11 +46,9 @@ from attnlab.data import bible, paraphrase
 from attnlab.data.corpus import Corpus, corpus_stats, format_stats, normalize
 from attnlab.data.corpus import file_corpus as read_file_corpus
 from attnlab.data.paraphrase import ParaphraseCorpus, format_paraphrase_stats, paraphrase_stats
-from attnlab.data.prepare import prepare as prepare_store
 from attnlab.data.store import Store, format_store_stats
 from attnlab.data.tokenizers import cached_tokenizers, one_line, save_tokenizers
 from attnlab.decode.translate import DecodeConfig
-from attnlab.families.lm import lm_store_spec
 from attnlab.families.pairs import plot_alignment as plot_pair_alignment
 from attnlab.families.series import VARIANTS as SERIES_VARIANTS
 from attnlab.families.series import load_series_config
@@ -189,13 +187,11 @@ def prepare(config: str | Path, overrides: Mapping[str, Any] | Sequence[str] | N
     sets, config = override_list(overrides), as_path("config", config)
     out, force = as_optional_path("out", out), as_bool("force", force)
     family, cfg = load_family_config(config, sets)
-    if family.name == "lm":
-        return prepare_store(lm_store_spec(cfg), out, force=force)
-    if "translate" not in family.abilities:
-        names = " or ".join(sorted(f.name for f in FAMILIES if "translate" in f.abilities))
+    if family.prepare is None:
+        names = " or ".join(sorted(f.name for f in FAMILIES if f.prepare is not None))
         raise AttnlabError(f"{config} is a {family.title} config; `attnlab data prepare` prepares the corpus of "
-                           f"a translation config (model.family {names}) or a language model (lm)")
-    return prepare_corpus(cfg, out=out, force=force)
+                           f"a translation or language-model config (model.family {names})")
+    return family.prepare(cfg, out, force)
 
 
 # ---------------------------------------------------------------------------------------------- runs

@@ -118,7 +118,9 @@ class Family:
     with `load_run(run_dir, checkpoint, device, ability)`, which the pipeline hands in); training(cfg, data, tokenizers,
     model) -> Training; evaluate(LoadedRun, split, EvalOptions) -> result dict (it writes RUN_DIR/eval/...);
     format_eval(result) -> text; summary_inputs(cfg, tokenizers | None, src_len, tgt_len) -> (inputs, description);
-    uses_tokenizers(cfg) -> whether a run of cfg has RUN_DIR/tokenizer (`load_run` refuses one without it).
+    uses_tokenizers(cfg) -> whether a run of cfg has RUN_DIR/tokenizer (`load_run` refuses one without it);
+    prepare(cfg, out | None, force) -> Store (optional: the family reads its corpus through a prepared store,
+    `attnlab data prepare`; None: it does not).
 
     What a family can do beyond the pipeline, asked of the row and never of its name: abilities (the commands its
     runs serve: "translate", "generate", "classify", "regress"); explorer (its `Explorer` hooks; None: its runs
@@ -150,6 +152,7 @@ class Family:
     export: str | None = None
     hf_kind: str | None = None
     hf_import: Callable[[dict, dict], dict] | None = None
+    prepare: Callable[[Any, Path | None, bool], Any] | None = None
 
     def from_dict(self, data: dict) -> Any:
         """The typed config of a raw dict (RUN_DIR/config.json plus overrides), validated key by key."""

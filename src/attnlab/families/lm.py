@@ -244,6 +244,12 @@ def load_lm_data(cfg: LMExperimentConfig, tokenizers: TokenizerPair | None = Non
     return prepare(lm_store_spec(cfg), cfg.data.store or None, tokenizers)
 
 
+def prepare_lm_store(cfg: LMExperimentConfig, out: Path | None = None, force: bool = False) -> Store:
+    """`attnlab data prepare` of an LM config: its store into `out` (None: data.store, else the cache), again if
+    force (a damaged store)."""
+    return prepare(lm_store_spec(cfg), out or cfg.data.store or None, force=force)
+
+
 def split_sentences(store: Store, split: str) -> list[str]:
     """The sentences of a dev or test split (a monolingual store keeps each as its pair's target)."""
     return [p.tgt for p in store.pairs(split)]

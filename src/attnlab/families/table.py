@@ -47,7 +47,8 @@ def _seq2seq(name: str, title: str, recognise: Callable[[dict], bool], export: s
         evaluate=translation.evaluate_seq2seq, format_eval=translation.format_seq2seq_eval,
         summary_inputs=translation.seq2seq_summary_inputs, abilities=frozenset({"translate"}),
         explorer=Explorer(translation.explore_seq2seq, translation.seq2seq_explorer_facts, translation.seq2seq_tokens),
-        export=export, hf_kind=hf_kind, hf_import=hf_import)
+        export=export, hf_kind=hf_kind, hf_import=hf_import,
+        prepare=lambda cfg, out, force: translation.prepare_corpus(cfg, out=out, force=force))
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -57,7 +58,7 @@ FAMILIES: tuple[Family, ...] = (
            evaluate=lm.evaluate_lm, format_eval=lm.format_lm_eval, summary_inputs=lm.lm_summary_inputs,
            abilities=frozenset({"generate"}),
            explorer=Explorer(lm.explore_generation, lm.lm_explorer_facts, lm.lm_tokens, empty_input=True),
-           export="generator", hf_kind="causal-lm", hf_import=lm.imported_lm_config),
+           export="generator", hf_kind="causal-lm", hf_import=lm.imported_lm_config, prepare=lm.prepare_lm_store),
     Family(name="pair", title="sentence-pair classifier", config_class=pairs.ParaphraseConfig,
            recognise=pairs.is_paraphrase_config,
            load_data=lambda cfg, tokenizers: pairs.load_pairs(cfg), make_tokenizers=pairs.make_pair_tokenizers, build_model=pairs.build_pair_model,
