@@ -53,10 +53,14 @@ def machine(*packages: str) -> dict:
     return out
 
 
+ARCHIVED = Path(__file__).resolve().with_name("ARCHIVED_COMMIT")  # `git archive` writes the commit in (export-subst)
+
+
 def commit(repo: Path = REPO) -> str:
     """The short hash of HEAD of the checkout around `repo` (this one by default; any folder in it), followed by
-    " + uncommitted changes under src/" where its src/ differs from HEAD; "" where there is no git or no checkout
-    (a copied tree on a lent GPU machine)."""
+    " + uncommitted changes under src/" where its src/ differs from HEAD; in a tree made by `git archive` (where
+    recorded benchmarks run), the commit it was made from, "(archive)" after it; "" where there is no git and no
+    archive (a copied tree on a lent GPU machine)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True).stdout.strip()
 
@@ -64,7 +68,10 @@ def commit(repo: Path = REPO) -> str:
         head = git("rev-parse", "--short", "HEAD")
         dirty = bool(head) and bool(git("status", "--porcelain", "--", ":/src"))
     except OSError:
-        return ""
+        head, dirty = "", False
+    if not head and repo == REPO and ARCHIVED.is_file():
+        archived = ARCHIVED.read_text(encoding="utf-8").strip()
+        return "" if archived.startswith("$Format") else f"{archived} (archive)"
     return head + (" + uncommitted changes under src/" if dirty else "")
 
 
