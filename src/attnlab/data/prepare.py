@@ -95,8 +95,8 @@ def _bible_blocks(spec: StoreSpec, counts: ReadCounts) -> Iterator[tuple[tuple[i
         counts.empty += dropped
         for chunk in chunks(records, _READ_CHUNK):
             if spec.monolingual:  # one side's sentence, as both sides of the record (see StoreSpec)
-                keep = 1 if spec.monolingual == "src" else 2
-                chunk = [(r[0], r[1], r[1 + keep], r[1 + keep]) for r in chunk]
+                k = 2 if spec.monolingual == "src" else 3  # a record is (split, ref, source, target)
+                chunk = [(r[0], r[1], r[k], r[k]) for r in chunk]
             for code in sorted({codes[r[0]] for r in chunk}):
                 yield _block(code, [(ref, src, tgt) for split, ref, src, tgt in chunk if codes[split] == code],
                              spec.dedup), rendering

@@ -3,9 +3,9 @@ attention weights and token labels for plotting."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
@@ -18,6 +18,7 @@ from attnlab.data.batching import grid_length, pad_sequences
 from attnlab.data.tokenizers import EOS_ID, Tokenizer, TokenizerPair
 from attnlab.decode.search import TraceStep, beam_search, greedy_search, max_output_length
 from attnlab.kernels.memory import keep_freed_memory
+
 
 def output_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
     """The text of generated target ids, as every output shows it (translations, n-best lists, beam trees): the

@@ -147,15 +147,11 @@ def imported_lm_config(lm: dict, tokenizer: dict) -> dict:
 # ---------------------------------------------------------------------------------------------- data
 class LMDataset(torch.utils.data.Dataset):
     """Sentences as token ids without BOS/EOS: item i is (i, ids of sentence i); lengths() = len + 1 (BOS or EOS).
-    `from_store`: the training sentences of a monolingual store (the targets of its `StoreDataset`, read from its
-    files, nothing per sentence in the Python heap); a list of id lists otherwise (the dev split)."""
+    Made from the `StoreDataset` of a monolingual store (its targets, read from its files, nothing per sentence in
+    the Python heap: the training split) or from a list of id lists (the dev split)."""
 
     def __init__(self, ids: list[list[int]] | StoreDataset) -> None:
         self.ids = ids
-
-    @classmethod
-    def from_store(cls, data: StoreDataset) -> LMDataset:
-        return cls(data)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -238,16 +234,11 @@ def lm_store_spec(cfg: LMExperimentConfig) -> StoreSpec:
                      dev_size=d.dev_size, test_size=d.test_size, monolingual="lines", **subset)
 
 
-def load_lm_data(cfg: LMExperimentConfig, tokenizers: TokenizerPair | None = None) -> Store:
-    """The prepared store of the LM's text (`lm_store_spec`), reused when prepared before; a resumed run hands in
-    its own tokenizer."""
-    return prepare(lm_store_spec(cfg), cfg.data.store or None, tokenizers)
-
-
-def prepare_lm_store(cfg: LMExperimentConfig, out: Path | None = None, force: bool = False) -> Store:
-    """`attnlab data prepare` of an LM config: its store into `out` (None: data.store, else the cache), again if
-    force (a damaged store)."""
-    return prepare(lm_store_spec(cfg), out or cfg.data.store or None, force=force)
+def load_lm_data(cfg: LMExperimentConfig, tokenizers: TokenizerPair | None = None, out: Path | None = None,
+                 force: bool = False) -> Store:
+    """The prepared store of the LM's text (`lm_store_spec`) in `out` (None: data.store, else the cache), reused
+    when prepared before, built again if force (a damaged store); a resumed run hands in its own tokenizer."""
+    return prepare(lm_store_spec(cfg), out or cfg.data.store or None, tokenizers, force=force)
 
 
 def split_sentences(store: Store, split: str) -> list[str]:
@@ -279,12 +270,11 @@ def lm_training(cfg: LMExperimentConfig, store: Store, tokenizers: TokenizerPair
     if tokenizers is None:  # a resumed run whose tokenizer folder is gone
         raise AttnlabError("a language-model run needs its tokenizer (RUN_DIR/tokenizer is missing)")
     tok = tokenizers.tgt
-    train = LMDataset.from_store(store.train_data())
+    train = LMDataset(store.train_data())
     dev = split_sentences(store, "dev")
     if not len(train) or not dev:
         raise AttnlabError("data: the train and dev splits need at least one sentence each")
-    lengths = train.lengths()
-    too_long = int(lengths.max()) if len(lengths) else 0
+    too_long = int(train.lengths().max())
     if too_long > cfg.model.lm.max_len:
         raise AttnlabError(f"model.lm.max_len ({cfg.model.lm.max_len}) is shorter than the longest training "
                            f"sentence ({too_long} tokens with BOS)")
