@@ -28,12 +28,27 @@ from common import write_json  # noqa: E402
 
 
 def timed(translator, sentences: list[str], beam: int, repeat: int) -> tuple[list[str], float]:
+    """The outputs and the best wall time in seconds of `repeat` decodes of the sentences."""
     best, hyps = float("inf"), []
     for _ in range(repeat):
         t0 = time.perf_counter()
         hyps = [t[0].text for t in translator.translate(sentences, beam_size=beam)]
         best = min(best, time.perf_counter() - t0)
-    return hyps, len(sentences) / best
+    return hyps, best
+
+
+def engines(run_dir: Path, split: str, threads: int) -> tuple[dict, list[str], list[str]]:
+    """attnlab's search of the run's best checkpoint on the CPU and its CTranslate2 exports (float32, int8; made by
+    `attnlab export` where missing), with the run's decode settings on `threads` threads; and the split's sources
+    and references."""
+    run = load_run(run_dir, "best", "cpu", ability="translate")
+    ours = Translator(run.model, run.tokenizers, run.cfg.decode, "cpu")
+    pairs = split_pairs(run.cfg, split, run.tokenizers)
+    found = {"attnlab eager (PyTorch)": ours}
+    for q in ("float32", "int8"):
+        out = export_run(run_dir, run_dir / f"ctranslate2-best-{q}", q)
+        found[f"CTranslate2 {q}"] = CTranslate2Translator(out, ours.tokenizers, ours.decode, threads=threads)
+    return found, [p.src for p in pairs], [p.tgt for p in pairs]
 
 
 def main() -> int:
@@ -45,21 +60,15 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    run = load_run(args.run_dir, "best", "cpu", ability="translate")
-    ours = Translator(run.model, run.tokenizers, run.cfg.decode, "cpu")
-    pairs = split_pairs(run.cfg, args.split, run.tokenizers)
-    src, refs = [p.src for p in pairs], [p.tgt for p in pairs]
-    engines = {"attnlab eager (PyTorch)": ours}
-    for q in ("float32", "int8"):
-        out = export_run(args.run_dir, args.run_dir / f"ctranslate2-best-{q}", q)
-        engines[f"CTranslate2 {q}"] = CTranslate2Translator(out, ours.tokenizers, ours.decode, threads=args.threads)
+    found, src, refs = engines(args.run_dir, args.split, args.threads)
     result: dict = {"run": str(args.run_dir), "split": args.split, "sentences": len(src), "threads": args.threads,
                     "torch": torch.__version__, "engines": {}}
     outputs: dict = {}
-    for name, engine in engines.items():
+    for name, engine in found.items():
         row = {}
         for beam in (1, 5):
-            hyps, speed = timed(engine, src, beam, args.repeat)
+            hyps, seconds = timed(engine, src, beam, args.repeat)
+            speed = len(src) / seconds
             s = corpus_scores(hyps, refs)
             row[f"beam{beam}"] = {"bleu": round(s.bleu, 2), "chrf": round(s.chrf, 2),
                                   "sentences_per_s": round(speed, 1)}
@@ -67,7 +76,7 @@ def main() -> int:
         result["engines"][name] = row
         print(name, row, flush=True)
     base = "attnlab eager (PyTorch)"
-    for name in engines:
+    for name in found:
         if name == base:
             continue
         for beam in (1, 5):

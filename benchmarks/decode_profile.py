@@ -28,25 +28,15 @@ from pathlib import Path
 
 import torch
 
-from attnlab.decode.translate import CTranslate2Translator, Translator
-from attnlab.families.translation import split_pairs
-from attnlab.runs.workflow import export_run, load_run
+from attnlab.decode.translate import Translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import commit, machine, write_json  # noqa: E402
+from ct2_bench import engines, timed  # noqa: E402  (the engines and timing of benchmarks/ct2_bench.py)
 
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation",
               "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math",
               "aten::mkldnn_linear", "aten::_mkldnn_linear", "mkldnn::_linear_pointwise"}
-
-
-def timed(translator, sentences: list[str], beam: int, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        translator.translate(sentences, beam_size=beam)
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def profile(translator: Translator, sentences: list[str], beam: int, rows: int) -> tuple[dict, str]:
@@ -77,19 +67,17 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    run = load_run(args.run_dir, "best", "cpu", ability="translate")
-    ours = Translator(run.model, run.tokenizers, run.cfg.decode, "cpu")
-    src = [p.src for p in split_pairs(run.cfg, args.split, run.tokenizers)]
+    found, src, _ = engines(args.run_dir, args.split, args.threads)
+    ours = found["attnlab eager (PyTorch)"]
     ours.translate(src[:64], beam_size=args.beam)  # warm-up
-    t_ours = timed(ours, src, args.beam, args.repeat)
+    t_ours = timed(ours, src, args.beam, args.repeat)[1]
     groups, table = profile(ours, src, args.beam, args.rows)
     print(table)
     t_ct2 = {}
     for q in ("float32", "int8"):
-        out = export_run(args.run_dir, args.run_dir / f"ctranslate2-best-{q}", q)
-        engine = CTranslate2Translator(out, ours.tokenizers, ours.decode, threads=args.threads)
-        engine.translate(src[:64], beam_size=args.beam)
-        t_ct2[q] = timed(engine, src, args.beam, args.repeat)
+        engine = found[f"CTranslate2 {q}"]
+        engine.translate(src[:64], beam_size=args.beam)  # warm-up
+        t_ct2[q] = timed(engine, src, args.beam, args.repeat)[1]
     f32, i8 = t_ct2["float32"], t_ct2["int8"]
     bounds = {}
     for s in (2, 4, 8):  # int8 matrix products s times as fast as float32's
