@@ -324,6 +324,13 @@ def test_the_lm_reads_its_text_through_a_prepared_store(lm_run, tmp_path):
     assert all(data[i][1] == [] for i in range(len(data)))  # a monolingual store keeps no source
     again = load_lm_data(cfg)
     assert again.path == store.path and again.key == store.key  # prepared once, reused
+    bad = tmp_path / "bad.txt"  # a line that is not UTF-8: an error naming file:line, or skipped as the hint says
+    bad.write_bytes(b"".join(f"w{i} x y\n".encode() for i in range(30)) + b"\xff bad\n")
+    sets = [f"data.train={bad}", "data.dev_size=3", "data.test_size=3", "tokenizer.kind=char"]
+    with pytest.raises(AttnlabError, match=r"bad.txt:31: .*data.skip_bad_lines = true"):
+        load_lm_data(load_lm_config(lm_run / "lm.toml", sets))
+    skipped = load_lm_data(load_lm_config(lm_run / "lm.toml", [*sets, "data.skip_bad_lines=true"]))
+    assert len(skipped.train_data()) == 30 - 6
     out = tmp_path / "store"  # `attnlab data prepare` takes an LM config, and training reads that folder
     assert main(["data", "prepare", str(lm_run / "lm.toml"), "--out", str(out)]) == 0
     assert load_lm_data(load_lm_config(lm_run / "lm.toml", [f"data.store={out}"])).path == out

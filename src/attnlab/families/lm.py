@@ -77,6 +77,7 @@ class LMDataConfig:
     test_size: int = 500
     max_train_sentences: int = 0  # a seeded random subset of the training sentences (0: all)
     subset_seed: int = 0
+    skip_bad_lines: bool = False  # a line not UTF-8 or too long: skipped and counted (else an error naming file:line)
     store: str = ""  # the prepared text's folder ("": the cache, cache_dir()/stores/NAME-KEY; `attnlab data prepare`)
 
     CHOICES: ClassVar[dict] = {"corpus": ("bible", "text"), "side": ("src", "tgt"), "english": ("kjv", "web")}
@@ -223,7 +224,8 @@ def lm_store_spec(cfg: LMExperimentConfig) -> StoreSpec:
     random, seed 0), its training subset (data.max_train_sentences), and one tokenizer trained on the sentences."""
     d = cfg.data
     tokenizer = dataclasses.replace(cfg.tokenizer, joint=True)
-    subset = {"max_train_pairs": d.max_train_sentences, "subset_seed": d.subset_seed, "tokenizer": tokenizer}
+    subset = {"max_train_pairs": d.max_train_sentences, "subset_seed": d.subset_seed, "tokenizer": tokenizer,
+              "skip_bad_lines": d.skip_bad_lines}
     if d.corpus == "bible":
         return StoreSpec(corpus="bible", english=[d.english], monolingual=d.side, **subset)
     if not d.train:
