@@ -142,6 +142,21 @@ def test_bible_corpus_counts_and_split(tmp_path, monkeypatch):
 
 
 @pytest.mark.integration
+@pytest.mark.skipif(not _sword_ready() or not (sword_dir() / "mods.d" / "engWEB2015eb.conf").is_file(),
+                    reason="SWORD module engWEB2015eb not installed (run ./scripts/system-deps.sh as root)")
+def test_a_footnote_between_two_words_leaves_them_apart():
+    """The WEB puts footnotes between words ("God<note>...</note> created"); with the note removed the words used
+    to be glued ("Godcreated", 178 verses, 8 of them test verses)."""
+    corpus = bible_corpus("web")
+    by_ref = {p.ref: p.src for p in corpus.train + corpus.dev + corpus.test}
+    assert by_ref["Gen 1:1"] == "In the beginning, God created the heavens and the earth."
+    assert by_ref["Exod 20:1"] == "God spoke all these words, saying,"
+    assert by_ref["Gen 4:1"].startswith("The man knew Eve his wife. She conceived, and gave birth")
+    glued = ("Godcreated", "YahwehGod", "knewEve", "Godspoke")
+    assert not [ref for ref, text in by_ref.items() if any(g in text for g in glued)]
+
+
+@pytest.mark.integration
 @needs_sword
 def test_sentencepiece_round_trip_on_the_bible():
     from attnlab.data.tokenizers import TokenizerConfig, build_tokenizers

@@ -20,7 +20,7 @@ from attnlab.data.corpus import SPLITS, Corpus, Pair, iter_lines, normalize
 
 log = logging.getLogger("attnlab")
 
-CACHE_VERSION = 1  # of the cached Bible TSV: a new version rebuilds it
+CACHE_VERSION = 2  # of the cached Bible TSV: a new version rebuilds it (2: WEB footnotes no longer glue words)
 
 # The fixed split by book (OSIS names), chosen so every split holds whole books.
 DEV_BOOKS = ("Jonah", "Phil", "Titus", "Jude")
@@ -64,13 +64,13 @@ def ensure_sword_modules(modules: Sequence[tuple[str, str]]) -> Path:
 
 
 # A footnote placed between two words (WEB: "God<note>...</note><w>created</w>"): removing the note glues the
-# words ("Godcreated"), so `space_notes` puts a space in its place when a word follows.
+# words ("Godcreated", 178 WEB verses), so a note that a word follows becomes a space.
 _NOTE_BEFORE_WORD = re.compile(r"<note\b[^>]*>.*?</note>(?=<w\b|\w)", re.DOTALL)
 
 
-def read_sword_bible(module: str, sword_dir: Path, space_notes: bool = False) -> dict[tuple[str, int, int], str]:
+def read_sword_bible(module: str, sword_dir: Path) -> dict[tuple[str, int, int], str]:
     """All verses of a SWORD Bible module, markup removed: {(OSIS book, chapter, verse): text}, in canon order.
-    space_notes: a footnote right before a word becomes a space (else the words around it are glued)."""
+    A footnote right before a word becomes a space."""
     from pysword.modules import (
         SwordModules,  # imported here: only the Bible corpus needs it
     )
@@ -84,9 +84,8 @@ def read_sword_bible(module: str, sword_dir: Path, space_notes: bool = False) ->
     verses: dict[tuple[str, int, int], str] = {}
     for testament in bible.get_structure().get_books().values():
         for book in testament:
-            texts = bible.get(books=[book.osis_name], clean=not space_notes, join="\x00").split("\x00")
-            if space_notes:
-                texts = [bible._cleaner.clean(_NOTE_BEFORE_WORD.sub(" ", t)) if "<" in t else t for t in texts]
+            texts = bible.get(books=[book.osis_name], clean=False, join="\x00").split("\x00")
+            texts = [bible._cleaner.clean(_NOTE_BEFORE_WORD.sub(" ", t)) if "<" in t else t for t in texts]
             refs = [(book.osis_name, c + 1, v + 1)
                     for c, n in enumerate(book.chapter_lengths) for v in range(n)]
             assert len(texts) == len(refs), f"{module} {book.osis_name}: {len(texts)} texts for {len(refs)} verses"

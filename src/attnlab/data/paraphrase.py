@@ -92,8 +92,8 @@ def read_verses() -> tuple[dict[str, list[Verse]], int]:
     Returns ({split: verses}, number of verses dropped because one side is empty)."""
     kjv_module, web_module = ENGLISH_MODULES["kjv"], ENGLISH_MODULES["web"]
     sword = ensure_sword_modules([kjv_module, web_module])
-    kjv = read_sword_bible(kjv_module[0], sword, space_notes=True)
-    web = read_sword_bible(web_module[0], sword, space_notes=True)
+    kjv = read_sword_bible(kjv_module[0], sword)
+    web = read_sword_bible(web_module[0], sword)
     splits: dict[str, list[Verse]] = {s: [] for s in SPLITS}
     dropped = 0
     for (book, ch, v), a in kjv.items():  # the KJV's books only: the WEB's deuterocanon has no partner
