@@ -340,6 +340,17 @@ def test_a_warmup_needs_a_warmup_schedule():
         HARNESS.parse_set("dropout")
 
 
+
+def test_a_dev_subset_as_large_as_the_dev_split_is_refused_before_training(tmp_path):
+    """JoeyNMT 2.3 asserts sample_dev_subset < the dev split only at its first validation, minutes into a run."""
+    cfg = load_experiment("demo")
+    options = HARNESS.JoeyOptions(sets=(HARNESS.parse_set("data.sample_dev_subset=100"),))
+    joey = HARNESS.joeynmt_config(cfg, tmp_path, options)
+    with pytest.raises(SystemExit, match="sample_dev_subset=100: .* 100 verses"):
+        HARNESS.check_dev_subset(joey, 100)
+    HARNESS.check_dev_subset(joey, 101)
+    HARNESS.check_dev_subset(HARNESS.joeynmt_config(cfg, tmp_path), 100)  # -1: the whole dev split
+
 JOEY_LOG = """\
 2026-11-28 10:00:00,000 - INFO - joeynmt.training - Train config:
 2026-11-28 10:00:05,500 - INFO - joeynmt.training - EPOCH 1

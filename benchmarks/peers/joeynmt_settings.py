@@ -372,6 +372,15 @@ def joeynmt_config(cfg: ExperimentConfig, out: Path, options: JoeyOptions | None
     return joey
 
 
+def check_dev_subset(joey: dict, dev_size: int) -> None:
+    """SystemExit naming the setting when `data.sample_dev_subset` is not below the dev split's size: JoeyNMT 2.3
+    asserts that at its first validation, minutes into the run."""
+    subset = get_setting(joey, "data.sample_dev_subset")
+    if subset is not None and subset >= dev_size:
+        raise SystemExit(f"--joey-set data.sample_dev_subset={subset}: JoeyNMT samples only from a larger dev split; "
+                         f"this config's dev split has {dev_size} verses (train.eval_max_sentences)")
+
+
 def departures(joey: dict, kind: str, options: JoeyOptions | None = None) -> list[dict]:
     """Every place the JoeyNMT config departs from the example of `kind`: [{setting, example, example_file,
     harness, why}], the example's settings first, then command-line settings the example does not have

@@ -57,8 +57,8 @@ from common import commit, cpu_name, write_json  # noqa: E402  (benchmarks/commo
 
 sys.path.insert(0, str(HERE))
 from joeynmt_settings import (  # noqa: E402  (benchmarks/peers/joeynmt_settings.py)
-    EXAMPLES, LOG_EVERY, SCHEDULES, VALID_EVERY, JoeyOptions, departures, departures_markdown, joeynmt_config,
-    model_differences, model_kind, parse_set, to_yaml)
+    EXAMPLES, LOG_EVERY, SCHEDULES, VALID_EVERY, JoeyOptions, check_dev_subset, departures, departures_markdown,
+    joeynmt_config, model_differences, model_kind, parse_set, to_yaml)
 
 JOEY_RATE = re.compile(r"Step:\s+(\d+),.*Tokens per Sec:\s+([\d.]+)")
 # JoeyNMT 2.3's validation: "Generation took 1.2345[sec]." then "Evaluation result (greedy): bleu: ..., 0.12[sec]"
@@ -320,6 +320,7 @@ def main() -> None:
     sizes = export_data(cfg, jdir, args.max_test)
     config_path = jdir / "config.yaml"
     joey_cfg = joeynmt_config(cfg, jdir, options)
+    check_dev_subset(joey_cfg, sizes["dev"])
     config_path.write_text(to_yaml(joey_cfg) + "\n", encoding="utf-8")
 
     result: dict = {
