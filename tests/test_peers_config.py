@@ -309,7 +309,7 @@ def test_the_yaml_joeynmt_reads_is_the_config():
 
 def test_command_line_recipe_changes_are_recorded_as_departures():
     cfg = next(c for n, c, _ in CONFIGS if n == "bible-transformer-small")
-    options = HARNESS.JoeyOptions(lr=0.001, schedule="warmupinversesquareroot", warmup=400, valid_every=150,
+    options = SETTINGS.JoeyOptions(lr=0.001, schedule="warmupinversesquareroot", warmup=400, valid_every=150,
                                   sets=(("model.encoder.dropout", 0.1),))
     joey = HARNESS.joeynmt_config(cfg, Path("/tmp/peers"), options)
     t = joey["training"]
@@ -320,7 +320,7 @@ def test_command_line_recipe_changes_are_recorded_as_departures():
     for key, flag in (("training.learning_rate", "--joey-lr"), ("training.scheduling", "--joey-schedule"),
                       ("training.learning_rate_warmup", "--joey-warmup"), ("model.encoder.dropout", "--joey-set")):
         assert why[key].startswith(flag), (key, why[key])
-    constant = HARNESS.joeynmt_config(cfg, Path("/tmp/peers"), HARNESS.JoeyOptions(schedule="none"))
+    constant = HARNESS.joeynmt_config(cfg, Path("/tmp/peers"), SETTINGS.JoeyOptions(schedule="none"))
     assert "scheduling" not in constant["training"]  # JoeyNMT's constant rate (patch_joeynmt.py allows it)
 
 
@@ -328,12 +328,12 @@ def test_command_line_recipe_changes_are_recorded_as_departures():
                                     dict(schedule="noam")])
 def test_joey_options_refuse_what_joeynmt_would_refuse(kwargs):
     with pytest.raises(ValueError):
-        HARNESS.JoeyOptions(**kwargs)
+        SETTINGS.JoeyOptions(**kwargs)
 
 
 def test_a_warmup_needs_a_warmup_schedule():
     with pytest.raises(ValueError, match="warm-up schedule"):
-        HARNESS.JoeyOptions(warmup=400).settings("rnn")
+        SETTINGS.JoeyOptions(warmup=400).settings("rnn")
     assert HARNESS.parse_set("model.encoder.dropout=0.1") == ("model.encoder.dropout", 0.1)
     assert HARNESS.parse_set("training.scheduling=plateau") == ("training.scheduling", "plateau")
     with pytest.raises(ValueError):
@@ -344,12 +344,46 @@ def test_a_warmup_needs_a_warmup_schedule():
 def test_a_dev_subset_as_large_as_the_dev_split_is_refused_before_training(tmp_path):
     """JoeyNMT 2.3 asserts sample_dev_subset < the dev split only at its first validation, minutes into a run."""
     cfg = load_experiment("demo")
-    options = HARNESS.JoeyOptions(sets=(HARNESS.parse_set("data.sample_dev_subset=100"),))
+    options = SETTINGS.JoeyOptions(sets=(HARNESS.parse_set("data.sample_dev_subset=100"),))
     joey = HARNESS.joeynmt_config(cfg, tmp_path, options)
     with pytest.raises(SystemExit, match="sample_dev_subset=100: .* 100 verses"):
-        HARNESS.check_dev_subset(joey, 100)
-    HARNESS.check_dev_subset(joey, 101)
-    HARNESS.check_dev_subset(HARNESS.joeynmt_config(cfg, tmp_path), 100)  # -1: the whole dev split
+        SETTINGS.check_dev_subset(joey, 100)
+    SETTINGS.check_dev_subset(joey, 101)
+    SETTINGS.check_dev_subset(HARNESS.joeynmt_config(cfg, tmp_path), 100)  # -1: the whole dev split
+
+
+@pytest.mark.parametrize("config, kind", [("demo", "rnn"), ("bible-transformer-small", "transformer")])
+def test_the_minutes_recipe_is_the_one_the_record_measured_and_flags_still_win(tmp_path, config, kind):
+    """--joey-recipe minutes writes the settings of docs/results.md's runs in which JoeyNMT learned in 7 minutes,
+    each a departure with its reason; a flag given beside it replaces the recipe's value."""
+    cfg = load_experiment(config)
+    want = {"rnn": {"training.learning_rate": 0.003, "training.batch_size": 1000, "training.clip_grad_norm": 1.0,
+                    "training.validation_freq": 100},
+            "transformer": {"training.learning_rate": 0.001, "training.batch_size": 1000,
+                            "model.encoder.dropout": 0.1, "model.decoder.dropout": 0.1,
+                            "data.sample_dev_subset": 100, "training.validation_freq": 200}}[kind]
+    want.update({"training.scheduling": "warmupinversesquareroot", "training.learning_rate_warmup": 200})
+    options = SETTINGS.recipe_options("minutes", kind)
+    joey = HARNESS.joeynmt_config(cfg, tmp_path, options)
+    assert {k: SETTINGS.get_setting(joey, k) for k in want} == want
+    moved = {r["setting"] for r in SETTINGS.departures(joey, kind, options)}
+    assert set(want) - {"data.sample_dev_subset"} <= moved  # each one a departure from the example, with its why
+    why = {r["setting"]: r["why"] for r in SETTINGS.departures(joey, kind, options)}
+    assert why["training.learning_rate"].startswith("--joey-recipe minutes")
+    assert why["training.batch_size"].startswith("--joey-recipe minutes")
+    mine = SETTINGS.recipe_options("minutes", kind, lr=0.0005, valid_every=300,
+                                   sets=(("training.batch_size", 2000),))
+    joey = HARNESS.joeynmt_config(cfg, tmp_path, mine)
+    why = {r["setting"]: r["why"] for r in SETTINGS.departures(joey, kind, mine)}
+    assert why["training.learning_rate"].startswith("--joey-lr 0.0005")
+    assert why["training.batch_size"].startswith("--joey-set training.batch_size=2000")
+    assert why["training.scheduling"].startswith("--joey-recipe minutes")
+    assert (SETTINGS.get_setting(joey, "training.learning_rate"), SETTINGS.get_setting(joey, "training.batch_size"),
+            SETTINGS.get_setting(joey, "training.validation_freq")) == (0.0005, 2000, 300)
+    example = HARNESS.joeynmt_config(cfg, tmp_path, SETTINGS.recipe_options("example", kind))
+    assert example == HARNESS.joeynmt_config(cfg, tmp_path)
+    with pytest.raises(ValueError, match="--joey-recipe"):
+        SETTINGS.recipe_options("fast", kind)
 
 JOEY_LOG = """\
 2026-11-28 10:00:00,000 - INFO - joeynmt.training - Train config:

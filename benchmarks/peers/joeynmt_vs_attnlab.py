@@ -12,7 +12,8 @@ Steps (each toolkit in turn, never both at once):
 2. JoeyNMT: configured as its users do (`joeynmt_settings.joeynmt_config`): the settings of JoeyNMT's own example
    config for the model kind (RNN or Transformer), with attnlab's data, model dimensions, token budget and test
    beam, and every departure from the example listed with its reason (`joeynmt_settings.departures`, in the JSON);
-   --joey-lr, --joey-schedule, --joey-warmup and --joey-set change its recipe after a short probe (recorded too).
+   --joey-recipe minutes gives it the recipe with which it learned within 7 minutes on a 2-core CPU, and --joey-lr,
+   --joey-schedule, --joey-warmup and --joey-set change either after a short probe (all recorded too).
    Trained in its own venv; SIGINT at the deadline (`--minutes` after its training loop starts): JoeyNMT then
    saves the current weights, so no update is lost. Beam search over the test split with those last weights.
 3. attnlab: `attnlab train CONFIG --set train.max_minutes=M --set train.num_threads=T`, then
@@ -57,8 +58,8 @@ from common import commit, cpu_name, write_json  # noqa: E402  (benchmarks/commo
 
 sys.path.insert(0, str(HERE))
 from joeynmt_settings import (  # noqa: E402  (benchmarks/peers/joeynmt_settings.py)
-    EXAMPLES, LOG_EVERY, SCHEDULES, VALID_EVERY, JoeyOptions, check_dev_subset, departures, departures_markdown,
-    joeynmt_config, model_differences, model_kind, parse_set, to_yaml)
+    EXAMPLES, LOG_EVERY, RECIPES, SCHEDULES, VALID_EVERY, check_dev_subset, departures,
+    departures_markdown, joeynmt_config, model_differences, model_kind, parse_set, recipe_options, to_yaml)
 
 JOEY_RATE = re.compile(r"Step:\s+(\d+),.*Tokens per Sec:\s+([\d.]+)")
 # JoeyNMT 2.3's validation: "Generation took 1.2345[sec]." then "Evaluation result (greedy): bleu: ..., 0.12[sec]"
@@ -270,6 +271,11 @@ def main() -> None:
                     help="extra attnlab overrides (applied to both toolkits' configs)")
     recipe = ap.add_argument_group("JoeyNMT's recipe (default: its example config's; every change is recorded as a "
                                    "departure, for a short probe of what makes JoeyNMT learn faster)")
+    recipe.add_argument("--joey-recipe", choices=RECIPES, default="example",
+                        help="example: JoeyNMT's example config's recipe; minutes: the one with which JoeyNMT learned "
+                             "within 7 minutes on a 2-core CPU (warm-up 200, 1,000-token batches; RNN lr 0.003 and "
+                             "clipping, Transformer lr 0.001 and dropout 0.1; benchmarks/peers/README.md). The "
+                             "options below change either (default: example)")
     recipe.add_argument("--joey-lr", type=float, metavar="LR",
                         help="JoeyNMT's learning rate (the peak, with a warm-up); default: the example's "
                              f"({EXAMPLES['rnn']['training.learning_rate'][0]:g} RNN, "
@@ -279,9 +285,9 @@ def main() -> None:
     recipe.add_argument("--joey-warmup", type=int, metavar="N",
                         help="warm-up updates of --joey-schedule warmupinversesquareroot (default 4000, as "
                              "JoeyNMT's iwslt14_deen_sp.yaml)")
-    recipe.add_argument("--joey-valid-every", type=int, default=VALID_EVERY, metavar="N",
+    recipe.add_argument("--joey-valid-every", type=int, metavar="N",
                         help=f"JoeyNMT validates (greedy dev BLEU) every N updates, a multiple of {LOG_EVERY} "
-                             f"(default {VALID_EVERY})")
+                             f"(default {VALID_EVERY}; 200 for the Transformer with --joey-recipe minutes)")
     recipe.add_argument("--joey-set", action="append", default=[], metavar="SETTING=VALUE",
                         help="any other JoeyNMT setting by its dotted path, e.g. model.encoder.dropout=0.1")
     recipe.add_argument("--joeynmt-only", action="store_true",
@@ -291,10 +297,10 @@ def main() -> None:
     args = ap.parse_args()
     cfg = load_experiment(args.config, [f"train.max_minutes={args.minutes or 0}", *args.overrides])
     try:
-        options = JoeyOptions(lr=args.joey_lr, schedule=args.joey_schedule, warmup=args.joey_warmup,
-                              valid_every=args.joey_valid_every,
-                              sets=tuple(parse_set(text) for text in args.joey_set))
         kind = model_kind(cfg)
+        options = recipe_options(args.joey_recipe, kind, lr=args.joey_lr, schedule=args.joey_schedule,
+                                 warmup=args.joey_warmup, valid_every=args.joey_valid_every,
+                                 sets=tuple(parse_set(text) for text in args.joey_set))
         options.settings(kind)
     except ValueError as e:
         ap.error(str(e))
@@ -353,7 +359,7 @@ def main() -> None:
         "bleu": scores.bleu, "chrf": scores.chrf, "bleu_signature": scores.bleu_signature,
         "dev_curve": stats["dev_curve"],
         "settings": {"kind": kind, "example_files": sorted({src.split(" (")[0] for _, src in EXAMPLES[kind].values()}),
-                     "repository": "https://github.com/joeynmt/joeynmt", "options": options.as_dict(),
+                     "repository": "https://github.com/joeynmt/joeynmt", "recipe": args.joey_recipe, "options": options.as_dict(),
                      "departures": departures(joey_cfg, kind, options),
                      "model_differences": model_differences(cfg)},
         "config_yaml": config_path.read_text()}
