@@ -384,6 +384,8 @@ def test_the_minutes_recipe_is_the_one_the_record_measured_and_flags_still_win(t
     assert example == HARNESS.joeynmt_config(cfg, tmp_path)
     with pytest.raises(ValueError, match="--joey-recipe"):
         SETTINGS.recipe_options("fast", kind)
+    with pytest.raises(ValueError, match="--joey-valid-every"):  # 0 is refused, not read as "the recipe's"
+        SETTINGS.recipe_options("minutes", kind, valid_every=0)
 
 JOEY_LOG = """\
 2026-11-28 10:00:00,000 - INFO - joeynmt.training - Train config:

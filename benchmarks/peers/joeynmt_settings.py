@@ -285,7 +285,7 @@ def recipe_options(recipe: str, kind: str, lr: float | None = None, schedule: st
     return JoeyOptions(lr=lr if lr is not None else base.get("lr"),
                        schedule=schedule or base.get("schedule"),
                        warmup=warmup if warmup is not None else base.get("warmup"),
-                       valid_every=valid_every or base.get("valid_every", VALID_EVERY),
+                       valid_every=valid_every if valid_every is not None else base.get("valid_every", VALID_EVERY),
                        sets=tuple({**base["sets"], **given}.items()), from_recipe=frozenset(from_recipe))
 
 
