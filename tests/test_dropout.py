@@ -78,6 +78,21 @@ def test_kept_fraction_is_one_minus_k_over_65536(p):
     _assert_fraction(_kept(p), _keep_prob(p), f"dropout p={p}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+def test_a_mask_in_the_inputs_dtype_is_the_bool_mask_of_the_same_draws(dtype):
+    """The mask `dropout` multiplies by is in x's dtype: 1 where the bool mask of the same seed is True, else 0;
+    and the output is x * that bool mask * scale, as before (the bool mask written out)."""
+    torch.manual_seed(4)
+    keep, scale = keep_mask(torch.Size([64, 513]), 0.1, torch.device("cpu"))
+    torch.manual_seed(4)
+    ones, same_scale = keep_mask(torch.Size([64, 513]), 0.1, torch.device("cpu"), dtype)
+    assert ones.dtype == dtype and same_scale == scale
+    assert torch.equal(ones, torch.where(keep, 1.0, 0.0).to(dtype))
+    x = torch.randn(64, 513).to(dtype)
+    torch.manual_seed(4)
+    assert torch.equal(dropout(x, 0.1, training=True), x.mul(keep).mul_(scale))
+
+
 @pytest.mark.parametrize("p", P_VALUES)
 def test_each_16_bit_lane_is_unbiased(p):
     _assert_lanes_unbiased(_kept(p), _keep_prob(p))
@@ -88,23 +103,23 @@ def test_neighbouring_elements_are_uncorrelated(p):
     _assert_neighbours_uncorrelated(_kept(p))
 
 
-def _keep_mask_without_sign_bit(shape, p, device):
+def _keep_mask_without_sign_bit(shape, p, device, dtype=torch.bool):
     """keep_mask with `random_()` instead of `random_(-2**63, None)`: draws in [0, 2**63), so the top 16-bit lane
     (lane 3 on a little-endian CPU) never has its sign bit set and keeps every element for p <= 0.5."""
     k = min(max(round(p * LEVELS), 1), LEVELS - 1)
     n = shape.numel()
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_()
     u = words.view(torch.int16)[:n].view(shape)
-    return u >= k - LEVELS // 2, LEVELS / (LEVELS - k)
+    return (u >= k - LEVELS // 2).to(dtype), LEVELS / (LEVELS - k)
 
 
-def _keep_mask_pairs(shape, p, device):
+def _keep_mask_pairs(shape, p, device, dtype=torch.bool):
     """A broken mask whose 16-bit numbers each serve two neighbouring elements."""
     k = min(max(round(p * LEVELS), 1), LEVELS - 1)
     n = shape.numel()
     words = torch.empty((n + 7) // 8, dtype=torch.int64, device=device).random_(-2**63, None)
     u = words.view(torch.int16).repeat_interleave(2)[:n].view(shape)
-    return u >= k - LEVELS // 2, LEVELS / (LEVELS - k)
+    return (u >= k - LEVELS // 2).to(dtype), LEVELS / (LEVELS - k)
 
 
 @pytest.mark.parametrize("broken, check", [

@@ -6,7 +6,10 @@ attention. Here one 64-bit draw of the same generator (`random_`, seeded by
 `torch.manual_seed`) gives four independent 16-bit numbers u, uniform on [0, 65536): an element is dropped when
 u < k, k = round(p * 65536), and the kept ones are scaled by 65536 / (65536 - k). So the dropout probability is p
 rounded to a multiple of 1/65536 (0.1 becomes 0.1000061), and E[output] = input exactly, as with `F.dropout`.
-The mask is kept as one byte per element for the backward pass. On other devices, and with the kernels off
+The comparison writes the mask in the input's dtype (1 kept, 0 dropped), which is kept for the backward pass: a
+bool mask is converted on each multiplication. A forward and backward pass over a (3000, 1024) bf16 activation took
+11.2 ms so, 19.3 ms with a bool mask and 40.3 ms with `F.dropout` (`benchmarks/dropout_bench.py`, 2 threads,
+docs/results.md). On other devices, and with the kernels off
 (`attnlab.kernels.switch`), `F.dropout` runs: the twin, which draws another mask from the same generator.
 
 Measured by `benchmarks/train_bench.py` (docs/results.md, issue 23).
@@ -24,18 +27,21 @@ from attnlab.kernels.switch import enabled
 LEVELS = 65536  # 16 random bits per element
 
 
-def keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[Tensor, float]:
-    """A bool mask of `shape`, each element True with probability 1 - k / 65536 (k = round(p * 65536), at
-    least 1), independently, and the scale 65536 / (65536 - k) of the kept elements."""
+def keep_mask(shape: torch.Size, p: float, device: torch.device,
+              dtype: torch.dtype = torch.bool) -> tuple[Tensor, float]:
+    """A mask of `shape` and `dtype`, each element kept (True, or 1) with probability 1 - k / 65536
+    (k = round(p * 65536), at least 1), independently, else False (0), and the scale 65536 / (65536 - k) of the
+    kept elements. The same draws give the same mask in every dtype."""
     k = min(max(round(p * LEVELS), 1), LEVELS - 1)
     n = shape.numel()
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-2**63, None)  # 64 random bits each
     u = words.view(torch.int16)[:n].view(shape)  # 16 random bits per element, as a signed number in [-32768, 32768)
-    return u >= k - LEVELS // 2, LEVELS / (LEVELS - k)
+    keep = torch.empty(shape, dtype=dtype, device=device)
+    return torch.ge(u, k - LEVELS // 2, out=keep), LEVELS / (LEVELS - k)
 
 
 class _MaskedScale(torch.autograd.Function):
-    """x * keep * scale, with the bool mask saved (one byte per element) for the backward pass."""
+    """x * keep * scale, with the mask (x's dtype, 0 or 1) saved for the backward pass."""
 
     @staticmethod
     def forward(ctx, x: Tensor, keep: Tensor, scale: float) -> Tensor:
@@ -59,7 +65,7 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         return x
     if x.device.type != "cpu" or p >= 1.0 or not x.is_floating_point() or not enabled():
         return F.dropout(x, p, training)
-    keep, scale = keep_mask(x.shape, p, x.device)
+    keep, scale = keep_mask(x.shape, p, x.device, x.dtype)
     return _MaskedScale.apply(x, keep, scale)
 
 
