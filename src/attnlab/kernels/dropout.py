@@ -7,9 +7,9 @@ attention. Here one 64-bit draw of the same generator (`random_`, seeded by
 u < k, k = round(p * 65536), and the kept ones are scaled by 65536 / (65536 - k). So the dropout probability is p
 rounded to a multiple of 1/65536 (0.1 becomes 0.1000061), and E[output] = input exactly, as with `F.dropout`.
 The comparison writes the mask in the input's dtype (1 kept, 0 dropped), which is kept for the backward pass: a
-bool mask is converted on each multiplication. The saved mask so takes the memory of x (2 bytes an element in
-bf16, 4 in float32, against 1 for a bool), as much as the activation that the next layer saves. A forward and
-backward pass over a (3000, 1024) bf16 activation took 11.2 ms so, 19.3 ms with a bool mask and 40.3 ms with
+bool mask is converted on each multiplication. The saved mask therefore takes the memory of x (2 bytes an element
+in bf16, 4 in float32, against 1 for a bool), as much as the activation that the next layer saves. A forward and
+backward pass over a (3000, 1024) bf16 activation took 11.2 ms with it, 19.3 ms with a bool mask and 40.3 ms with
 `F.dropout` (`benchmarks/dropout_bench.py`, 2 threads, docs/results.md). On other devices, and with the kernels off
 (`attnlab.kernels.switch`), `F.dropout` runs: the twin, which draws another mask from the same generator.
 
