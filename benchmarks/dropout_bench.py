@@ -27,7 +27,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import cpu_name, write_json  # noqa: E402
 
-from attnlab.kernels.dropout import dropout, keep_mask  # noqa: E402
+from attnlab.kernels.dropout import MaskedScale, dropout, keep_mask  # noqa: E402
 
 P = 0.1
 
@@ -37,22 +37,9 @@ def reference(x: torch.Tensor) -> torch.Tensor:
 
 
 def bool_mask(x: torch.Tensor) -> torch.Tensor:
-    """The former kernel: the bool mask of the same draws, multiplied in the forward and the backward pass."""
-
-    class _BoolMasked(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, a, keep, scale):
-            ctx.save_for_backward(keep)
-            ctx.scale = scale
-            return a.mul(keep).mul_(scale)
-
-        @staticmethod
-        def backward(ctx, grad):
-            (keep,) = ctx.saved_tensors
-            return grad.mul(keep).mul_(ctx.scale), None, None
-
+    """The former kernel: the same multiplication with the bool mask of the same draws."""
     keep, scale = keep_mask(x.shape, P, x.device)  # bool
-    return _BoolMasked.apply(x, keep, scale)
+    return MaskedScale.apply(x, keep, scale)
 
 
 def dtype_mask(x: torch.Tensor) -> torch.Tensor:

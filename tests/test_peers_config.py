@@ -340,7 +340,6 @@ def test_a_warmup_needs_a_warmup_schedule():
         HARNESS.parse_set("dropout")
 
 
-
 def test_a_dev_subset_as_large_as_the_dev_split_is_refused_before_training(tmp_path):
     """JoeyNMT 2.3 asserts sample_dev_subset < the dev split only at its first validation, minutes into a run."""
     cfg = load_experiment("demo")

@@ -41,8 +41,9 @@ def keep_mask(shape: torch.Size, p: float, device: torch.device,
     return torch.ge(u, k - LEVELS // 2, out=keep), LEVELS / (LEVELS - k)
 
 
-class _MaskedScale(torch.autograd.Function):
-    """x * keep * scale, with the mask (x's dtype, 0 or 1) saved for the backward pass."""
+class MaskedScale(torch.autograd.Function):
+    """x * keep * scale, with the mask saved for the backward pass: `dropout`'s multiplication. keep is x's shape,
+    0 or 1 in x's dtype (what `dropout` gives it) or bool (the same values, converted at each multiplication)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, keep: Tensor, scale: float) -> Tensor:
@@ -67,7 +68,7 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     if x.device.type != "cpu" or p >= 1.0 or not x.is_floating_point() or not enabled():
         return F.dropout(x, p, training)
     keep, scale = keep_mask(x.shape, p, x.device, x.dtype)
-    return _MaskedScale.apply(x, keep, scale)
+    return MaskedScale.apply(x, keep, scale)
 
 
 class Dropout(nn.Dropout):
