@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Makes the trained models that ship with attnlab (src/attnlab/trained/NAME) from trained runs.
 
-    python scripts/pack_pretrained.py [--runs runs/pretrained] [--quantization int8] [--average 5] [NAME ...]
+    python scripts/pack_pretrained.py [--runs runs/pretrained] [--quantization int8] [--average 5] [--evaluate-only]
+        [NAME ...]
 
 Each NAME (bahdanau, luong, noattn, transformer) is first trained with its packaged config by
 `bash scripts/train_pretrained.sh` (configs/pretrained/NAME.toml: English KJV + WEB to Spanish). Then, for each:
@@ -35,7 +36,7 @@ from attnlab.runs.workflow import average_run, load_run
 TITLES = {
     "bahdanau": "Bahdanau (additive) attention, bidirectional GRU encoder-decoder",
     "luong": "Luong (general) attention, scaled scores, bidirectional GRU encoder-decoder",
-    "noattn": "GRU encoder-decoder without attention (Cho et al. 2014)",
+    "noattn": "GRU encoder-decoder without attention (Sutskever et al. 2014: the final state starts the decoder)",
     "transformer": "Transformer encoder-decoder, small (3+3 layers, d_model 256, pre-norm)",
 }
 SOURCES = ("kjv", "web")
@@ -88,7 +89,14 @@ def main() -> int:
     ap.add_argument("--test-both", action="store_true",
                     help="also evaluate the best checkpoint and the average on the test verses (float32)")
     ap.add_argument("--json", type=Path, help="append every evaluation's JSON line to this file")
+    ap.add_argument("--evaluate-only", action="store_true",
+                    help="steps 1-3 only: the package is left as it is (a run trained for comparison, e.g. "
+                         "RUNS/noattn_cho)")
     args = ap.parse_args()
+    unknown = [name for name in args.names if name not in TITLES]
+    if unknown and not args.evaluate_only:
+        raise SystemExit(f"not shipped models: {', '.join(unknown)} (shipped: {', '.join(sorted(TITLES))}); "
+                         "--evaluate-only evaluates them without packing")
     verses = showcase_verses()
     for name in args.names:
         run_dir = args.runs / name
@@ -108,11 +116,14 @@ def main() -> int:
                   "dev_bleu_avg": round(dev_avg, 2)}, args.json)
         compact = args.runs / f"{name}-{args.quantization}"
         shutil.rmtree(compact, ignore_errors=True)
-        compact_run(load_run(chosen), compact, args.quantization, TITLES[name], name)
+        title = TITLES.get(name, name)
+        compact_run(load_run(chosen), compact, args.quantization, title, name)
         scores(compact, f"{name} {args.quantization}", args.json)
         shown = showcase(compact, verses)
         emit({"model": name, "showcase": shown}, args.json)
-        out = compact_run(load_run(compact), trained_folder() / name, args.quantization, TITLES[name], name,
+        if args.evaluate_only:
+            continue
+        out = compact_run(load_run(compact), trained_folder() / name, args.quantization, title, name,
                           showcase=shown)
         emit({"model": name, "packed": str(out), "weights": label,
               "bytes": sum(p.stat().st_size for p in out.rglob("*") if p.is_file())}, args.json)
