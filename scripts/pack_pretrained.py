@@ -36,7 +36,7 @@ from attnlab.runs.workflow import average_run, load_run
 TITLES = {
     "bahdanau": "Bahdanau (additive) attention, bidirectional GRU encoder-decoder",
     "luong": "Luong (general) attention, scaled scores, bidirectional GRU encoder-decoder",
-    "noattn": "GRU encoder-decoder without attention (Sutskever et al. 2014: the final state starts the decoder)",
+    "noattn": "GRU encoder-decoder without attention (Cho et al. 2014)",
     "transformer": "Transformer encoder-decoder, small (3+3 layers, d_model 256, pre-norm)",
 }
 SOURCES = ("kjv", "web")
@@ -91,7 +91,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="append every evaluation's JSON line to this file")
     ap.add_argument("--evaluate-only", action="store_true",
                     help="steps 1-3 only: the package is left as it is (a run trained for comparison, e.g. "
-                         "RUNS/noattn_cho)")
+                         "RUNS/noattn_sutskever)")
     args = ap.parse_args()
     unknown = [name for name in args.names if name not in TITLES]
     if unknown and not args.evaluate_only:
