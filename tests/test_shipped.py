@@ -255,3 +255,47 @@ def test_each_card_shows_what_its_model_translates_for_the_showcase_verses(name,
     readme = (folder / "README.md").read_text()
     assert "## The verses a class types first" in readme and "| John 11:35 |" in readme
     assert "BLEU by source length" in readme and "31+" in readme
+
+
+@pytest.mark.skipif(not SHIPPED, reason="this checkout has no shipped models (src/attnlab/trained)")
+@pytest.mark.parametrize("name", SHIPPED)
+def test_each_card_holds_the_bleu_by_length_of_its_shipped_evaluation(name):
+    """card.json's by_length (the compare view's chart, issue 46) is the package's eval/test.json rows, to 0.01."""
+    folder = shipped.trained_folder() / name
+    card = json.loads((folder / "card.json").read_text())
+    evaluation = json.loads((folder / "eval" / "test.json").read_text())
+    assert [(r["bucket"], r["sentences"]) for r in card["by_length"]] == [
+        (r["bucket"], r["sentences"]) for r in evaluation["by_length"]]
+    assert all(abs(c["bleu"] - e["bleu"]) <= 0.005 for c, e in zip(card["by_length"], evaluation["by_length"]))
+
+
+def test_the_compare_view_keeps_the_cards_figures_when_the_cache_copy_is_evaluated(tiny_runs, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """A shipped model's BLEU by length in the compare view (`server.bleu_by_length`) comes from its card: a
+    partial evaluation of its copy in the cache (which rewrites eval/test.json there) does not change it, and a
+    copy whose card is not the package's (an older attnlab's) is copied again."""
+    from attnlab.app.server import bleu_by_length
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_runs["transformer"], run)
+    assert main(["evaluate", str(run), "--split", "test", "--beam", "1"]) == 0
+    trained = tmp_path / "trained"
+    assert main(["export", str(run), "--to", "attnlab", "--quantization", "int8", "--out", str(trained / "tiny")]) == 0
+    monkeypatch.setattr(shipped, "trained_folder", lambda: trained)
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    card = json.loads((trained / "tiny" / "card.json").read_text())["by_length"]
+    shipped_rows = [(r["bucket"], r["sentences"]) for r in card]
+    assert sum(n for _, n in shipped_rows) > 2
+    copy = shipped.shipped_run("tiny")
+    assert [(r.bucket, r.sentences) for r in bleu_by_length(copy)] == shipped_rows
+    assert main(["evaluate", "pretrained:tiny", "--split", "test", "--beam", "1", "--max-sentences", "2"]) == 0
+    evaluated = json.loads((copy / "eval" / "test.json").read_text())["by_length"]
+    assert sum(r["sentences"] for r in evaluated) == 2  # the copy's evaluation changed ...
+    assert [(r.bucket, r.sentences) for r in bleu_by_length(copy)] == shipped_rows  # ... the chart did not
+    old = json.loads((copy / "card.json").read_text())
+    del old["by_length"]  # a copy made by an attnlab whose cards had no by_length
+    (copy / "card.json").write_text(json.dumps(old))
+    assert shipped.shipped_run("tiny") == copy
+    assert [(r.bucket, r.sentences) for r in bleu_by_length(copy)] == shipped_rows
+    (run / "card.json").unlink(missing_ok=True)  # a run without a card: its own evaluation
+    assert [(r.bucket, r.sentences) for r in bleu_by_length(run)] == shipped_rows

@@ -165,8 +165,9 @@ class ModelInfo(BaseModel):
                                   description="a Bible translation run's English renderings (data.english: kjv, "
                                               "web), the headline first; [] for other corpora and families")
     bleu_by_length: list[LengthScore] = Field(
-        default_factory=list, description="test BLEU by source length from the run's evaluation (eval/test.json: "
-                                          "`attnlab evaluate RUN`); [] when the run has none")
+        default_factory=list, description="test BLEU by source length: a shipped model's from its card (card.json), "
+                                          "another run's from its evaluation (eval/test.json: `attnlab evaluate "
+                                          "RUN`); [] when the run has none")
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -191,18 +192,24 @@ class ServedModel:
 
 
 def bleu_by_length(run_dir: Path) -> list[LengthScore]:
-    """The test BLEU by source length of a run's evaluation (eval/test.json), or [] when it has none or the file
-    is not an evaluation (a run folder may come from someone else: anything else is ignored, with a warning)."""
-    path = Path(run_dir) / "eval" / "test.json"
-    if not path.is_file():
-        return []
-    try:
-        rows = read_json(path).get("by_length", [])
-        return [LengthScore(bucket=str(r["bucket"]), bleu=float(r["bleu"]), sentences=int(r["sentences"]))
-                for r in rows]
-    except (AttnlabError, AttributeError, TypeError, KeyError, ValueError) as e:
-        log.warning("%s: not an evaluation with BLEU by length (%s); the compare view leaves it out", path, e)
-        return []
+    """The test BLEU by source length of a run: its model card's (card.json "by_length", the figures a shipped
+    model ships with, which an evaluation of its copy in the cache does not change), else its evaluation's
+    (eval/test.json), else []. A run folder may come from someone else: a file that holds no such rows is ignored,
+    with a warning."""
+    card = Path(run_dir) / "card.json"
+    for path in (card, Path(run_dir) / "eval" / "test.json"):
+        if not path.is_file():
+            continue
+        try:
+            record = read_json(path)
+            if path == card and "by_length" not in record:
+                continue  # a card without them (its run had no evaluation when it was made)
+            return [LengthScore(bucket=str(r["bucket"]), bleu=float(r["bleu"]), sentences=int(r["sentences"]))
+                    for r in record.get("by_length", [])]
+        except (AttnlabError, AttributeError, TypeError, KeyError, ValueError) as e:
+            log.warning("%s: no BLEU by length in it (%s); the compare view leaves this run's out", path, e)
+            return []
+    return []
 
 
 def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:

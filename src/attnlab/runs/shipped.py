@@ -125,13 +125,14 @@ _package_sha256 = functools.lru_cache(maxsize=None)(file_sha256)
 def _complete_copy(dest: Path, src: Path | None = None) -> bool:
     """Whether the cache holds the copy: a real folder (never a link) with its config.json (the rename that
     publishes it moves a complete folder) and, given the package's folder `src`, the same bytes in its weights
-    file, config.json and tokenizer files (a copy damaged or edited in the cache is not used)."""
+    file, config.json, card.json and tokenizer files (a copy damaged or edited in the cache is not used)."""
     if not (dest.is_dir() and not dest.is_symlink() and (dest / "config.json").is_file()):
         return False
     if src is None:
         return True
     for f in sorted(src.rglob("*")):
-        if f.is_file() and (f.suffix == ".safetensors" or f.name == "config.json" or "tokenizer" in f.parts):
+        if f.is_file() and (f.suffix == ".safetensors" or f.name in ("config.json", "card.json")
+                            or "tokenizer" in f.parts):
             copy = dest / f.relative_to(src)
             if not copy.is_file() or copy.is_symlink() or file_sha256(copy) != _package_sha256(f):
                 log.warning("pretrained: %s differs from the package's %s; copying it again", copy, f)
@@ -221,7 +222,7 @@ def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", tit
                 name: str = "", averaged: list[int] | None = None, showcase: list[dict] | None = None) -> Path:
     """Writes the compact run of `run` (its best or last weights, as loaded) to `out`: config.json, tokenizer/,
     checkpoints/ with one step (the original's number) stored in `quantization`, eval/*.json, README.md and
-    card.json. `averaged`: the steps whose mean `run.model` holds (`attnlab.core.checkpoint.average_into`), named in
+    card.json (with the test BLEU by source length of eval/test.json). `averaged`: the steps whose mean `run.model` holds (`attnlab.core.checkpoint.average_into`), named in
     the card; the run's evaluations, which belong to other weights, are then left out. `showcase`: the model's
     outputs for the SHOWCASE verses ({ref, source, reference, output, chrf}), in card.json and the README. `out`
     must be new, empty, or an earlier compact run. Returns out."""
@@ -251,6 +252,7 @@ def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", tit
         write_weights_run(tmp, run.model, step, quantization)
         for file_name, result in evaluations.values():  # without the plot's path, which is not copied
             write_json(tmp / "eval" / file_name, {k: v for k, v in result.items() if k != "plot"}, tmp)
+        headline = next((result for file_name, result in evaluations.values() if file_name == "test.json"), None)
         evaluations = {source: result for source, (_, result) in evaluations.items()}
         megabytes = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file()) / 1e6
         title = title or f"{run.family.title} ({src.name})"
@@ -258,6 +260,9 @@ def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", tit
                 "megabytes": round(megabytes, 2), "bleu": {s: round(r["bleu"], 2) for s, r in evaluations.items()},
                 "chrf": {s: round(float(r.get("chrf", 0.0)), 2) for s, r in evaluations.items()},
                 "updates": updates, "minutes": round(minutes, 1), "made": time.strftime("%Y-%m-%d")}
+        if headline is not None and headline.get("by_length"):  # the figures it ships with: the compare view's
+            card["by_length"] = [{"bucket": r["bucket"], "bleu": round(r["bleu"], 2), "sentences": r["sentences"]}
+                                 for r in headline["by_length"]]  # (an evaluation of the cache copy changes eval/)
         if averaged:
             card["averaged_steps"] = list(averaged)
         if showcase:
