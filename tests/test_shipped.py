@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from attnlab.app.cli import main
+from attnlab.app.server import LengthScore
 from attnlab.core.checkpoint import SCALE_SUFFIX, load_weights, quantize_int8, save_weights
 from attnlab.core.errors import AttnlabError
 from attnlab.runs import shipped
@@ -271,10 +272,11 @@ def test_each_card_holds_the_bleu_by_length_of_its_shipped_evaluation(name):
 
 def test_the_compare_view_keeps_the_cards_figures_when_the_cache_copy_is_evaluated(tiny_runs, tmp_path, monkeypatch,
                                                                                     capsys):
-    """A shipped model's BLEU by length in the compare view (`server.bleu_by_length`) comes from its card: a
+    """A shipped model's BLEU by length in the compare view (`shipped.length_scores`) comes from its card: a
     partial evaluation of its copy in the cache (which rewrites eval/test.json there) does not change it, and a
     copy whose card is not the package's (an older attnlab's) is copied again."""
-    from attnlab.app.server import bleu_by_length
+    def bleu_by_length(run_dir):
+        return [LengthScore(**r) for r in shipped.length_scores(run_dir)]  # what the compare view's JSON carries
 
     run = tmp_path / "run"
     shutil.copytree(tiny_runs["transformer"], run)

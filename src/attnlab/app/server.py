@@ -77,7 +77,7 @@ from attnlab.families.table import explorer
 from attnlab.kernels.memory import release_freed_memory
 from attnlab.runs import views
 from attnlab.runs.run import Run, load
-from attnlab.runs.shipped import run_path
+from attnlab.runs.shipped import length_scores, run_path
 from attnlab.runs.workflow import run_config
 
 log = logging.getLogger("attnlab")
@@ -191,27 +191,6 @@ class ServedModel:
         return each_alone(lambda item: self.run.explore(*item), items)
 
 
-def bleu_by_length(run_dir: Path) -> list[LengthScore]:
-    """The test BLEU by source length of a run: its model card's (card.json "by_length", the figures a shipped
-    model ships with, which an evaluation of its copy in the cache does not change), else its evaluation's
-    (eval/test.json), else []. A run folder may come from someone else: a file that holds no such rows is ignored,
-    with a warning."""
-    card = Path(run_dir) / "card.json"
-    for path in (card, Path(run_dir) / "eval" / "test.json"):
-        if not path.is_file():
-            continue
-        try:
-            record = read_json(path)
-            if path == card and "by_length" not in record:
-                continue  # a card without them (its run had no evaluation when it was made)
-            return [LengthScore(bucket=str(r["bucket"]), bleu=float(r["bleu"]), sentences=int(r["sentences"]))
-                    for r in record.get("by_length", [])]
-        except (AttnlabError, AttributeError, TypeError, KeyError, ValueError) as e:
-            log.warning("%s: no BLEU by length in it (%s); the compare view leaves this run's out", path, e)
-            return []
-    return []
-
-
 def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:
     """The ModelInfo of a loaded run of a family the explorer shows (its `Explorer.facts`); a family without
     explorer hooks (series) is refused."""
@@ -220,7 +199,8 @@ def served_info(name: str, run: LoadedRun, max_chars: int) -> ModelInfo:
     trained_on = run.renderings
     return ModelInfo(name=name, family=facts.model, kind=facts.kind, attention=facts.attention, layers=facts.layers,
                      heads=facts.heads, beam=facts.beam, max_src_tokens=facts.max_tokens, max_chars=max_chars,
-                     parameters=parameters, trained_on=trained_on, bleu_by_length=bleu_by_length(run.run_dir))
+                     parameters=parameters, trained_on=trained_on,
+                     bleu_by_length=[LengthScore(**r) for r in length_scores(run.run_dir)])
 
 
 def load_models(run_dirs: list[Path], checkpoint: str = "best", device: str = "cpu", max_chars: int = 1000,

@@ -140,6 +140,27 @@ def _complete_copy(dest: Path, src: Path | None = None) -> bool:
     return True
 
 
+def length_scores(run_dir: Path) -> list[dict]:
+    """The test BLEU by source length of a run, [{bucket: str, bleu: float, sentences: int}]: its model card's
+    (card.json "by_length": the figures a shipped model ships with, which an evaluation of its copy in the cache
+    does not change), else its evaluation's (eval/test.json), else []. A run folder may come from someone else: a
+    file without such rows gives [], with a warning."""
+    card = Path(run_dir) / "card.json"
+    for path in (card, Path(run_dir) / "eval" / "test.json"):
+        if not path.is_file():
+            continue
+        try:
+            record = read_json(path)
+            if path == card and "by_length" not in record:
+                continue  # a card without them (its run had no evaluation when it was made)
+            return [{"bucket": str(r["bucket"]), "bleu": float(r["bleu"]), "sentences": int(r["sentences"])}
+                    for r in record.get("by_length", [])]
+        except (AttnlabError, AttributeError, TypeError, KeyError, ValueError) as e:
+            log.warning("%s: no BLEU by length in it (%s)", path, e)
+            return []
+    return []
+
+
 def _evaluations(run_dir: Path) -> dict[str, tuple[str, dict]]:
     """The run's test evaluations by English source rendering: {source: (file name, result)} of eval/test*.json."""
     def number(v) -> bool:
