@@ -67,7 +67,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from attnlab.app.guards import (LOOPBACK_HOSTS, MAX_LINGERING, BodyLimit, ConcurrencyLimit, HostCheck, HttpMethods,
                                 RateLimit, allowed_methods, guarded_h11, json_error, listen, raise_fd_limit)
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import read_json
 from attnlab.core.plotting import clean_piece
 from attnlab.data.corpus import normalize
 from attnlab.decode.serving import Busy, Lane, each_alone

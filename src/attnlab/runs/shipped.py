@@ -243,8 +243,9 @@ def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", tit
                 name: str = "", averaged: list[int] | None = None, showcase: list[dict] | None = None) -> Path:
     """Writes the compact run of `run` (its best or last weights, as loaded) to `out`: config.json, tokenizer/,
     checkpoints/ with one step (the original's number) stored in `quantization`, eval/*.json, README.md and
-    card.json (with the test BLEU by source length of eval/test.json). `averaged`: the steps whose mean `run.model` holds (`attnlab.core.checkpoint.average_into`), named in
-    the card; the run's evaluations, which belong to other weights, are then left out. `showcase`: the model's
+    card.json (with eval/test.json's BLEU by source length). `averaged`: the steps whose mean `run.model` holds
+    (`attnlab.core.checkpoint.average_into`), named in the card; the run's evaluations, which belong to other
+    weights, are then left out. `showcase`: the model's
     outputs for the SHOWCASE verses ({ref, source, reference, output, chrf}), in card.json and the README. `out`
     must be new, empty, or an earlier compact run. Returns out."""
     if quantization not in QUANTIZATIONS:
