@@ -2,7 +2,11 @@
 
 import sacrebleu
 
-from attnlab.core.metrics import bleu_by_length, corpus_scores
+import json
+
+import pytest
+
+from attnlab.core.metrics import bleu_by_length, corpus_scores, is_length_rows
 from attnlab.core.plotting import plot_bleu_by_length
 
 
@@ -25,6 +29,21 @@ def test_bleu_by_length_buckets(tmp_path):
     assert rows[2]["bleu"] == 0.0
     out = plot_bleu_by_length({"run": rows}, tmp_path / "p.png")
     assert out.stat().st_size > 1000
+    assert is_length_rows(rows) and is_length_rows(json.loads(json.dumps(rows)))  # as written, as read back
+
+
+@pytest.mark.parametrize("rows", [
+    {"bucket": "1-10", "sentences": 2, "bleu": 1.0},  # a row, not a list
+    [{"bucket": "1-10", "sentences": 2, "bleu": True}],  # a bool is not a score
+    [{"bucket": "1-10", "sentences": "2", "bleu": 1.0}],
+    [{"bucket": "1-10", "sentences": 2.0, "bleu": 1.0}],
+    [{"bucket": 10, "sentences": 2, "bleu": 1.0}],
+    [{"sentences": 2, "bleu": 1.0}],
+    [["1-10", 2, 1.0]],
+    None,
+])
+def test_rows_that_bleu_by_length_never_writes_are_refused(rows):
+    assert not is_length_rows(rows)
 
 
 def test_plot_attention_checks_labels(tmp_path):

@@ -301,3 +301,15 @@ def test_the_compare_view_keeps_the_cards_figures_when_the_cache_copy_is_evaluat
     assert [(r.bucket, r.sentences) for r in bleu_by_length(copy)] == shipped_rows
     (run / "card.json").unlink(missing_ok=True)  # a run without a card: its own evaluation
     assert [(r.bucket, r.sentences) for r in bleu_by_length(run)] == shipped_rows
+
+
+@pytest.mark.parametrize("card", ['{"by_length": [{"bucket": "1-10", "sentences": "many", "bleu": 1}]}',
+                                  '{"by_length": 3}', '[1, 2]', '{"by_length": [', '"by_length"'])
+def test_a_damaged_card_leaves_the_chart_out_with_a_warning(tmp_path, card, caplog):
+    """The compare view reads card.json of any served run (a folder from someone else): rows it never writes, or
+    a file that is not JSON, give no BLEU by length and one warning naming the file, never an exception."""
+    (tmp_path / "card.json").write_text(card)
+    with caplog.at_level("WARNING", logger="attnlab"):
+        assert shipped.length_scores(tmp_path) == []
+    assert "card.json" in caplog.text
+

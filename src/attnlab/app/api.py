@@ -40,6 +40,7 @@ from attnlab.core.devices import resolve_device
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import atomic_write_text, cache_dir, read_json
 from attnlab.core.logs import read_metrics
+from attnlab.core.metrics import is_length_rows
 from attnlab.core.plotting import plot_attention as plot_heatmap
 from attnlab.core.plotting import plot_attention_grid, plot_bleu_by_length, plot_curves
 from attnlab.data import bible, paraphrase
@@ -384,9 +385,7 @@ def _bleu_by_length(path: Path) -> list[dict]:
     """The BLEU-by-length rows of an `attnlab evaluate` result file, checked: a damaged file is one line."""
     rows = read_json(path)
     rows = rows.get("by_length") if isinstance(rows, dict) else None
-    if not (isinstance(rows, list) and all(
-            isinstance(r, dict) and isinstance(r.get("bucket"), str) and type(r.get("sentences")) is int
-            and isinstance(r.get("bleu"), (int, float)) and not isinstance(r.get("bleu"), bool) for r in rows)):
+    if not is_length_rows(rows):
         raise AttnlabError(f"{path}: expected the result of attnlab evaluate (by_length: rows of bucket, sentences, "
                            "bleu)")
     return rows

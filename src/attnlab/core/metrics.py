@@ -58,6 +58,17 @@ def bleu_by_length(sources: Sequence[str], hypotheses: Sequence[str], references
     return rows
 
 
+def is_length_rows(rows: object) -> bool:
+    """Whether `rows` has the form `bleu_by_length` returns, as read back from a JSON file someone may have edited:
+    a list of {"bucket": str, "sentences": int, "bleu": number, ...} (bools are not numbers here)."""
+    def number(v: object) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    return isinstance(rows, list) and all(
+        isinstance(r, dict) and isinstance(r.get("bucket"), str) and type(r.get("sentences")) is int
+        and number(r.get("bleu")) for r in rows)
+
+
 def format_length_table(rows: list[dict]) -> str:
     lines = [f"{'src words':>9}  {'sents':>5}  {'BLEU':>6}  {'chrF':>6}"]
     lines += [f"{r['bucket']:>9}  {r['sentences']:>5}  {r['bleu']:>6.2f}  {r['chrf']:>6.2f}" for r in rows]

@@ -27,6 +27,7 @@ from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import (atomic_write_text, cache_dir, check_replaceable_folder, file_sha256, new_folder,
                                  read_json, replace_folder, sync_path, write_json)
 from attnlab.core.logs import read_metrics
+from attnlab.core.metrics import is_length_rows
 from attnlab.families.base import LoadedRun
 
 log = logging.getLogger("attnlab")
@@ -151,13 +152,16 @@ def length_scores(run_dir: Path) -> list[dict]:
             continue
         try:
             record = read_json(path)
-            if path == card and "by_length" not in record:
-                continue  # a card without them (its run had no evaluation when it was made)
-            return [{"bucket": str(r["bucket"]), "bleu": float(r["bleu"]), "sentences": int(r["sentences"])}
-                    for r in record.get("by_length", [])]
-        except (AttnlabError, AttributeError, TypeError, KeyError, ValueError) as e:
-            log.warning("%s: no BLEU by length in it (%s)", path, e)
+        except AttnlabError as e:
+            log.warning("%s", e)
             return []
+        if path == card and isinstance(record, dict) and "by_length" not in record:
+            continue  # a card without them (its run had no evaluation when it was made)
+        rows = record.get("by_length", []) if isinstance(record, dict) else None
+        if not is_length_rows(rows):
+            log.warning("%s: not rows of BLEU by length (bucket, sentences, bleu); left out", path)
+            return []
+        return [{"bucket": r["bucket"], "bleu": float(r["bleu"]), "sentences": r["sentences"]} for r in rows]
     return []
 
 
@@ -171,9 +175,7 @@ def _evaluations(run_dir: Path) -> dict[str, tuple[str, dict]]:
         result = read_json(path)
         rows = result.get("by_length", []) if isinstance(result, dict) else None
         if not (isinstance(result, dict) and result.get("split") == "test" and number(result.get("bleu"))
-                and number(result.get("chrf", 0.0)) and isinstance(rows, list)
-                and all(isinstance(r, dict) and isinstance(r.get("bucket"), str) and number(r.get("bleu"))
-                        and type(r.get("sentences")) is int for r in rows)):
+                and number(result.get("chrf", 0.0)) and is_length_rows(rows)):
             raise AttnlabError(f"{path}: not a test evaluation attnlab wrote (split test, bleu and chrf numbers, "
                                "by_length rows of bucket, bleu, sentences); evaluate the run again")
         out[str(result.get("source") or "test")] = (path.name, result)
