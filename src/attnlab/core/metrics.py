@@ -58,15 +58,17 @@ def bleu_by_length(sources: Sequence[str], hypotheses: Sequence[str], references
     return rows
 
 
+def is_score(value: object) -> bool:
+    """Whether a value read back from JSON is a score: an int or a float, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def is_length_rows(rows: object) -> bool:
     """Whether `rows` has the form `bleu_by_length` returns, as read back from a JSON file someone may have edited:
-    a list of {"bucket": str, "sentences": int, "bleu": number, ...} (bools are not numbers here)."""
-    def number(v: object) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-
+    a list of {"bucket": str, "sentences": int, "bleu": score, ...}."""
     return isinstance(rows, list) and all(
         isinstance(r, dict) and isinstance(r.get("bucket"), str) and type(r.get("sentences")) is int
-        and number(r.get("bleu")) for r in rows)
+        and is_score(r.get("bleu")) for r in rows)
 
 
 def format_length_table(rows: list[dict]) -> str:

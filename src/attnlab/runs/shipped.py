@@ -27,7 +27,7 @@ from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import (atomic_write_text, cache_dir, check_replaceable_folder, file_sha256, new_folder,
                                  read_json, replace_folder, sync_path, write_json)
 from attnlab.core.logs import read_metrics
-from attnlab.core.metrics import is_length_rows
+from attnlab.core.metrics import is_length_rows, is_score
 from attnlab.families.base import LoadedRun
 
 log = logging.getLogger("attnlab")
@@ -167,15 +167,12 @@ def length_scores(run_dir: Path) -> list[dict]:
 
 def _evaluations(run_dir: Path) -> dict[str, tuple[str, dict]]:
     """The run's test evaluations by English source rendering: {source: (file name, result)} of eval/test*.json."""
-    def number(v) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-
     out = {}
     for path in sorted((run_dir / "eval").glob("test*.json")):
         result = read_json(path)
         rows = result.get("by_length", []) if isinstance(result, dict) else None
-        if not (isinstance(result, dict) and result.get("split") == "test" and number(result.get("bleu"))
-                and number(result.get("chrf", 0.0)) and is_length_rows(rows)):
+        if not (isinstance(result, dict) and result.get("split") == "test" and is_score(result.get("bleu"))
+                and is_score(result.get("chrf", 0.0)) and is_length_rows(rows)):
             raise AttnlabError(f"{path}: not a test evaluation attnlab wrote (split test, bleu and chrf numbers, "
                                "by_length rows of bucket, bleu, sentences); evaluate the run again")
         out[str(result.get("source") or "test")] = (path.name, result)
