@@ -5,7 +5,9 @@ compatibility. The statistical checks are themselves checked against deliberatel
 off, the twin `F.dropout` itself. The tests are about the kernel, so they turn the kernels on whatever
 ATTNLAB_KERNELS says (`kernels_on`)."""
 
+import contextlib
 import math
+import multiprocessing
 
 import pytest
 import torch
@@ -283,3 +285,89 @@ def test_with_the_kernels_off_it_is_f_dropout(monkeypatch, p):
     assert torch.equal(y, expected) and torch.equal(by_module, expected)
     y.sum().backward()
     assert torch.equal(x.grad, (expected != 0) / (1 - p))
+
+
+# ---------------------------------------------------------------------------------------------- the random words
+BIG = (300, 1024)  # 76,800 words: past dropout_module.PARALLEL_WORDS, so two threads fill the two streams
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _big_mask(seed: int) -> torch.Tensor:
+    torch.manual_seed(seed)
+    return keep_mask(torch.Size(BIG), 0.5, torch.device("cpu"))[0]
+
+
+def test_the_mask_depends_on_the_seed_not_on_the_thread_count():
+    """Two streams filled by one thread or by two give the same words: a run's masks do not change with
+    train.num_threads."""
+    assert math.prod(BIG) // 4 >= dropout_module.PARALLEL_WORDS
+    with _threads(1):
+        one = _big_mask(3)
+    with _threads(2):
+        two, again = _big_mask(3), _big_mask(3)
+    assert torch.equal(one, two) and torch.equal(two, again)
+    assert not torch.equal(two, _big_mask(4))
+
+
+def _assert_halves_uncorrelated(keep: torch.Tensor) -> None:
+    """The two streams' halves of a p = 0.5 mask, element by element: Pearson correlation within 5 / sqrt(n) of 0."""
+    x = keep.reshape(-1).double()
+    half = x.numel() // 2
+    a, b = x[:half], x[half:2 * half]
+    corr = ((a - a.mean()) * (b - b.mean())).mean() / (a.std(unbiased=False) * b.std(unbiased=False))
+    assert abs(corr.item()) < 5 / math.sqrt(half), f"halves correlated: {corr.item():.5f}"
+
+
+def test_the_two_streams_are_independent(monkeypatch):
+    """Each stream has its own seed: the halves of a mask are uncorrelated. The check fails for a broken
+    `random_words` whose second stream repeats the first (the same seed twice)."""
+    with _threads(2):
+        _assert_halves_uncorrelated(_big_mask(0))
+        _assert_fraction(_big_mask(0), 0.5, "two streams, p = 0.5")
+        real = dropout_module.random_words
+
+        def same_seed_twice(n, device):
+            first = real(n, device)[0]
+            return [first, first.clone()]
+
+        monkeypatch.setattr(dropout_module, "random_words", same_seed_twice)
+        with pytest.raises(AssertionError, match="halves correlated"):
+            _assert_halves_uncorrelated(_big_mask(0))
+
+
+def _words_sums(seed: int) -> list[int]:
+    """The sums of a big mask's two pieces of random words (int64, wrapping), drawn at two
+    threads: the worker fills the second."""
+    torch.manual_seed(seed)
+    with _threads(2):
+        return [int(w.numpy().sum()) for w in dropout_module.random_words(math.prod(BIG) // 4, torch.device("cpu"))]
+
+
+def _child_words(queue) -> None:
+    queue.put(_words_sums(5))
+
+
+def test_a_forked_child_draws_the_same_words():
+    """A process forked after the worker thread started (a data loader's fork, say) starts its own worker instead
+    of waiting on the parent's, which the child does not have, and draws the same words for the same seed. (The
+    words only, summed by numpy: torch's own OpenMP operators hang in a child forked from a parent that ran them on two threads.)"""
+    expected = _words_sums(5)  # the parent's worker thread now runs
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_words, args=(queue,))
+    child.start()
+    child.join(timeout=30)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive and child.exitcode == 0, "the forked child hung or failed drawing the words"
+    assert queue.get(timeout=5) == expected
