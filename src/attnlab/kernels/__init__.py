@@ -6,7 +6,7 @@ plain twin and a test that holds the two equal (values and gradients).
   (CPU training), twins torch.nn.GRU and the decoder's step-by-step autograd;
 - `attention`: the additive score through sigmoid, and one query's context as a broadcast product when trained
   (CPU), twins tanh and a matrix product;
-- `dropout`: a mask of 16-bit random numbers (CPU), twin `F.dropout`;
+- `dropout`: a mask of 16-bit random numbers from two PCG64DXSM streams (CPU), twin `F.dropout`;
 - `loss`: label-smoothed cross-entropy with its gradient in the same pass (CPU training), twin `F.cross_entropy`;
 - `linear_ce`: the output layer and that loss in one, a block of rows at a time, the (N, V) logits never whole,
   twin `F.linear` + `F.cross_entropy`;
