@@ -2,7 +2,8 @@
 deviations over ~1M elements, overall and in each 16-bit lane of a 64-bit draw; kept elements scaled by exactly
 65536 / (65536 - k); the backward pass with the forward's mask (written out, and float64 gradcheck); torch.nn.Dropout
 compatibility. The statistical checks are themselves checked against deliberately broken masks. With the kernels
-off, the twin `F.dropout` itself. The tests are about the kernel, so they turn the kernels on whatever
+off, the twin `F.dropout` itself. The random words: the same for any thread count, the two streams independent, and
+a forked child's worker its own. The tests are about the kernel, so they turn the kernels on whatever
 ATTNLAB_KERNELS says (`kernels_on`)."""
 
 import contextlib
@@ -345,8 +346,8 @@ def test_the_two_streams_are_independent(monkeypatch):
 
 
 def _words_sums(seed: int) -> list[int]:
-    """The sums of a big mask's two pieces of random words (int64, wrapping), drawn at two
-    threads: the worker fills the second."""
+    """The sums of a big mask's two pieces of random words (int64, wrapping), drawn at two threads: the worker
+    fills the second."""
     torch.manual_seed(seed)
     with _threads(2):
         return [int(w.numpy().sum()) for w in dropout_module.random_words(math.prod(BIG) // 4, torch.device("cpu"))]
@@ -359,7 +360,8 @@ def _child_words(queue) -> None:
 def test_a_forked_child_draws_the_same_words():
     """A process forked after the worker thread started (a data loader's fork, say) starts its own worker instead
     of waiting on the parent's, which the child does not have, and draws the same words for the same seed. (The
-    words only, summed by numpy: torch's own OpenMP operators hang in a child forked from a parent that ran them on two threads.)"""
+    words only, summed by numpy: torch's own OpenMP operators hang in a child forked from a parent that ran them
+    on two threads.)"""
     expected = _words_sums(5)  # the parent's worker thread now runs
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()

@@ -217,7 +217,7 @@ def test_no_write_through_a_symlink_in_a_run_folder(tiny_runs, tmp_path, capsys,
     to, is refused)."""
     run = shutil.copytree(tiny_runs["transformer"], tmp_path / "run")
     # The resumed validation improves on a best score this low whatever its BLEU, so best.json is rewritten and
-    # step 20 pruned: the check does not hang on the tiny run's training outcome.
+    # step 20 pruned: the check does not depend on the tiny run's training outcome.
     state_file = run / "checkpoints" / "step_00000020.json"
     state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "best_score": -1e29}))
     decoys = tmp_path / "decoys"
