@@ -260,17 +260,22 @@ def tiny_runs(tiny_tsv, tmp_path_factory):
 
 
 @contextlib.contextmanager
-def one_thread():
-    """torch on one intra-op thread, restored after. Tiny models gain nothing from threads, and on a 2-core
-    machine shared with other test runs two threads each made them 5-8x slower (measured)."""
+def torch_threads(n: int):
+    """torch on n intra-op threads, restored after."""
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(n)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def one_thread():
+    """torch on one intra-op thread, restored after. Tiny models gain nothing from threads, and on a 2-core
+    machine shared with other test runs two threads each made them 5-8x slower (measured)."""
+    return torch_threads(1)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ off, the twin `F.dropout` itself. The random words: the same for any thread coun
 a forked child's worker its own. The tests are about the kernel, so they turn the kernels on whatever
 ATTNLAB_KERNELS says (`kernels_on`)."""
 
-import contextlib
 import math
 import multiprocessing
 
@@ -18,6 +17,7 @@ from torch import nn
 import attnlab.kernels.dropout as dropout_module
 from attnlab import kernels
 from attnlab.kernels.dropout import Dropout, dropout, keep_mask
+from conftest import torch_threads
 
 
 @pytest.fixture(autouse=True)
@@ -292,16 +292,6 @@ def test_with_the_kernels_off_it_is_f_dropout(monkeypatch, p):
 BIG = (300, 1024)  # 76,800 words: past dropout_module.PARALLEL_WORDS, so two threads fill the two streams
 
 
-@contextlib.contextmanager
-def _threads(n: int):
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _big_mask(seed: int) -> torch.Tensor:
     torch.manual_seed(seed)
     return keep_mask(torch.Size(BIG), 0.5, torch.device("cpu"))[0]
@@ -311,9 +301,9 @@ def test_the_mask_depends_on_the_seed_not_on_the_thread_count():
     """Two streams filled by one thread or by two give the same words: a run's masks do not change with
     train.num_threads."""
     assert math.prod(BIG) // 4 >= dropout_module.PARALLEL_WORDS
-    with _threads(1):
+    with torch_threads(1):
         one = _big_mask(3)
-    with _threads(2):
+    with torch_threads(2):
         two, again = _big_mask(3), _big_mask(3)
     assert torch.equal(one, two) and torch.equal(two, again)
     assert not torch.equal(two, _big_mask(4))
@@ -331,7 +321,7 @@ def _assert_halves_uncorrelated(keep: torch.Tensor) -> None:
 def test_the_two_streams_are_independent(monkeypatch):
     """Each stream has its own seed: the halves of a mask are uncorrelated. The check fails for a broken
     `random_words` whose second stream repeats the first (the same seed twice)."""
-    with _threads(2):
+    with torch_threads(2):
         _assert_halves_uncorrelated(_big_mask(0))
         _assert_fraction(_big_mask(0), 0.5, "two streams, p = 0.5")
         real = dropout_module.random_words
@@ -349,7 +339,7 @@ def _words_sums(seed: int) -> list[int]:
     """The sums of a big mask's two pieces of random words (int64, wrapping), drawn at two threads: the worker
     fills the second."""
     torch.manual_seed(seed)
-    with _threads(2):
+    with torch_threads(2):
         return [int(w.numpy().sum()) for w in dropout_module.random_words(math.prod(BIG) // 4, torch.device("cpu"))]
 
 

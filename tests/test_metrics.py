@@ -1,10 +1,9 @@
 """Metrics through sacrebleu, and BLEU by source length, against direct sacrebleu calls."""
 
-import sacrebleu
-
 import json
 
 import pytest
+import sacrebleu
 
 from attnlab.core.metrics import bleu_by_length, corpus_scores, is_length_rows
 from attnlab.core.plotting import plot_bleu_by_length

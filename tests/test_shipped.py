@@ -270,8 +270,7 @@ def test_each_card_holds_the_bleu_by_length_of_its_shipped_evaluation(name):
     assert all(abs(c["bleu"] - e["bleu"]) <= 0.005 for c, e in zip(card["by_length"], evaluation["by_length"]))
 
 
-def test_the_compare_view_keeps_the_cards_figures_when_the_cache_copy_is_evaluated(tiny_runs, tmp_path, monkeypatch,
-                                                                                    capsys):
+def test_the_compare_view_keeps_the_cards_figures_when_the_cache_copy_is_evaluated(tiny_runs, tmp_path, monkeypatch):
     """A shipped model's BLEU by length in the compare view (`shipped.length_scores`) comes from its card: a
     partial evaluation of its copy in the cache (which rewrites eval/test.json there) does not change it, and a
     copy whose card is not the package's (an older attnlab's) is copied again."""
@@ -312,4 +311,3 @@ def test_a_damaged_card_leaves_the_chart_out_with_a_warning(tmp_path, card, capl
     with caplog.at_level("WARNING", logger="attnlab"):
         assert shipped.length_scores(tmp_path) == []
     assert "card.json" in caplog.text
-

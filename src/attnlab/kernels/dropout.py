@@ -61,8 +61,8 @@ def random_words(n: int, device: torch.device) -> list[Tensor]:
     if device.type != "cpu":
         return [torch.empty(n, dtype=torch.int64, device=device).random_(-2**63, None)]
     seeds = torch.empty(STREAMS, dtype=torch.int64).random_(-2**63, None).tolist()
-    ends = [n * (i + 1) // STREAMS for i in range(STREAMS)]
-    counts = [end - start for start, end in zip([0] + ends[:-1], ends)]
+    bounds = [n * i // STREAMS for i in range(STREAMS + 1)]
+    counts = [end - start for start, end in zip(bounds, bounds[1:])]
 
     def fill(i: int) -> Tensor:  # stream i's words; numpy releases the GIL while it draws them
         return torch.from_numpy(np.random.PCG64DXSM(seeds[i] % 2**64).random_raw(counts[i]).view(np.int64))
