@@ -309,6 +309,16 @@ def test_the_mask_depends_on_the_seed_not_on_the_thread_count():
     assert not torch.equal(two, _big_mask(4))
 
 
+@pytest.mark.parametrize("shape", [(0,), (3, 0, 5), (1,), (3,), (4,), (5,), (7, 3), (2, 1, 9)])
+def test_small_and_empty_shapes(shape):
+    """A mask of a few elements (a stream with no words to fill) or none has x's shape; every element is dropped or
+    kept at p = 0.5, and the kept ones scaled by 65536 / (65536 - 32768) = 2."""
+    x = torch.ones(shape)
+    torch.manual_seed(0)
+    y = dropout(x, 0.5, training=True)
+    assert y.shape == x.shape and torch.all((y == 0) | (y == 2))
+
+
 def _assert_halves_uncorrelated(keep: torch.Tensor) -> None:
     """The two streams' halves of a p = 0.5 mask, element by element: Pearson correlation within 5 / sqrt(n) of 0."""
     x = keep.reshape(-1).double()

@@ -65,6 +65,8 @@ def random_words(n: int, device: torch.device) -> list[Tensor]:
     counts = [end - start for start, end in zip(bounds, bounds[1:])]
 
     def fill(i: int) -> Tensor:  # stream i's words; numpy releases the GIL while it draws them
+        if counts[i] == 0:  # numpy's empty array comes back with stride 0, which no int16 view takes
+            return torch.empty(0, dtype=torch.int64)
         return torch.from_numpy(np.random.PCG64DXSM(seeds[i] % 2**64).random_raw(counts[i]).view(np.int64))
 
     if n >= PARALLEL_WORDS and torch.get_num_threads() > 1:
