@@ -12,6 +12,7 @@ import pytest
 from attnlab.app import api
 from attnlab.app.cli import main
 from attnlab.app.server import served_info
+from attnlab.core.config import to_dict
 from attnlab.core.errors import AttnlabError
 from attnlab.data.bible import bible_split
 from attnlab.data.spec import spec_dict, store_key
@@ -108,6 +109,46 @@ def test_the_tokenizer_learns_from_every_rendering(bible, tmp_path):
     kjv = prepare_corpus(_config(tmp_path, "kjv")).tokenizers().src
     assert both.decode(both.encode("look")) == "look"
     assert kjv.decode(kjv.encode("look")) != "look"
+
+
+def test_english_weights_draw_each_renderings_pairs_that_many_times_an_epoch(bible, tmp_path):
+    """data.english_weights = [1, 3]: each kjv pair once and each web pair three times an epoch, with their own
+    lengths; the store is the one without weights (the same key)."""
+    plain = _config(tmp_path, ["kjv", "web"])
+    weighted = experiment_from_dict({**to_dict(plain), "data": {**to_dict(plain)["data"], "english_weights": [1, 3]}})
+    assert store_key(store_spec(weighted)) == store_key(store_spec(plain))
+    store = prepare_corpus(weighted)
+    base, data = store.train_data(), store.train_data(weighted.data.english_weights)
+    assert len(base) == 238 and len(data) == 120 + 3 * 118
+    items = [data[i] for i in range(len(data))]
+    kjv_train = Counter(s for split, _, s, _ in bible if split == "train")
+    src = store.tokenizers().src
+    drawn = Counter(src.decode(s) for _, s, _ in items)
+    web = [_modern(s) for k, (split, _, s, _) in enumerate(bible) if split == "train" and k not in (3, 4)]
+    assert drawn == kjv_train + Counter(web * 3)
+    lengths = data.lengths()
+    assert [tuple(lengths[i]) for i in range(len(data))] == [(len(s) + 1, len(t) + 1) for _, s, t in items]
+    assert store.train_data([1, 1]).__class__ is base.__class__  # no weights: the store's own dataset
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"english": ["kjv", "web"], "english_weights": [1]}, "data: english_weights: [1] needs one weight per"),
+    ({"english": ["kjv", "web"], "english_weights": [1, 0]}, "each weight is an integer from 1 to 100"),
+    ({"english": ["kjv", "web"], "english_weights": [1, 2.5]}, "data.english_weights"),
+    ({"corpus": "files", "train": ["x.tsv"], "english_weights": [2]}, "data: english_weights: [2] needs one"),
+])
+def test_bad_english_weights_name_the_key(data, message):
+    with pytest.raises(AttnlabError) as error:
+        experiment_from_dict({"data": data})
+    assert message in str(error.value), str(error.value)
+
+
+def test_a_run_trains_on_weighted_renderings(bible, tmp_path):
+    cfg = _config(tmp_path, ["kjv", "web"])
+    cfg = experiment_from_dict({**to_dict(cfg), "data": {**to_dict(cfg)["data"], "english_weights": [2, 1]}})
+    api.train(cfg, tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["data"]["english_weights"] == [2, 1]
+    assert (tmp_path / "run" / "checkpoints" / "latest.json").is_file()
 
 
 def test_a_single_rendering_keeps_the_store_key_it_had_as_a_string(bible, tmp_path):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,6 +104,23 @@ class StoreDataset(Dataset):
         return self.sizes + np.array(1, dtype=np.uint16 if fits else np.uint32)
 
 
+class RepeatedDataset(Dataset):
+    """A dataset whose item i is `base[index[i]]` (each base item once or several times, in any order): the
+    training pairs of a Bible store with `data.english_weights`. Its lengths are the base's, indexed alike."""
+
+    def __init__(self, base: StoreDataset, index: np.ndarray) -> None:
+        self.base, self.index = base, index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> tuple[int, list[int], list[int]]:
+        return self.base[int(self.index[i])]
+
+    def lengths(self) -> np.ndarray:
+        return self.base.lengths()[self.index]
+
+
 @dataclass
 class Store:
     """An opened, checked store: its folder and manifest; the tokenizers, the training data and the dev/test
@@ -125,8 +143,23 @@ class Store:
                                f"{vocab['tgt']:,} (altered); {_REBUILD}")
         return tokenizers
 
-    def train_data(self) -> StoreDataset:
-        return StoreDataset(self.path / "train.bin", self.path / "train.idx", self.manifest["train"]["dtype"])
+    def train_data(self, weights: Sequence[int] = ()) -> StoreDataset | RepeatedDataset:
+        """The training pairs; with `weights` (a Bible store of several English renderings: one count per
+        rendering, in `data.english`'s order) each rendering's pairs appear that many times an epoch."""
+        data = StoreDataset(self.path / "train.bin", self.path / "train.idx", self.manifest["train"]["dtype"])
+        if all(w == 1 for w in weights):
+            return data
+        counts = [c["train"] for c in self.manifest["counts"].get("renderings", {}).values()]
+        if len(counts) != len(weights):
+            raise AttnlabError(f"data.english_weights: {list(weights)} gives {len(weights)} weight(s), the corpus "
+                               f"has {len(counts)} English rendering(s) with training pairs")
+        if sum(counts) != len(data):  # the pairs are stored rendering after rendering (attnlab.data.prepare)
+            raise AttnlabError(f"{self.path}: {len(data):,} training pairs where the renderings' counts add up to "
+                               f"{sum(counts):,}; {_REBUILD}")
+        ends = np.cumsum([0, *counts])
+        index = np.concatenate([np.tile(np.arange(a, b, dtype=np.int64), w)
+                                for a, b, w in zip(ends[:-1], ends[1:], weights)])
+        return RepeatedDataset(data, index)
 
     def pairs(self, split: str, limit: int = 0) -> list[Pair]:
         """The pairs of a split as text; train pairs are decoded from their ids (refs "train:N")."""

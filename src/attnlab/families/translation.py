@@ -53,6 +53,7 @@ class DataConfig:
 
     corpus: str = "bible"
     english: str | list[str] = "kjv"  # the Bible's English rendering(s): "kjv", "web" or a list (one pair each)
+    english_weights: list[int] = field(default_factory=list)  # times an epoch each rendering's pairs are drawn
     train: list[str] = field(default_factory=list)
     dev: list[str] = field(default_factory=list)
     test: list[str] = field(default_factory=list)
@@ -76,7 +77,13 @@ class DataConfig:
                               "max_expansion": (0.0, 1e12)}
 
     def __post_init__(self) -> None:
-        renderings(self.english, "english")  # from_dict puts "data: " in front
+        names = renderings(self.english, "english")  # from_dict puts "data: " in front
+        if self.english_weights:
+            if self.corpus != "bible" or len(self.english_weights) != len(names):
+                raise AttnlabError(f"english_weights: {self.english_weights} needs one weight per English "
+                                   f"rendering of the Bible corpus ({len(names)}: {names})")
+            if any(isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 100 for w in self.english_weights):
+                raise AttnlabError(f"english_weights: {self.english_weights}: each weight is an integer from 1 to 100")
 
     @property
     def renderings(self) -> list[str]:
@@ -359,7 +366,7 @@ def seq2seq_training(cfg: ExperimentConfig, store: Store, tokenizers: TokenizerP
         return {"bleu": s.bleu, "chrf": s.chrf}
 
     d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else cfg.model.rnn.hidden_dim
-    train = store.train_data()
+    train = store.train_data(cfg.data.english_weights)
     dev_data = Seq2SeqDataset(tokenizers.src.encode_batch([p.src for p in dev]),
                               tokenizers.tgt.encode_batch([p.tgt for p in dev]))
     return Training(Seq2SeqTask(cfg.train.fused_loss), train, dev_data, dev_eval=dev_bleu, d_model=d_model,
