@@ -143,10 +143,12 @@ def test_bad_english_weights_name_the_key(data, message):
     assert message in str(error.value), str(error.value)
 
 
-def test_a_run_trains_on_weighted_renderings(bible, tmp_path):
+def test_a_run_trains_on_weighted_renderings(bible, tmp_path, caplog):
     cfg = _config(tmp_path, ["kjv", "web"])
     cfg = experiment_from_dict({**to_dict(cfg), "data": {**to_dict(cfg)["data"], "english_weights": [2, 1]}})
-    api.train(cfg, tmp_path / "run")
+    with caplog.at_level("INFO", logger="attnlab"):
+        api.train(cfg, tmp_path / "run")
+    assert "train pairs 358 drawn of 238 (data.english_weights [2, 1])" in caplog.text  # 2 x 120 + 118
     assert json.loads((tmp_path / "run" / "config.json").read_text())["data"]["english_weights"] == [2, 1]
     assert (tmp_path / "run" / "checkpoints" / "latest.json").is_file()
 

@@ -367,10 +367,12 @@ def seq2seq_training(cfg: ExperimentConfig, store: Store, tokenizers: TokenizerP
 
     d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else cfg.model.rnn.hidden_dim
     train = store.train_data(cfg.data.english_weights)
+    pairs = store.manifest["train"]["pairs"]
+    weighted = f" drawn of {pairs:,} (data.english_weights {cfg.data.english_weights})" if len(train) != pairs else ""
     dev_data = Seq2SeqDataset(tokenizers.src.encode_batch([p.src for p in dev]),
                               tokenizers.tgt.encode_batch([p.tgt for p in dev]))
     return Training(Seq2SeqTask(cfg.train.fused_loss), train, dev_data, dev_eval=dev_bleu, d_model=d_model,
-                    sizes=f"train pairs {len(train):,} (prepared store {store.path}), dev {len(dev):,}",
+                    sizes=f"train pairs {len(train):,}{weighted} (prepared store {store.path}), dev {len(dev):,}",
                     score_name="BLEU")
 
 
