@@ -12,7 +12,6 @@ import pytest
 from attnlab.app import api
 from attnlab.app.cli import main
 from attnlab.app.server import served_info
-from attnlab.core.config import to_dict
 from attnlab.core.errors import AttnlabError
 from attnlab.data.bible import bible_split
 from attnlab.data.spec import spec_dict, store_key
@@ -55,9 +54,9 @@ def bible(tmp_path, monkeypatch):
     return verses
 
 
-def _config(tmp_path, english, **train):
+def _config(tmp_path, english, english_weights=(), **train):
     return experiment_from_dict({
-        "data": {"corpus": "bible", "english": english},
+        "data": {"corpus": "bible", "english": english, "english_weights": list(english_weights)},
         "tokenizer": {"kind": "char"},
         "model": {"rnn": {"cell": "gru", "emb_dim": 16, "hidden_dim": 32, "attention": "bahdanau"}},
         "train": {"max_steps": 4, "max_tokens": 600, "eval_every": 4, "progress": False, "eval_max_sentences": 4,
@@ -114,8 +113,7 @@ def test_the_tokenizer_learns_from_every_rendering(bible, tmp_path):
 def test_english_weights_draw_each_renderings_pairs_that_many_times_an_epoch(bible, tmp_path):
     """data.english_weights = [1, 3]: each kjv pair once and each web pair three times an epoch, with their own
     lengths; the store is the one without weights (the same key)."""
-    plain = _config(tmp_path, ["kjv", "web"])
-    weighted = experiment_from_dict({**to_dict(plain), "data": {**to_dict(plain)["data"], "english_weights": [1, 3]}})
+    plain, weighted = _config(tmp_path, ["kjv", "web"]), _config(tmp_path, ["kjv", "web"], [1, 3])
     assert store_key(store_spec(weighted)) == store_key(store_spec(plain))
     store = prepare_corpus(weighted)
     base, data = store.train_data(), store.train_data(weighted.data.english_weights)
@@ -144,8 +142,7 @@ def test_bad_english_weights_name_the_key(data, message):
 
 
 def test_a_run_trains_on_weighted_renderings(bible, tmp_path, caplog):
-    cfg = _config(tmp_path, ["kjv", "web"])
-    cfg = experiment_from_dict({**to_dict(cfg), "data": {**to_dict(cfg)["data"], "english_weights": [2, 1]}})
+    cfg = _config(tmp_path, ["kjv", "web"], [2, 1])
     with caplog.at_level("INFO", logger="attnlab"):
         api.train(cfg, tmp_path / "run")
     assert "train pairs 358 drawn of 238 (data.english_weights [2, 1])" in caplog.text  # 2 x 120 + 118
