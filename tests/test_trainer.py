@@ -62,6 +62,24 @@ def test_resume_is_exact(tiny_tsv, tmp_path):
                                                     for suffix in (".json", ".safetensors", ".train.safetensors")}
 
 
+def test_each_checkpoint_holds_the_seconds_trained_up_to_it(tiny_tsv, tmp_path):
+    """A run killed after a checkpoint resumes from it, so the checkpoint's state must hold the time trained up to
+    its step, not the time at the start of the process: the resumed run's time_s counts on from there."""
+    run = tmp_path / "run"
+    train(tiny_config(tiny_tsv, max_steps=20, eval_every=10, keep_last=2), run)
+    ckpt = run / "checkpoints"
+    saved = {n: json.loads((ckpt / f"step_{n:08d}.json").read_text())["train_seconds"] for n in (10, 20)}
+    logged = {r["step"]: r["time_s"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+              if "loss" in r}  # the training records, written before each step's validation and checkpoint
+    assert 0 < logged[10] <= saved[10] < logged[20] <= saved[20]
+    # as after a kill between the two checkpoints: resume from step 10
+    (ckpt / "latest.json").write_text(json.dumps({"step": 10, "name": "step_00000010"}))
+    train(None, run, resume=True)
+    again = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in again if "loss" in r] == [10, 20]
+    assert again[-1]["time_s"] > saved[10]
+
+
 def _weights(run_dir):
     from safetensors.torch import load_file
     return load_file(str(run_dir / "checkpoints" / "step_00000020.safetensors"))

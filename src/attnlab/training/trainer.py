@@ -328,7 +328,6 @@ class Trainer:
                                "(pip install tensorboard)") from None
         return SummaryWriter(str(real_dir(self.run_dir / "tensorboard", self.run_dir)))  # never into a link
 
-    # ------------------------------------------------------------------------------------------ steps
     def _autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.amp_dtype, self.device)
 
@@ -432,23 +431,24 @@ class Trainer:
         return metrics
 
     def checkpoint(self, best: bool) -> None:
-        if not self.is_main:
-            return
-        save_checkpoint(self.run_dir / "checkpoints", self.state.step, self.raw_model, self.optimizer,
-                        dataclasses.asdict(self.state), self.cfg.keep_last, best=best)
+        if self.is_main:  # with the seconds trained up to this step: a run resumed from it counts on from there
+            save_checkpoint(self.run_dir / "checkpoints", self.state.step, self.raw_model, self.optimizer,
+                            {**dataclasses.asdict(self.state), "train_seconds": self._seconds_trained()},
+                            self.cfg.keep_last, best=best)
+
+    def _seconds_trained(self) -> float:  # wall clock, validation included, resumed runs continuing the count
+        return self.state.train_seconds + time.perf_counter() - self._t_start
 
     def log(self, record: dict) -> None:
         if not self.is_main:
             return
-        # wall-clock seconds of training so far (validation included; resumed runs continue the count)
-        record = {**record, "time_s": round(self.state.train_seconds + time.perf_counter() - self._t_start, 2)}
+        record = {**record, "time_s": round(self._seconds_trained(), 2)}
         append_line(self.run_dir / "metrics.jsonl", json.dumps(record))
         if self.tb is not None:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step":
                     self.tb.add_scalar(k, v, record["step"])
 
-    # ------------------------------------------------------------------------------------------ loop
     def resume(self) -> None:
         """Continues from the checkpoint latest.json names, after `recover` has removed what a kill left behind;
         best.json is pointed again at the best step if a kill came between the two pointers; metrics.jsonl is cut
