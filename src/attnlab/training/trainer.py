@@ -551,7 +551,7 @@ class Trainer:
                 s.epoch += 1
                 s.batch_in_epoch = 0
         s.stopped = reason
-        s.train_seconds += time.perf_counter() - t_start
+        s.train_seconds = self._seconds_trained()
         self._t_start = time.perf_counter()  # the clock of log records continues from train_seconds
         progress.close()
         if s.step % cfg.eval_every != 0:  # the last steps have not been validated yet
