@@ -13,7 +13,7 @@ import torch
 
 from attnlab import load
 from attnlab.app.cli import main
-from attnlab.core.checkpoint import load_checkpoint
+from attnlab.core.checkpoint import load_checkpoint, write_latest
 from attnlab.core.errors import AttnlabError
 from attnlab.families.translation import experiment_from_dict
 from attnlab.runs.workflow import train
@@ -73,7 +73,7 @@ def test_each_checkpoint_holds_the_seconds_trained_up_to_it(tiny_tsv, tmp_path):
               if "loss" in r}  # the training records, written before each step's validation and checkpoint
     assert 0 < logged[10] <= saved[10] < logged[20] <= saved[20]
     # as after a kill between the two checkpoints: resume from step 10
-    (ckpt / "latest.json").write_text(json.dumps({"step": 10, "name": "step_00000010"}))
+    write_latest(ckpt, 10, run)
     train(None, run, resume=True)
     again = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in again if "loss" in r] == [10, 20]
