@@ -5,6 +5,7 @@ holds them, the shipped models themselves."""
 
 import json
 import shutil
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from attnlab.app.cli import main
 from attnlab.app.server import LengthScore
 from attnlab.core.checkpoint import SCALE_SUFFIX, load_weights, quantize_int8, save_weights
 from attnlab.core.errors import AttnlabError
+from attnlab.families.translation import experiment_from_dict
 from attnlab.runs import shipped
 from attnlab.runs.workflow import load_run
 
@@ -311,3 +313,17 @@ def test_a_damaged_card_leaves_the_chart_out_with_a_warning(tmp_path, card, capl
     with caplog.at_level("WARNING", logger="attnlab"):
         assert shipped.length_scores(tmp_path) == []
     assert "card.json" in caplog.text
+
+
+@pytest.mark.parametrize("weights, says", [
+    ([1, 2], "at most 50 words; each epoch draws kjv's verses 1 time, web's verses 2 times; attnlab's"),
+    ([], "at most 50 words; attnlab's"),
+    ([1, 1], "at most 50 words; attnlab's"),
+])
+def test_a_card_says_how_often_each_rendering_is_drawn(weights, says, tmp_path):
+    """The card's data line follows the config: data.english_weights other than all ones are named per rendering."""
+    cfg = experiment_from_dict({"data": {"corpus": "bible", "english": ["kjv", "web"], "max_words": 50,
+                                         "english_weights": weights}})
+    run = SimpleNamespace(cfg=cfg, family=SimpleNamespace(title="Transformer"))
+    card = shipped.model_card(run, "t", "int8", 10, 1.0, {}, 5, 1.0, "t", tmp_path)
+    assert says in card.replace("\n", " ")

@@ -197,9 +197,12 @@ def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, m
              f"An attnlab {run.family.title} run ({parameters:,} parameters), stored {quantization} "
              f"({megabytes:.1f} MB).", "", "## Data", ""]
     if data is not None and getattr(data, "corpus", "") == "bible":
+        weights = list(getattr(data, "english_weights", None) or [])
+        drawn = ("" if not weights or set(weights) == {1} else "; each epoch draws " + ", ".join(
+            f"{rendering}'s verses {w} time{'s' if w > 1 else ''}" for rendering, w in zip(data.renderings, weights)))
         lines += [f"English ({' + '.join(data.renderings)}) to Spanish (Reina-Valera 1909) Bible verses from Debian's "
-                  f"SWORD packages, training verses of at most {data.max_words} words; attnlab's dev and test "
-                  "splits (the test split is never trained on).", ""]
+                  f"SWORD packages, training verses of at most {data.max_words} words{drawn}; attnlab's dev and "
+                  "test splits (the test split is never trained on).", ""]
     else:
         lines += ["See config.json (section data).", ""]
     lines += ["## Training", "", f"{updates:,} updates in {minutes:.1f} minutes (metrics.jsonl of the original run); "
