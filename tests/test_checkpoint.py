@@ -1,6 +1,8 @@
 """The checkpoint format: weights round-trip, tied weights stored once, views of one buffer (as cuDNN's flattened
 RNN weights are) saved, mismatches refused with a clear error."""
 
+import json
+
 import pytest
 import torch
 from safetensors import safe_open
@@ -49,6 +51,29 @@ def test_tied_weights_stored_once_and_restored(tmp_path):
     for (k, v), (_, v2) in zip(m.state_dict().items(), m2.state_dict().items()):
         assert torch.equal(v, v2), k
     assert m2.generator.weight is m2.src_embed.weight
+
+
+def test_the_same_weights_always_give_the_same_bytes(tmp_path):
+    """safetensors writes a file's metadata in a random order on each save; a compact run's two metadata keys
+    (aliases, quantization) made a re-pack of the same weights differ byte for byte. Eight saves: all identical,
+    metadata keys sorted in the header, and the file still reads back in safetensors and attnlab."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=16, h=2, d_ff=32, enc_layers=1, dec_layers=1, tie_embeddings="all")
+    m = TransformerSeq2Seq(30, 30, cfg)
+    paths = [tmp_path / f"w{i}.safetensors" for i in range(8)]
+    for p in paths:
+        save_weights(m, p, quantization="int8")
+    data = [p.read_bytes() for p in paths]
+    assert all(d == data[0] for d in data)
+    n = int.from_bytes(data[0][:8], "little")
+    meta = json.loads(data[0][8:8 + n])["__metadata__"]
+    assert list(meta) == sorted(meta) and len(meta) == 2
+    with safe_open(str(paths[0]), framework="pt") as f:
+        assert f.metadata() == meta
+    m2 = TransformerSeq2Seq(30, 30, cfg)
+    load_weights(m2, paths[0])
+    for (k, v), (_, v2) in zip(m.state_dict().items(), m2.state_dict().items()):
+        assert torch.allclose(v, v2, atol=0.02), k  # int8: one step of a row's scale at most
 
 
 def test_gru_weights_round_trip(tmp_path):
@@ -194,7 +219,6 @@ def test_a_kill_at_every_write_boundary_of_a_checkpoint_loses_nothing(tmp_path, 
     (not the best) and at step 6 (a new best), one boundary per run; after each: latest and best load and hold
     the weights of the step they name, resume reaches step 8, no temporary file and no step after latest remain,
     and metrics.jsonl holds each step once."""
-    import json
     import os
     from pathlib import Path
 
@@ -279,7 +303,6 @@ def test_a_kill_at_every_write_boundary_of_a_checkpoint_loses_nothing(tmp_path, 
     (["step_00000003"], "expected a JSON object"),
 ])
 def test_a_pointer_can_only_name_a_checkpoint_of_its_folder(tmp_path, pointer, message):
-    import json
 
     from attnlab.core.checkpoint import resolve_checkpoint
 
@@ -294,7 +317,6 @@ def test_a_pointer_can_only_name_a_checkpoint_of_its_folder(tmp_path, pointer, m
 def test_pruning_keeps_what_the_pointers_name(tmp_path):
     """keep_last = 1: the newest step stays, and so does the best one; steps after latest (left by a kill) are not
     pruning's business but recover's, which also removes temporary files."""
-    import json
 
     from attnlab.core.checkpoint import prune, recover
 

@@ -138,7 +138,30 @@ def save_weights(model: nn.Module, path: Path, root: Path | None = None, quantiz
             else:
                 tensors[name] = t.to(torch.bfloat16)
         meta["attnlab_quantization"] = json.dumps({"kind": quantization, "int8": sorted(scaled)})
-    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta), root)
+    def write(tmp: str) -> None:
+        save_file(tensors, tmp, metadata=meta)
+        sort_metadata(Path(tmp))
+
+    atomic_write(path, write, root)
+
+
+def sort_metadata(path: Path) -> None:
+    """Rewrites, in place, a safetensors header with its metadata keys sorted, so that the same weights and metadata
+    always give the same bytes (safetensors writes the metadata in a random order on each save: its issue #584). The
+    header keeps its length (the same JSON, reordered, padded with spaces as the format allows); the tensors' entries
+    and data are not touched."""
+    with open(path, "r+b") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        meta = header.get("__metadata__")
+        if not meta:
+            return
+        header["__metadata__"] = dict(sorted(meta.items()))
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if len(text) > n:  # cannot happen for the same JSON; the file is then left as safetensors wrote it
+            return
+        f.seek(8)
+        f.write(text + b" " * (n - len(text)))
 
 
 def quantize_int8(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
