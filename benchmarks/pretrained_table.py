@@ -3,7 +3,10 @@
 (`scripts/pack_pretrained.py --json PACK`), the proper-name shares (`benchmarks/proper_names.py --json NAMES`) and
 the training runs' metrics.jsonl (updates, minutes). Prints Markdown.
 
-    python benchmarks/pretrained_table.py PACK NAMES --runs runs/pretrained
+    python benchmarks/pretrained_table.py PACK NAMES --runs runs/pretrained [--also PACK2]
+
+--also: a later pack's lines (`scripts/pack_pretrained.py --decode-again`), which replace PACK's test evaluations
+and showcase of the same model; the weights' choice and the averaging's effect stay PACK's.
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ def main() -> None:
     ap.add_argument("pack", type=Path)
     ap.add_argument("names", type=Path)
     ap.add_argument("--runs", type=Path, default=Path("runs/pretrained"))
+    ap.add_argument("--also", type=Path, help="a later pack of the same weights, whose evaluations replace PACK's")
     args = ap.parse_args()
     pack = rows(args.pack)
+    later = rows(args.also) if args.also else []
     names = {Path(r["run"]).name.split("-")[0]: r for r in rows(args.names)}
     shipped = {}
-    for r in pack:
+    for r in pack + later:  # a later line replaces an earlier one of the same model and source
         model = r["model"].split()[0]
         if r.get("split") == "test" and r["model"].endswith("int8"):
             shipped.setdefault(model, {})[r["source"]] = r
@@ -63,7 +68,7 @@ def main() -> None:
             line += f"; test BLEU best {best['bleu']:.2f}, average {avg['bleu']:.2f} ({avg['bleu'] - best['bleu']:+.2f})"
         print(line + f"; shipped: {c['chosen']}")
     print()
-    show = {r["model"]: r["showcase"] for r in pack if "showcase" in r}
+    show = {r["model"]: r["showcase"] for r in pack + later if "showcase" in r}
     models = [m for m in ORDER if m in show]
     print("| verse | " + " | ".join(models) + " |")
     print("|---|" + "---|" * len(models))

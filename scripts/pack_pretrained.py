@@ -15,6 +15,11 @@ Each NAME (bahdanau, luong, noattn, transformer) is first trained with its packa
 3. it translates the showcase verses (`attnlab.runs.shipped.SHOWCASE`, KJV source, beam 5; sentence chrF against
    the Reina-Valera 1909), and is written again with its scores and showcase into the package.
 
+With --decode-again, nothing is trained, averaged or chosen: each shipped model's weights stay as they are and
+its decode settings become those of configs/pretrained/NAME.toml's [decode] (e.g. a length penalty chosen on dev,
+`benchmarks/length_penalty_sweep.py`). A copy of the package (RUNS/NAME-QUANTIZATION-decode) is evaluated on the
+test verses and the showcase with them, and the package is written again from it (steps 2-3).
+
 Every evaluation is printed as one JSON line (--json FILE: also appended there).
 """
 
@@ -25,9 +30,11 @@ import json
 import shutil
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 from attnlab.app.api import load
+from attnlab.core.fileio import read_json, write_json
 from attnlab.core.metrics import sentence_chrf
 from attnlab.data.bible import bible_tsv, iter_bible
 from attnlab.runs.shipped import SHOWCASE, compact_run, trained_folder
@@ -40,6 +47,7 @@ TITLES = {
     "transformer": "Transformer encoder-decoder, small (3+3 layers, d_model 256, pre-norm)",
 }
 SOURCES = ("kjv", "web")
+CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "pretrained"
 
 
 def emit(record: dict, out: Path | None) -> None:
@@ -80,6 +88,30 @@ def showcase(run_dir: Path, verses: list[dict]) -> list[dict]:
     return [{**v, "output": o, "chrf": round(sentence_chrf(o, v["reference"]), 1)} for v, o in zip(verses, outputs)]
 
 
+def decode_again(name: str, runs: Path, quantization: str, verses: list[dict], out: Path | None) -> None:
+    """The shipped package `name` with configs/pretrained/NAME.toml's decode settings: evaluated (test, both
+    sources; showcase) in a copy, then written again into the package. The weights are not touched."""
+    package = trained_folder() / name
+    work = runs / f"{name}-{quantization}-decode"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(package, work)
+    shutil.rmtree(work / "eval", ignore_errors=True)
+    decode = tomllib.loads((CONFIGS / f"{name}.toml").read_text(encoding="utf-8"))["decode"]
+    config = read_json(work / "config.json")
+    unknown = sorted(set(decode) - set(config["decode"]))
+    if unknown:
+        raise SystemExit(f"{CONFIGS / name}.toml: [decode] keys the package does not have: {', '.join(unknown)}")
+    config["decode"].update(decode)
+    write_json(work / "config.json", config, work)
+    emit({"model": name, "decode": config["decode"]}, out)
+    scores(work, f"{name} {quantization}", out)
+    shown = showcase(work, verses)
+    emit({"model": name, "showcase": shown}, out)
+    written = compact_run(load_run(work), package, quantization, TITLES[name], name, showcase=shown)
+    emit({"model": name, "packed": str(written), "weights": "as shipped",
+          "bytes": sum(p.stat().st_size for p in written.rglob("*") if p.is_file())}, out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", default=sorted(TITLES))
@@ -92,12 +124,19 @@ def main() -> int:
     ap.add_argument("--evaluate-only", action="store_true",
                     help="steps 1-3 only: the package is left as it is (a run trained for comparison, e.g. "
                          "RUNS/noattn_sutskever)")
+    ap.add_argument("--decode-again", action="store_true",
+                    help="the shipped weights as they are, with configs/pretrained/NAME.toml's [decode] settings: "
+                         "evaluated again and the package rewritten (nothing trained, averaged or chosen)")
     args = ap.parse_args()
     unknown = [name for name in args.names if name not in TITLES]
     if unknown and not args.evaluate_only:
         raise SystemExit(f"not shipped models: {', '.join(unknown)} (shipped: {', '.join(sorted(TITLES))}); "
                          "--evaluate-only evaluates them without packing")
     verses = showcase_verses()
+    if args.decode_again:
+        for name in args.names:
+            decode_again(name, args.runs, args.quantization, verses, args.json)
+        return 0
     for name in args.names:
         run_dir = args.runs / name
         chosen, label = run_dir, "best"

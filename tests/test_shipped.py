@@ -5,6 +5,7 @@ holds them, the shipped models themselves."""
 
 import json
 import shutil
+import tomllib
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from attnlab.app.cli import main
 from attnlab.app.server import LengthScore
+from attnlab.core.config import PACKAGED_CONFIGS
 from attnlab.core.checkpoint import SCALE_SUFFIX, load_weights, quantize_int8, save_weights
 from attnlab.core.errors import AttnlabError
 from attnlab.families.translation import experiment_from_dict
@@ -327,3 +329,29 @@ def test_a_card_says_how_often_each_rendering_is_drawn(weights, says, tmp_path):
     run = SimpleNamespace(cfg=cfg, family=SimpleNamespace(title="Transformer"))
     card = shipped.model_card(run, "t", "int8", 10, 1.0, {}, 5, 1.0, "t", tmp_path)
     assert says in card.replace("\n", " ")
+
+
+@pytest.mark.skipif(not SHIPPED, reason="this checkout has no shipped models (src/attnlab/trained)")
+@pytest.mark.parametrize("name", SHIPPED)
+def test_each_package_decodes_as_its_recipe_says_and_its_card_names_it(name):
+    """The package's decode settings are configs/pretrained/NAME.toml's [decode] (a length penalty chosen on dev
+    reaches the package only by packing it again); its test evaluations were decoded with them and its card says so."""
+    folder = shipped.trained_folder() / name
+    recipe = tomllib.loads((PACKAGED_CONFIGS / "pretrained" / f"{name}.toml").read_text(encoding="utf-8"))["decode"]
+    decode = json.loads((folder / "config.json").read_text())["decode"]
+    assert {key: decode[key] for key in recipe} == recipe
+    beam, alpha = decode["beam_size"], decode["length_penalty"]
+    for evaluation in sorted((folder / "eval").glob("test*.json")):
+        result = json.loads(evaluation.read_text())
+        assert (result["beam"], result["length_penalty"]) == (beam, alpha), evaluation.name
+    readme = (folder / "README.md").read_text()
+    assert f"## Test scores (beam {beam}, length penalty {alpha:g}, sacrebleu)" in readme
+    assert f"this model's translation (beam {beam}, length penalty {alpha:g})" in readme
+
+
+def test_a_card_names_the_decoding_its_evaluations_share():
+    assert shipped.decoding([{"beam": 5, "length_penalty": 1.0}, {"beam": 5, "length_penalty": 1.0}]) == \
+        "beam 5, length penalty 1"
+    assert shipped.decoding([{"beam": 5, "length_penalty": 0.6}, {"beam": 5}]) == "beam 5"  # one written before
+    assert shipped.decoding([{"beam": 5}, {"beam": 4}]) == "the run's decode settings"
+    assert shipped.decoding([]) == "the run's decode settings"

@@ -401,7 +401,7 @@ def evaluate_seq2seq(run: LoadedRun, split: str, options: EvalOptions) -> dict:
     by_length = bleu_by_length([p.src for p in pairs], hyps, [p.tgt for p in pairs])
     out = run.run_dir / "eval"
     result = {"split": split, "source": source, "trained_on": cfg.data.renderings, "sentences": len(pairs),
-              "beam": beam, "checkpoint": run.checkpoint,
+              "beam": beam, "length_penalty": cfg.decode.length_penalty, "checkpoint": run.checkpoint,
               "bleu": scores.bleu, "chrf": scores.chrf, "bleu_signature": scores.bleu_signature,
               "chrf_signature": scores.chrf_signature, "by_length": by_length,
               "sentences_per_s": len(pairs) / max(seconds, 1e-9), "plot": str(out / f"{name}_bleu_by_length.png")}
@@ -415,7 +415,8 @@ def evaluate_seq2seq(run: LoadedRun, split: str, options: EvalOptions) -> dict:
 
 def format_seq2seq_eval(result: dict) -> str:
     source = f" ({result['source']} source)" if result.get("source") else ""
-    lines = [f"{result['split']}{source}: {result['sentences']} sentences, beam {result['beam']}: "
+    alpha = f", length penalty {result['length_penalty']:g}" if "length_penalty" in result else ""
+    lines = [f"{result['split']}{source}: {result['sentences']} sentences, beam {result['beam']}{alpha}: "
              f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}",
              f"  {result['bleu_signature']}", f"  {result['chrf_signature']}",
              "BLEU by source length:", format_length_table(result["by_length"])]

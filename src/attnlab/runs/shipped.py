@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,6 +189,24 @@ def _training(run_dir: Path) -> tuple[int, float]:
     return step, seconds / 60
 
 
+def decoding(settings: Iterable[Mapping]) -> str:
+    """"beam 5, length penalty 1" when every evaluation (or decode setting) in `settings` shares them; a setting they
+    do not all record (evaluations written before the length penalty was) is left out."""
+    settings = list(settings)
+    parts = []
+    for key, label in (("beam", "beam"), ("length_penalty", "length penalty")):
+        values = {s.get(key) for s in settings}
+        if settings and len(values) == 1 and None not in values:
+            parts.append(f"{label} {values.pop():g}")
+    return ", ".join(parts) or "the run's decode settings"
+
+
+def decode_settings(run: LoadedRun) -> dict:
+    """{"beam", "length_penalty"} of the run's config (what `run.translate` uses by default); {} without one."""
+    decode = getattr(run.cfg, "decode", None)
+    return {"beam": getattr(decode, "beam_size", None), "length_penalty": getattr(decode, "length_penalty", None)}
+
+
 def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, megabytes: float,
                evaluations: dict[str, dict], updates: int, minutes: float, name: str, out: Path,
                showcase: list[dict] | None = None, averaged: list[int] | None = None) -> str:
@@ -209,7 +228,7 @@ def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, m
               "the full configuration is config.json.", ""]
     if averaged:
         lines += [f"The weights are the mean of the checkpoints of steps {', '.join(map(str, averaged))}.", ""]
-    lines += ["## Test scores (beam 5, sacrebleu)", "",
+    lines += [f"## Test scores ({decoding(evaluations.values())}, sacrebleu)", "",
               "| English source | sentences | BLEU | chrF |", "|---|---|---|---|"]
     for source, r in evaluations.items():
         lines.append(f"| {source} | {r.get('sentences')} | {r['bleu']:.2f} | {r.get('chrf', float('nan')):.2f} |")
@@ -229,7 +248,8 @@ def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, m
             return text.replace("|", "\\|")
 
         lines += ["", "## The verses a class types first", "",
-                  "KJV source, this model's translation (beam 5), the Reina-Valera 1909 verse and the sentence chrF:",
+                  f"KJV source, this model's translation ({decoding([decode_settings(run)])}), the Reina-Valera "
+                  "1909 verse and the sentence chrF:",
                   "", "| verse | English | translation | RV 1909 | chrF |", "|---|---|---|---|---|"]
         for v in showcase:
             lines.append(f"| {v['ref']} | {cell(v['source'])} | {cell(v['output'])} | {cell(v['reference'])} | "
