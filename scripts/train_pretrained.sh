@@ -6,7 +6,8 @@
 #     bash scripts/train_pretrained.sh            # runs/pretrained/NAME, runs/pretrained/load.jsonl
 #     OUT=DIR PAIRS="transformer,luong bahdanau,noattn" bash scripts/train_pretrained.sh
 #
-# A run that exists is resumed where it stopped (resume is exact), so a killed session loses nothing. Then
+# A run that exists is resumed where it stopped (resume is exact) for the minutes left of the recipe's
+# train.max_minutes, so a killed session loses nothing and a longer budget extends the runs. Then
 # `python scripts/pack_pretrained.py` evaluates and packs them into src/attnlab/trained/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,12 +32,12 @@ for pair in $PAIRS; do
     echo "$names" > "$OUT/.training"
     pids=()
     for name in $names; do
-        if [ -f "$OUT/$name/checkpoints/latest.json" ]; then  # the minutes left of the config's budget
-            left=$("${ATTNLAB%/attnlab}/python" - "$OUT/$name" <<'PY'
-import json, sys
+        if [ -f "$OUT/$name/checkpoints/latest.json" ]; then  # the minutes left of the recipe's budget
+            left=$("${ATTNLAB%/attnlab}/python" - "$OUT/$name" "configs/pretrained/$name.toml" <<'PY'
+import json, sys, tomllib
 from pathlib import Path
-run = Path(sys.argv[1])
-budget = json.loads((run / "config.json").read_text())["train"]["max_minutes"]
+run = Path(sys.argv[1])  # the recipe's budget, which may have grown since the run started (60 -> 90 minutes)
+budget = tomllib.loads(Path(sys.argv[2]).read_text())["train"]["max_minutes"]
 seconds = max([json.loads(line).get("time_s", 0) for line in (run / "metrics.jsonl").read_text().splitlines()
                if line.strip()] or [0])
 print(max(0.01, budget - seconds / 60))
