@@ -55,7 +55,7 @@ def main() -> None:
         drop = 100 * (by["31+"] - by["11-20"]) / by["11-20"] if by.get("11-20") else float("nan")
         n = names.get(m, {})
         print(f"| {m} | {steps:,} ({minutes:.0f}) | {chosen.get(m, {}).get('chosen', 'best')} | **{kjv['bleu']:.2f}** / "
-              f"{kjv['chrf']:.2f} | {web['bleu']:.2f} | {100 * web['bleu'] / kjv['bleu']:.0f}% | "
+              f"{kjv['chrf']:.2f} | {web['bleu']:.2f} | {100 * web['bleu'] / kjv['bleu']:.1f}% | "
               + " | ".join(f"{by.get(b, float('nan')):.2f}" for b in ("1-10", "11-20", "21-30", "31+"))
               + f" | {drop:+.0f}% | {100 * n.get('share_names', float('nan')):.1f}% "
                 f"({100 * n.get('share_verses', float('nan')):.1f}%) | {100 * n.get('share_repeating', float('nan')):.1f}% |")
