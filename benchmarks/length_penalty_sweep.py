@@ -6,7 +6,7 @@ shipped models (issue 46: WEB >= 90% of KJV; outputs were short, brevity penalty
         [--splits dev test] [--json docs/results/issue46/length_penalty_sweep.jsonl]
 
 Each model is loaded as `pretrained:NAME` and decodes every verse of the split with beam 5 at each alpha (its
-decode.length_penalty set in memory; the shipped 0.6 reproduces the cards' scores); sacrebleu's BLEU, brevity
+decode.length_penalty set in memory; the shipped alpha reproduces the cards' scores); sacrebleu's BLEU, brevity
 penalty and length ratio per source, and the KJV source's BLEU by source length. One JSON line per model, split
 and alpha (appended to --json). `--splits dev` chooses an alpha without decoding the test verses.
 """

@@ -15,6 +15,9 @@ Each NAME (bahdanau, luong, noattn, transformer) is first trained with its packa
 3. it translates the showcase verses (`attnlab.runs.shipped.SHOWCASE`, KJV source, beam 5; sentence chrF against
    the Reina-Valera 1909), and is written again with its scores and showcase into the package.
 
+Every evaluation decodes with the run's own settings (its config.json's [decode], beam 5), which a resumed run
+keeps from its start; when the recipe's [decode] differs, --decode-again brings it to the package.
+
 With --decode-again, nothing is trained, averaged or chosen: each shipped model's weights stay as they are and
 its decode settings become those of configs/pretrained/NAME.toml's [decode] (e.g. a length penalty chosen on dev,
 `benchmarks/length_penalty_sweep.py`). A copy of the package (RUNS/NAME-QUANTIZATION-decode) is evaluated on the
