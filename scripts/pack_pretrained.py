@@ -33,10 +33,10 @@ import json
 import shutil
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 from attnlab.app.api import load
+from attnlab.core.config import read_config_file
 from attnlab.core.fileio import read_json, write_json
 from attnlab.core.metrics import sentence_chrf
 from attnlab.data.bible import bible_tsv, iter_bible
@@ -50,7 +50,6 @@ TITLES = {
     "transformer": "Transformer encoder-decoder, small (3+3 layers, d_model 256, pre-norm)",
 }
 SOURCES = ("kjv", "web")
-CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "pretrained"
 
 
 def emit(record: dict, out: Path | None) -> None:
@@ -99,11 +98,12 @@ def decode_again(name: str, runs: Path, quantization: str, verses: list[dict], o
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(package, work)
     shutil.rmtree(work / "eval", ignore_errors=True)
-    decode = tomllib.loads((CONFIGS / f"{name}.toml").read_text(encoding="utf-8"))["decode"]
+    decode = read_config_file(f"pretrained/{name}")["decode"]  # the packaged recipe, configs/pretrained/NAME.toml
     config = read_json(work / "config.json")
     unknown = sorted(set(decode) - set(config["decode"]))
     if unknown:
-        raise SystemExit(f"{CONFIGS / name}.toml: [decode] keys the package does not have: {', '.join(unknown)}")
+        raise SystemExit(f"configs/pretrained/{name}.toml: [decode] keys the package does not have: "
+                         f"{', '.join(unknown)}")
     config["decode"].update(decode)
     write_json(work / "config.json", config, work)
     emit({"model": name, "decode": config["decode"]}, out)

@@ -33,11 +33,12 @@ for pair in $PAIRS; do
     pids=()
     for name in $names; do
         if [ -f "$OUT/$name/checkpoints/latest.json" ]; then  # the minutes left of the recipe's budget
-            left=$("${ATTNLAB%/attnlab}/python" - "$OUT/$name" "configs/pretrained/$name.toml" <<'PY'
-import json, sys, tomllib
+            left=$("${ATTNLAB%/attnlab}/python" - "$OUT/$name" "pretrained/$name" <<'PY'
+import json, sys
 from pathlib import Path
+from attnlab.core.config import read_config_file
 run = Path(sys.argv[1])  # the recipe's budget, which may have grown since the run started (60 -> 90 minutes)
-budget = tomllib.loads(Path(sys.argv[2]).read_text())["train"]["max_minutes"]
+budget = read_config_file(sys.argv[2])["train"]["max_minutes"]
 seconds = max([json.loads(line).get("time_s", 0) for line in (run / "metrics.jsonl").read_text().splitlines()
                if line.strip()] or [0])
 print(max(0.01, budget - seconds / 60))

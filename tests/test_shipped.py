@@ -5,7 +5,6 @@ holds them, the shipped models themselves."""
 
 import json
 import shutil
-import tomllib
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from attnlab.app.cli import main
 from attnlab.app.server import LengthScore
-from attnlab.core.config import PACKAGED_CONFIGS
+from attnlab.core.config import read_config_file
 from attnlab.core.checkpoint import SCALE_SUFFIX, load_weights, quantize_int8, save_weights
 from attnlab.core.errors import AttnlabError
 from attnlab.families.translation import experiment_from_dict
@@ -337,7 +336,7 @@ def test_each_package_decodes_as_its_recipe_says_and_its_card_names_it(name):
     """The package's decode settings are configs/pretrained/NAME.toml's [decode] (a length penalty chosen on dev
     reaches the package only by packing it again); its test evaluations were decoded with them and its card says so."""
     folder = shipped.trained_folder() / name
-    recipe = tomllib.loads((PACKAGED_CONFIGS / "pretrained" / f"{name}.toml").read_text(encoding="utf-8"))["decode"]
+    recipe = read_config_file(f"pretrained/{name}")["decode"]
     decode = json.loads((folder / "config.json").read_text())["decode"]
     assert {key: decode[key] for key in recipe} == recipe
     beam, alpha = decode["beam_size"], decode["length_penalty"]

@@ -202,7 +202,8 @@ def decoding(settings: Iterable[Mapping]) -> str:
 
 
 def decode_settings(run: LoadedRun) -> dict:
-    """{"beam", "length_penalty"} of the run's config (what `run.translate` uses by default); {} without one."""
+    """{"beam", "length_penalty"} of the run's config (what `run.translate` uses by default); None for a setting the
+    run's family has no decode section for."""
     decode = getattr(run.cfg, "decode", None)
     return {"beam": getattr(decode, "beam_size", None), "length_penalty": getattr(decode, "length_penalty", None)}
 
