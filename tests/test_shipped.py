@@ -348,6 +348,31 @@ def test_each_package_decodes_as_its_recipe_says_and_its_card_names_it(name):
     assert f"this model's translation (beam {beam}, length penalty {alpha:g})" in readme
 
 
+def recipe_keys(recipe: dict, config: dict, prefix: str = "") -> list[tuple[str, object, object]]:
+    """(key, recipe's value, config's value) for every leaf key the recipe sets."""
+    out = []
+    for key, want in recipe.items():
+        got = config.get(key) if isinstance(config, dict) else None
+        if isinstance(want, dict):
+            out += recipe_keys(want, got if isinstance(got, dict) else {}, f"{prefix}{key}.")
+        else:
+            out.append((prefix + key, want, got))
+    return out
+
+
+@pytest.mark.skipif(not SHIPPED, reason="this checkout has no shipped models (src/attnlab/trained)")
+@pytest.mark.parametrize("name", SHIPPED)
+def test_each_package_was_trained_with_its_recipe(name):
+    """The package's data, tokenizer and model are configs/pretrained/NAME.toml's, key for key: a recipe changed
+    without its model being trained and packed again (or the reverse) fails here."""
+    recipe = read_config_file(f"pretrained/{name}")
+    config = json.loads((shipped.trained_folder() / name / "config.json").read_text())
+    for section in ("data", "tokenizer", "model"):
+        differ = [(k, want, got) for k, want, got in recipe_keys(recipe[section], config[section], f"{section}.")
+                  if want != got]
+        assert not differ, differ
+
+
 def test_a_card_names_the_decoding_its_evaluations_share():
     assert shipped.decoding([{"beam": 5, "length_penalty": 1.0}, {"beam": 5, "length_penalty": 1.0}]) == \
         "beam 5, length penalty 1"
