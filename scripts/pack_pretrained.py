@@ -46,7 +46,7 @@ from attnlab.runs.workflow import average_run, load_run
 TITLES = {
     "bahdanau": "Bahdanau (additive) attention, bidirectional GRU encoder-decoder",
     "luong": "Luong (general) attention, scaled scores, bidirectional GRU encoder-decoder",
-    "noattn": "GRU encoder-decoder without attention (Cho et al. 2014)",
+    "noattn": "GRU encoder-decoder without attention, one direction: c = h_T (Cho et al. 2014)",
     "transformer": "Transformer encoder-decoder, small (3+3 layers, d_model 256, pre-norm)",
 }
 SOURCES = ("kjv", "web")
