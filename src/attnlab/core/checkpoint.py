@@ -58,10 +58,10 @@ DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16
                "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1, "C64": 8}
 
 
-def read_header(path: Path) -> tuple[int, dict]:
-    """(n, header) of a safetensors file: the header's length in bytes and its JSON object, read alone. The length
-    is bounded (MAX_HEADER_BYTES) and checked against the file before the JSON is read; an AttnlabError names the
-    file and the problem."""
+def read_header(path: Path) -> tuple[int, dict, int]:
+    """(n, header, size) of a safetensors file: the header's length in bytes, its JSON object (read alone) and the
+    file's size. The length is bounded (MAX_HEADER_BYTES) and checked against the size before the JSON is read; an
+    AttnlabError names the file and the problem."""
     size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(8)
@@ -75,15 +75,14 @@ def read_header(path: Path) -> tuple[int, dict]:
             header = None
     if not isinstance(header, dict):
         raise AttnlabError(f"{path}: corrupt checkpoint, its safetensors header is not a JSON object")
-    return n, header
+    return n, header, size
 
 
 def check_header(path: Path) -> None:
     """Reads a safetensors file's header alone (`read_header`) and checks it against the file before any tensor is
     built: every tensor's bytes (shape x dtype size) equal to its offsets' span and inside the data. An AttnlabError
     names the file and the first problem."""
-    n, header = read_header(path)
-    size = path.stat().st_size
+    n, header, size = read_header(path)
     data = size - 8 - n
     for name, entry in header.items():
         if name == "__metadata__":
@@ -159,7 +158,7 @@ def sort_metadata(path: Path) -> None:
     always give the same bytes (safetensors writes the metadata in a random order on each save: its issue #584). The
     header keeps its length (the same JSON, reordered, padded with spaces as the format allows); the tensors' entries
     and data are not touched."""
-    n, header = read_header(path)
+    n, header, _ = read_header(path)
     meta = header.get("__metadata__")
     if not meta:
         return
