@@ -36,7 +36,13 @@ def main() -> None:
     args = ap.parse_args()
     pack = rows(args.pack)
     later = rows(args.also) if args.also else []
-    names = {Path(r["run"]).name.split("-")[0]: r for r in rows(args.names)}
+    names = {}
+    for r in rows(args.names):  # keyed by the model: the run folder's name up to its first "-" (noattn-int8)
+        model = Path(r["run"]).name.split("-")[0]
+        if model in names:
+            raise SystemExit(f"{args.names}: two runs of {model} ({names[model]['run']}, {r['run']}): give one names "
+                             "file per table")
+        names[model] = r
     shipped = {}
     for r in pack + later:  # a later line replaces an earlier one of the same model and source
         model = r["model"].split()[0]
