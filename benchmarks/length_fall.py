@@ -5,7 +5,9 @@ the fall 1 - BLEU(31+) / BLEU(11-20); then resamples of the verses within each b
 resamples for every run, so that differences between runs are paired), give a 95% percentile interval for each
 run's fall and for each run's fall minus the first run's.
 
-    python benchmarks/length_fall.py RUN_DIR [RUN_DIR ...] [--resamples 1000] [--seed 0] [--json OUT]
+    python benchmarks/length_fall.py RUN_DIR [RUN_DIR ...] [--first N] [--resamples 1000] [--seed 0] [--json OUT]
+
+--first N: only the first N test verses (issue 46 measured its models on the first 400).
 
 Reads each run's beam-search test translations (RUN_DIR/eval/test.hyp.txt, written by `attnlab evaluate RUN_DIR
 --split test`, in the test split's order) and the Bible corpus' test split. The bucket BLEU computed here from
@@ -64,19 +66,20 @@ def interval(values: list[float]) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+")
+    ap.add_argument("--first", type=int, default=0, help="only the first N test verses (default: all)")
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     _, rows = iter_bible(bible_tsv("kjv"))
-    verses = [(src, tgt) for split, _, src, tgt in rows if split == "test"]
+    verses = [(src, tgt) for split, _, src, tgt in rows if split == "test"][: args.first or None]
     sources, references = [v[0] for v in verses], [v[1] for v in verses]
     index = buckets(sources)
     stats = {}
     for r in args.runs:
         run = run_path(r)
         hyps = (run / "eval" / "test.hyp.txt").read_text(encoding="utf-8").split("\n")[: len(verses)]
-        if len(hyps) != len(verses):
+        if len(hyps) != len(verses):  # (a file of fewer lines than the split: not the test split's translations)
             raise SystemExit(f"{run}: {len(hyps)} translations for {len(verses)} test verses")
         stats[r] = sentence_stats(hyps, references)
         for name in (SHORT, LONG):  # the sums give sacrebleu's corpus BLEU, or the resamples mean nothing
@@ -93,7 +96,7 @@ def main() -> None:
         record = {"run": r, "sentences": {SHORT: len(index[SHORT]), LONG: len(index[LONG])},
                   "bleu": {name: round(bleu_of(s[index[name]].sum(0)), 2) for name in (SHORT, LONG)},
                   "fall": round(fall(s, index[SHORT], index[LONG]), 4), "fall_95": interval(falls[r]),
-                  "resamples": args.resamples, "seed": args.seed}
+                  "verses": len(verses), "resamples": args.resamples, "seed": args.seed}
         if r != first:
             record[f"fall_minus_{Path(first).name}"] = round(record["fall"] - fall(stats[first], index[SHORT],
                                                                                      index[LONG]), 4)
