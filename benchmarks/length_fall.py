@@ -55,11 +55,13 @@ def buckets(sources: list[str]) -> dict[str, np.ndarray]:
 
 
 def fall(stats: np.ndarray, short: np.ndarray, long: np.ndarray) -> float:
-    return 1 - bleu_of(stats[long].sum(0)) / bleu_of(stats[short].sum(0))
+    """1 - BLEU(long) / BLEU(short); NaN where the short verses' BLEU is 0 (a fall from nothing)."""
+    base = bleu_of(stats[short].sum(0))
+    return 1 - bleu_of(stats[long].sum(0)) / base if base > 0 else math.nan
 
 
 def interval(values: list[float]) -> list[float]:
-    lo, hi = np.percentile(values, [2.5, 97.5])
+    lo, hi = np.nanpercentile(values, [2.5, 97.5])
     return [round(float(lo), 4), round(float(hi), 4)]
 
 
