@@ -77,6 +77,11 @@ def main() -> None:
     verses = [(src, tgt) for split, _, src, tgt in rows if split == "test"][: args.first or None]
     sources, references = [v[0] for v in verses], [v[1] for v in verses]
     index = buckets(sources)
+    if not len(index[SHORT]) or not len(index[LONG]):
+        raise SystemExit(f"the {len(verses)} test verses hold {len(index[SHORT])} of {SHORT} words and "
+                         f"{len(index[LONG])} of {LONG}: no fall to measure")
+    if len(set(args.runs)) != len(args.runs):
+        raise SystemExit("a run is named twice")
     stats = {}
     for r in args.runs:
         run = run_path(r)
