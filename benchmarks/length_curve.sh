@@ -11,7 +11,8 @@ set -euo pipefail
 RUN=$1 OUT=$2 EVERY=$3
 ATTNLAB=${ATTNLAB:-.venv/bin/attnlab}
 PYTHON=${ATTNLAB%/attnlab}/python
-latest=$("$PYTHON" -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" "$RUN/checkpoints/latest.json")
+latest=$("$PYTHON" -c "import sys; from pathlib import Path; from attnlab.core.checkpoint import read_pointer
+print(read_pointer(Path(sys.argv[1]), 'latest.json')['step'])" "$RUN/checkpoints")
 mkdir -p "$OUT"
 dirs=()
 for file in "$RUN"/checkpoints/step_*.safetensors; do
@@ -24,8 +25,9 @@ for file in "$RUN"/checkpoints/step_*.safetensors; do
         rm -rf "$dir" && mkdir -p "$dir/checkpoints"
         cp -r "$RUN/config.json" "$RUN/tokenizer" "$dir/"
         cp "$file" "$RUN/checkpoints/$name.json" "$dir/checkpoints/"
-        printf '{"name": "%s", "step": %d}\n' "$name" "$step" > "$dir/checkpoints/latest.json"
-        printf '{"name": "%s", "step": %d}\n' "$name" "$step" > "$dir/checkpoints/best.json"
+        "$PYTHON" -c "import sys; from pathlib import Path; from attnlab.core.checkpoint import write_best, write_latest
+run, step = Path(sys.argv[1]), int(sys.argv[2]); write_latest(run / 'checkpoints', step, run)
+write_best(run / 'checkpoints', step, None)" "$dir" "$step"  # the one writer of each pointer
         OMP_NUM_THREADS=1 "$ATTNLAB" evaluate "$dir" --split test > "$dir.eval.log" 2>&1
     fi
     dirs+=("$dir")

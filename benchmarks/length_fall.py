@@ -25,7 +25,7 @@ import numpy as np
 from sacrebleu.metrics import BLEU
 
 from attnlab.core.metrics import LENGTH_BUCKETS, bucket_label, corpus_scores
-from attnlab.data.bible import bible_tsv, iter_bible
+from attnlab.data.bible import bible_split
 from attnlab.runs.shipped import run_path
 
 SHORT, LONG = "11-20", "31+"
@@ -73,9 +73,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    _, rows = iter_bible(bible_tsv("kjv"))
-    verses = [(src, tgt) for split, _, src, tgt in rows if split == "test"][: args.first or None]
-    sources, references = [v[0] for v in verses], [v[1] for v in verses]
+    verses = bible_split("kjv", "test")[: args.first or None]
+    sources, references = [p.src for p in verses], [p.tgt for p in verses]
     index = buckets(sources)
     if not len(index[SHORT]) or not len(index[LONG]):
         raise SystemExit(f"the {len(verses)} test verses hold {len(index[SHORT])} of {SHORT} words and "
@@ -97,16 +96,16 @@ def main() -> None:
     draws = [(rng.choice(index[SHORT], len(index[SHORT])), rng.choice(index[LONG], len(index[LONG])))
              for _ in range(args.resamples)]
     first = args.runs[0]
+    point = {r: fall(s, index[SHORT], index[LONG]) for r, s in stats.items()}
     falls = {r: [fall(s, short, long) for short, long in draws] for r, s in stats.items()}
     out = []
     for r, s in stats.items():
         record = {"run": r, "sentences": {SHORT: len(index[SHORT]), LONG: len(index[LONG])},
                   "bleu": {name: round(bleu_of(s[index[name]].sum(0)), 2) for name in (SHORT, LONG)},
-                  "fall": round(fall(s, index[SHORT], index[LONG]), 4), "fall_95": interval(falls[r]),
+                  "fall": round(point[r], 4), "fall_95": interval(falls[r]),
                   "verses": len(verses), "resamples": args.resamples, "seed": args.seed}
         if r != first:
-            record[f"fall_minus_{Path(first).name}"] = round(record["fall"] - fall(stats[first], index[SHORT],
-                                                                                     index[LONG]), 4)
+            record[f"fall_minus_{Path(first).name}"] = round(point[r] - point[first], 4)
             record[f"fall_minus_{Path(first).name}_95"] = interval([a - b for a, b in zip(falls[r], falls[first])])
         out.append(record)
         print(json.dumps(record))

@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from attnlab.data.bible import bible_tsv, iter_bible
+from attnlab.data.bible import bible_split
 from attnlab.runs.shipped import run_path
 
 WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
@@ -64,8 +64,7 @@ def main() -> None:
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    _, rows = iter_bible(bible_tsv("kjv"))
-    verses = [(src, tgt) for split, _, src, tgt in rows if split == "test"]
+    verses = [(p.src, p.tgt) for p in bible_split("kjv", "test")]
     out = [score(run_path(r), verses) for r in args.runs]
     for o in out:
         print(json.dumps(o))
