@@ -20,6 +20,7 @@ from attnlab.core.config import PACKAGED_CONFIGS, resolve_config, to_dict
 from attnlab.core.errors import AttnlabError
 from attnlab.decode.translate import Translator
 from attnlab.runs.views import Exploration
+from attnlab.runs.workflow import hold_run
 from conftest import tiny_experiment
 
 SENTENCES = ["my old cat sees the green door", "the dog runs"]
@@ -166,6 +167,25 @@ def test_train_with_overrides_then_resume(tiny_tsv, tmp_path, single_thread):
     assert max(r["step"] for r in run.metrics()) == 5
     with pytest.raises(AttnlabError, match="train.nope"):
         attnlab.train(cfg, out=tmp_path / "other", train__nope=1)
+
+
+def test_a_run_held_by_a_training_refuses_a_second(tiny_tsv, tmp_path, capsys, single_thread):
+    """While a training holds its run folder (its lock beside it, as another process's training would), a second
+    training into it, new or resumed, is refused in one line and writes nothing; once released, it trains."""
+    cfg = to_dict(tiny_experiment(tiny_tsv, "transformer", max_steps=2))
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    run = tmp_path / "run"
+    lock = hold_run(run)
+    try:
+        for args in (["train", str(tmp_path / "c.json"), "--out", str(run)], ["train", "--resume", str(run)]):
+            assert main(args) == 2
+            (err,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+            assert "another training is writing into this run now" in err
+            assert not run.exists()
+    finally:
+        lock.close()
+    assert main(["train", str(tmp_path / "c.json"), "--out", str(run)]) == 0
+    assert (run / "checkpoints" / "latest.json").is_file()
 
 
 def test_train_takes_a_config_object(tiny_tsv, tmp_path, single_thread):

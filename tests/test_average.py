@@ -4,6 +4,7 @@ complete checkpoints than asked is refused in one line."""
 
 import dataclasses
 import json
+import shutil
 
 import pytest
 import torch
@@ -67,3 +68,32 @@ def test_too_few_checkpoints_is_one_line(run_with_checkpoints, tmp_path, capsys)
     assert err.count("\n") == 0 and "holds 4 complete checkpoint(s), not 9" in err and "keep_last" in err
     assert not (tmp_path / "x").exists()
     assert main(["average", str(tmp_path / "missing"), "--last", "2"]) == 2
+
+
+def listing(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_out_never_replaces_a_training_run(run_with_checkpoints, tiny_runs, tmp_path, capsys):
+    """--out naming the run itself, or another training run (whose top-level names a compact run shares), is
+    refused in one line and leaves the folder as it was; an earlier compact run is replaced."""
+    run, other = run_with_checkpoints, tiny_runs["rnn"]
+    before = {r: listing(r) for r in (run, other)}
+    for out in (run, other):
+        assert main(["average", str(run), "--last", "2", "--out", str(out)]) == 2
+        (err,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+        assert ("is the run the compact one is made from" in err if out == run
+                else "not a compact one (training state" in err or "which is not part of a compact" in err), err
+        assert main(["export", str(tiny_runs["transformer"]), "--to", "attnlab", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "not a compact one" in err or "which is not part of a compact" in err
+    assert {r: listing(r) for r in (run, other)} == before
+    older = tmp_path / "older"  # a training run written before splits.json: only top-level names a compact run has
+    shutil.copytree(other, older)
+    (older / "splits.json").unlink()
+    assert main(["average", str(run), "--last", "2", "--out", str(older)]) == 2
+    assert "not a compact one (training state" in capsys.readouterr().err
+    assert (older / "checkpoints" / "latest.json").is_file()
+    assert main(["average", str(run), "--last", "2", "--out", str(tmp_path / "avg")]) == 0
+    assert main(["average", str(run), "--last", "3", "--out", str(tmp_path / "avg")]) == 0  # an earlier compact run
+    assert json.loads((tmp_path / "avg" / "card.json").read_text())["averaged_steps"] == [10, 15, 20]

@@ -95,6 +95,10 @@ def test_cli_export_translate_and_refusals(tiny_runs, tmp_path, capsys):
     assert len(capsys.readouterr().out.splitlines()) == len(torch_out.splitlines()) == 2
     assert main(["export", str(tiny_runs["rnn"]), "--to", "ctranslate2", "--out", str(tmp_path / "rnn")]) == 2
     assert "cannot be exported to CTranslate2" in capsys.readouterr().err
+    # decoding an RNN run with CTranslate2: the same refusal, not an internal error (it read a Transformer's config)
+    assert main(["translate", str(tiny_runs["rnn"]), str(src), "--engine", "ctranslate2"]) == 2
+    err = capsys.readouterr().err
+    assert "nor run by it" in err and "internal error" not in err
     with pytest.raises(AttnlabError, match="quantization"):
         export_run(run, tmp_path / "x", quantization="int3")
 

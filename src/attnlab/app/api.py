@@ -319,7 +319,8 @@ def plot_attention(run: Run, sentence: str, out: str | Path | None = None, beam:
                    head: int | str = "all") -> tuple[list[Path], str]:
     """The cross-attention heatmap of one sentence's translation, one file per format (default OUT:
     RUN_DIR/plots/attention); returns the paths and the translation. A Transformer's layer and head are numbered
-    from 1 as on the command line (-1: the last) or "all" (a grid)."""
+    from 1 as on the command line (-1: the last) or "all" (a grid); an RNN's one attention map has neither, so a
+    layer or head other than these defaults is refused for it."""
     translator = _run(run).translator
     sentence = normalize(as_text("sentence", sentence))
     if not sentence:
@@ -331,6 +332,10 @@ def plot_attention(run: Run, sentence: str, out: str | Path | None = None, beam:
     out = _output_stem(as_optional_path("out", out) or run.path / "plots" / "attention.png")
     title = f"{sentence} -> {t.text}"
     att = t.attention.numpy()  # RNN: (T, S); Transformer: (T, layers, heads, S)
+    if att.ndim == 2 and (str(layer) != "-1" or str(head) != "all"):
+        given = f"--layer {layer}" if str(layer) != "-1" else f"--head {head}"
+        raise AttnlabError(f"{given}: {run.path} is an RNN run, whose attention is one map with no layers or heads "
+                           "(--layer and --head choose a Transformer's)")
     paths = []
     for suffix in formats:
         path = out.with_suffix("." + suffix)

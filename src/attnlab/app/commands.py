@@ -165,12 +165,15 @@ def _stdin(args: argparse.Namespace) -> bool:
 
 
 def _decode_line(data: bytes, line: int) -> str:
-    """One or more input lines as UTF-8 text; invalid bytes are an AttnlabError naming the line of stdin."""
+    """One or more input lines of stdin from line number `line` on, as UTF-8 text with a BOM at the start of line 1
+    removed (as `read_lines` reads a file, so a pipe, a terminal and a file give the same translations); invalid
+    bytes are an AttnlabError naming the line of stdin."""
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line += data[: e.start].count(b"\n")
         raise AttnlabError(f"<stdin>:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
+    return text[1:] if line == 1 and text.startswith("\ufeff") else text
 
 
 def _read_inputs(args: argparse.Namespace) -> list[str]:

@@ -190,12 +190,28 @@ def read_config_file(path: Path | str) -> dict:
             data = json.loads(text)
         else:
             raise AttnlabError(f"{path}: config files are .toml, .yaml, .yml or .json")
+    except yaml.MarkedYAMLError as e:
+        raise AttnlabError(f"{path}: cannot parse: {_yaml_problem(e)}") from None
     except (yaml.YAMLError, ValueError) as e:  # TOML and JSON syntax errors are ValueErrors, and so is an integer
         # of more than 4,300 digits (Python's limit for converting one from text)
         raise AttnlabError(f"{path}: cannot parse: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise AttnlabError(f"{path}: expected a table of keys at the top level")
     return data
+
+
+def _yaml_problem(e: yaml.MarkedYAMLError) -> str:
+    """A YAML syntax error on one line, as tomllib words its own: the problem, where it was found (1-based, "at
+    line L, column C"), and where the construct it breaks began, e.g. "expected ',' or ']', but got '<stream end>'
+    (at line 4, column 1; while parsing a flow sequence from line 2, column 8)"."""
+    if e.problem is None or e.problem_mark is None:
+        return str(e).splitlines()[0]
+    where = f"at line {e.problem_mark.line + 1}, column {e.problem_mark.column + 1}"
+    if e.context:
+        where += f"; {e.context}"
+        if e.context_mark is not None:
+            where += f" from line {e.context_mark.line + 1}, column {e.context_mark.column + 1}"
+    return f"{e.problem} ({where})"
 
 
 def _safe_yaml(text: str, path: Path) -> Any:

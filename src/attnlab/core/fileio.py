@@ -327,9 +327,14 @@ def read_lines(path: Path | str) -> list[str]:
     """Lines of a UTF-8 text file, without line ends (a leading BOM and CR of CRLF removed); errors name the file
     and the line."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise AttnlabError(f"{path}: is a directory, not a text file")
+    if not path.is_file() and not path.is_fifo():  # a pipe: `attnlab translate RUN <(command)`
         raise AttnlabError(f"{path}: no such file")
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise AttnlabError(f"{path}: cannot be read ({e.strerror or e})") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

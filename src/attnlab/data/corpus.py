@@ -84,7 +84,10 @@ MAX_EXPANSION = 100.0  # a compressed corpus expanding more than this many times
 _EXPANSION_FLOOR = 16 << 20  # bytes expanded before the ratio is judged (a tiny file may compress very well)
 _BLOCK = 1 << 20  # bytes read at once (decompressed): the expansion and the progress are looked at after each
 _LOG_EVERY = 15.0  # seconds between two progress lines when stderr is no terminal
+# how to get past a malformed line: reading a config's corpus (`attnlab.data.prepare`); reading one without a config
+# (`file_corpus`: attnlab data tsv/files), where that key cannot be set
 _SKIP_HINT = " (data.skip_bad_lines = true skips such lines)"
+_PREPARE_HINT = " (fix or remove the line; attnlab data prepare CONFIG --set data.skip_bad_lines=true skips such lines)"
 _NOT_REGULAR = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                 (stat.S_ISSOCK, "a socket"))
 
@@ -315,14 +318,15 @@ def _parallel_lines(src_path: Path, tgt_path: Path, **read) -> Iterator[tuple[in
 
 
 def raw_lines(spec: str | Path | Sequence[str | Path], skip_bad_lines: bool = False,
-              max_line_bytes: int = MAX_LINE_BYTES, max_expansion: float = MAX_EXPANSION
+              max_line_bytes: int = MAX_LINE_BYTES, max_expansion: float = MAX_EXPANSION, hint: str = _SKIP_HINT
               ) -> tuple[str, Iterator[tuple[int, str | None, str]]]:
     """The format of a corpus ("tsv", "jsonl" or "aligned": two line-aligned files) and its lines as read, not yet
     parsed: (line number, line, "") or, for aligned files, (line number, source line, target line). A line too
-    long or not UTF-8 (in either aligned file) is an AttnlabError naming file:line, or with skip_bad_lines
-    (line number, None, "") for `parse_lines` to count. See `iter_lines` for the limits."""
+    long or not UTF-8 (in either aligned file) is an AttnlabError naming file:line and ending in `hint` (how to skip
+    such lines), or with skip_bad_lines (line number, None, "") for `parse_lines` to count. See `iter_lines` for
+    the limits."""
     read = {"max_line_bytes": max_line_bytes, "max_expansion": max_expansion, "skip_bad_lines": skip_bad_lines,
-            "hint": _SKIP_HINT}
+            "hint": hint}
     if isinstance(spec, (str, Path)):
         path = Path(spec)
         return ("jsonl" if is_jsonl(path) else "tsv"), ((i, line, "") for i, line in _lines(path, **read))
@@ -332,12 +336,12 @@ def raw_lines(spec: str | Path | Sequence[str | Path], skip_bad_lines: bool = Fa
 
 
 def parse_lines(lines: Sequence[tuple[int, str | None, str]], fmt: str, where: str | Path,
-                skip_bad_lines: bool = False) -> tuple[list[tuple[int, str, str]], int, int]:
+                skip_bad_lines: bool = False, hint: str = _SKIP_HINT) -> tuple[list[tuple[int, str, str]], int, int]:
     """The whitespace-normalized (line number, source, target) pairs of raw lines of `raw_lines` (fmt "lines": a
     plain text file, each line a sentence given as both sides), and how many
     were skipped as empty (a line or a side) and as malformed (with skip_bad_lines, the lines the reader could not
-    take too; else a malformed line is an AttnlabError naming where:line). A pure function of its arguments, so
-    worker processes can run it."""
+    take too; else a malformed line is an AttnlabError naming where:line, ending in `hint`). A pure function of its
+    arguments, so worker processes can run it."""
     pairs, empty, bad = [], 0, 0
     parse = _jsonl_pair if fmt == "jsonl" else _tsv_pair
     for i, a, b in lines:
@@ -358,7 +362,7 @@ def parse_lines(lines: Sequence[tuple[int, str | None, str]], fmt: str, where: s
                 if skip_bad_lines:
                     bad += 1
                     continue
-                raise AttnlabError(f"{where}:{i}: {e} (data.skip_bad_lines = true skips such lines)") from None
+                raise AttnlabError(f"{where}:{i}: {e}{hint}") from None
         s, t = normalize(s), normalize(t)
         if not s or not t:
             empty += 1
@@ -376,16 +380,17 @@ def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
 
 def iter_pairs(spec: str | Path | Sequence[str | Path], counts: ReadCounts | None = None,
                skip_bad_lines: bool = False, max_line_bytes: int = MAX_LINE_BYTES,
-               max_expansion: float = MAX_EXPANSION) -> Iterator[tuple[int, str, str]]:
+               max_expansion: float = MAX_EXPANSION, hint: str = _SKIP_HINT) -> Iterator[tuple[int, str, str]]:
     """(line number, source, target) of a corpus read as a stream, whitespace-normalized: a TSV file, a JSON-lines
     file ({"src", "tgt"}), or a (source, target) pair of line-aligned plain files, each possibly compressed.
     Empty lines or sides are skipped and counted in `counts.empty`; a malformed line (too long, not UTF-8, not
-    parsed) is an AttnlabError naming file:line, or with skip_bad_lines skipped and counted in `counts.bad`."""
+    parsed) is an AttnlabError naming file:line and ending in `hint`, or with skip_bad_lines skipped and counted
+    in `counts.bad`."""
     counts = counts if counts is not None else ReadCounts()
-    fmt, lines = raw_lines(spec, skip_bad_lines, max_line_bytes, max_expansion)
+    fmt, lines = raw_lines(spec, skip_bad_lines, max_line_bytes, max_expansion, hint)
     where = spec if isinstance(spec, (str, Path)) else spec[0]
     for chunk in chunks(lines, 4096):
-        pairs, empty, bad = parse_lines(chunk, fmt, where, skip_bad_lines)
+        pairs, empty, bad = parse_lines(chunk, fmt, where, skip_bad_lines, hint)
         counts.empty += empty
         counts.bad += bad
         yield from pairs
@@ -396,11 +401,12 @@ def spec_name(spec: str | Path | Sequence[str | Path]) -> str:
     return Path(spec if isinstance(spec, (str, Path)) else spec[0]).name
 
 
-def read_pairs(spec: str | Path | Sequence[str | Path], skip_bad_lines: bool = False) -> tuple[list[Pair], int]:
+def read_pairs(spec: str | Path | Sequence[str | Path], skip_bad_lines: bool = False, hint: str = _SKIP_HINT
+               ) -> tuple[list[Pair], int]:
     """All pairs of a corpus file (see `iter_pairs`) in memory, with refs "file:line". Returns (pairs, skipped)."""
     counts = ReadCounts()
     name = spec_name(spec)
-    pairs = [Pair(s, t, f"{name}:{i}") for i, s, t in iter_pairs(spec, counts, skip_bad_lines)]
+    pairs = [Pair(s, t, f"{name}:{i}") for i, s, t in iter_pairs(spec, counts, skip_bad_lines, hint=hint)]
     return pairs, counts.empty + counts.bad
 
 
@@ -444,21 +450,24 @@ def subsample(items: list[T], n: int, seed: int = 0) -> list[T]:
 
 def file_corpus(train: str | Path | Sequence[str | Path], dev=None, test=None, *,
                 dev_size: int = 500, test_size: int = 500, seed: int = 0) -> Corpus:
-    """A user corpus: each split a TSV or two aligned files. Without dev/test files, dev_size and test_size
-    pairs are held out of train at random (seeded)."""
-    pairs, skipped = read_pairs(train)
+    """A user corpus: each split a TSV or two aligned files. A split not given as a file is held out of train at
+    random (seeded): dev_size, test_size pairs, as a prepared store holds them out (`attnlab.data.spec.held_sizes`).
+    Every line is read: a malformed one is an AttnlabError whose hint points to `attnlab data prepare`
+    (data.skip_bad_lines is a config's key)."""
+    pairs, skipped = read_pairs(train, hint=_PREPARE_HINT)
     if not pairs:
-        raise AttnlabError(f"{train}: the corpus has no sentence pairs")
+        where = train if isinstance(train, (str, Path)) else " + ".join(map(str, train))  # two aligned files
+        raise AttnlabError(f"{where}: the corpus has no sentence pairs")
     name = Path(train if isinstance(train, (str, Path)) else train[0]).stem
     corpus = Corpus(name, skipped=skipped)
-    if dev is None and test is None:
-        splits = holdout(pairs, dev_size, test_size, seed)
+    if dev is None or test is None:
+        splits = holdout(pairs, dev_size if dev is None else 0, test_size if test is None else 0, seed)
         corpus.train, corpus.dev, corpus.test = splits["train"], splits["dev"], splits["test"]
-        return corpus
-    corpus.train = pairs
+    else:
+        corpus.train = pairs
     for split, spec in (("dev", dev), ("test", test)):
         if spec is not None:
-            extra, sk = read_pairs(spec)
+            extra, sk = read_pairs(spec, hint=_PREPARE_HINT)
             corpus.split(split).extend(extra)
             corpus.skipped += sk
     return corpus

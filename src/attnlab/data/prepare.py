@@ -34,7 +34,8 @@ from attnlab.core.fileio import (CREATE_FLAGS, atomic_write_text, cache_dir, fil
 from attnlab.data.bible import iter_bible
 from attnlab.data.corpus import (Pair, ReadCounts, chunks, holdout_indices, length_stats, parse_lines, raw_lines,
                                  spec_name, subsample_indices)
-from attnlab.data.spec import StoreSpec, file_spec, fingerprint, input_files, spec_dict, store_key, tokenizer_digest
+from attnlab.data.spec import (StoreSpec, file_spec, fingerprint, held_sizes, input_files, spec_dict, store_key,
+                               tokenizer_digest)
 from attnlab.data.store import MANIFEST, STORE_ENTRIES, STORE_VERSION, Store, open_store
 from attnlab.data.tokenizers import Tokenizer, TokenizerPair, save_tokenizers, train_tokenizer
 
@@ -54,7 +55,7 @@ _NO_LINK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)  # the loc
 def _file_blocks(spec: StoreSpec) -> Iterator[tuple]:
     """The reading tasks of a files corpus: (split code, raw lines, format, file, ref prefix, skip_bad_lines,
     dedup), a chunk of lines each, in file order."""
-    held_out = not spec.dev and not spec.test
+    held_out = not spec.dev or not spec.test  # a split not given as a file is held out of train (`held_sizes`)
     for paths, code in ((spec.train, _HOLDOUT if held_out else _TRAIN), (spec.dev, _DEV), (spec.test, _TEST)):
         if paths:
             where = file_spec(paths)
@@ -214,7 +215,8 @@ class _Build:
         codes[other] = _OTHER_RENDERING
         held = np.flatnonzero(codes == _HOLDOUT)
         if len(held):  # the draw of `attnlab.data.corpus.holdout`: runs trained before the store keep their splits
-            dev_at, test_at = holdout_indices(len(held), spec.dev_size, spec.test_size, spec.holdout_seed, "pairs")
+            dev_size, test_size = held_sizes(spec)
+            dev_at, test_at = holdout_indices(len(held), dev_size, test_size, spec.holdout_seed, "pairs")
             codes[held] = _TRAIN
             codes[held[np.asarray(dev_at, dtype=np.int64)]] = _DEV
             codes[held[np.asarray(test_at, dtype=np.int64)]] = _TEST

@@ -26,7 +26,8 @@ class StoreSpec:
     renderings (`attnlab.data.bible.renderings`): each training verse is one pair per rendering (same target), dev and
     test are the first rendering's (the others' are read from the corpus when asked for). corpus "files": each
     of train/dev/test one TSV or JSON-lines file or two aligned files (plain, .gz, .xz or .bz2); without dev and
-    test files, dev_size and test_size pairs are held out of train at random (seed `holdout_seed`).
+    test files, dev_size and test_size pairs are held out of train at random (seed `holdout_seed`); with one of
+    them given, the other's size is held out (`held_sizes`; a size 0 leaves that split empty).
     Filters (training pairs): max_words on both sides (0: off), max_ratio of the longer to the shorter side in
     words (0: off), dedup (drop exact repeats of a pair), then a random subset of max_train_pairs (0: all).
     Reading (`attnlab.data.corpus.iter_lines`): a line longer than max_line_bytes or not UTF-8 stops the prepare with
@@ -83,6 +84,12 @@ def file_spec(paths: list[str]) -> str | tuple[str, str] | None:
     raise AttnlabError(f"a corpus split is one TSV or JSON-lines path or two aligned file paths, got {list(paths)}")
 
 
+def held_sizes(spec: StoreSpec) -> tuple[int, int]:
+    """The (dev, test) pairs a files corpus holds out of train at random: dev_size for a dev not given as a file,
+    test_size for a test not given as one (0 for a split given)."""
+    return (0 if spec.dev else spec.dev_size), (0 if spec.test else spec.test_size)
+
+
 def input_files(spec: StoreSpec) -> list[Path]:
     """The files a store of `spec` is read from (the Bible: its cached TSV, built from SWORD on first use)."""
     if spec.corpus == "bible":
@@ -133,6 +140,9 @@ def store_key(spec: StoreSpec, fixed: TokenizerPair | None = None, fixed_tgt: To
     inputs = [fingerprint(f) for f in input_files(spec)]
     given = tokenizer_digest(fixed) if fixed is not None else None
     given_tgt = hashlib.sha256(fixed_tgt.to_bytes()).hexdigest() if fixed_tgt is not None else None
-    blob = json.dumps({"version": STORE_VERSION, "spec": spec_dict(spec), "inputs": inputs, "tokenizers": given,
-                       "tgt_tokenizer": given_tgt}, sort_keys=True)
+    key = {"version": STORE_VERSION, "spec": spec_dict(spec), "inputs": inputs, "tokenizers": given,
+           "tgt_tokenizer": given_tgt}
+    if spec.corpus == "files" and bool(spec.dev) != bool(spec.test):  # one split given: the other held out since
+        key["held_out"] = held_sizes(spec)                            # 2026-11-30 (it was left empty before)
+    blob = json.dumps(key, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()

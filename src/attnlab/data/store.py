@@ -36,7 +36,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import file_sha256
+from attnlab.core.fileio import file_sha256, write_json
 from attnlab.data.corpus import SPLITS, Pair, iter_lines
 from attnlab.data.tokenizers import TokenizerPair, load_tokenizers
 
@@ -180,6 +180,11 @@ class Store:
                 break
         return pairs
 
+    def held_digests(self) -> dict[str, str]:
+        """The SHA-256 of the dev and test splits' files, as the manifest records them (`record_splits`)."""
+        files = self.manifest["files"]
+        return {split: files[f"{split}.tsv"]["sha256"] for split in ("dev", "test")}
+
     def stats(self) -> dict:
         """Pairs per split and lengths (words for dev/test, tokens for all), the vocabulary, the filter counts."""
         m = self.manifest
@@ -189,6 +194,36 @@ class Store:
     def bytes_per_token(self) -> float:
         size = (self.path / "train.bin").stat().st_size + (self.path / "train.idx").stat().st_size
         return size / max(self.manifest["train"]["tokens"], 1)
+
+
+SPLITS_RECORD = "splits.json"  # in a run folder: the dev and test splits it was trained beside (`record_splits`)
+
+
+def record_splits(store: Store, run_dir: Path) -> None:
+    """Writes RUN_DIR/splits.json, the digests of the dev and test splits of the store a new run trains on, for
+    `check_splits` to compare the splits it is later evaluated on with."""
+    write_json(Path(run_dir) / SPLITS_RECORD, store.held_digests(), run_dir)
+
+
+def check_splits(store: Store, run_dir: Path, split: str, drawn: bool) -> None:
+    """Compares a store's dev or test split with the one the run recorded at training (`record_splits`; a run
+    without the record, trained before it or shipped, passes). A split `drawn` at random out of the training
+    corpus that differs was drawn again from changed corpus files, so it can hold pairs the run trained on:
+    refused. A split given as a file that differs is the user's new one: logged."""
+    path = Path(run_dir) / SPLITS_RECORD
+    if split not in ("dev", "test") or not path.is_file():
+        return
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8")).get(split)
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        raise AttnlabError(f"{path}: not the record attnlab writes (a JSON object of the splits' digests)") from None
+    if recorded is None or recorded == store.held_digests()[split]:
+        return
+    if drawn:
+        raise AttnlabError(f"{run_dir}: the {split} split, held out of the corpus at random, is not the one this run "
+                           f"was trained beside: the corpus files changed since, so the {split} pairs drawn now can "
+                           "be training pairs of the run; evaluate it on the corpus files as they were")
+    log.warning("%s: the %s split differs from the one the run was trained beside (its file changed)", run_dir, split)
 
 
 STORE_ENTRIES = {MANIFEST, "tokenizer", "train.bin", "train.idx", "dev.tsv", "test.tsv"}  # a store's own files

@@ -30,7 +30,7 @@ from attnlab.data.bible import bible_split, renderings
 from attnlab.data.corpus import MAX_EXPANSION, MAX_LINE_BYTES, Pair
 from attnlab.data.prepare import prepare
 from attnlab.data.spec import StoreSpec
-from attnlab.data.store import Store
+from attnlab.data.store import Store, check_splits
 from attnlab.data.tokenizers import BOS_ID, EOS_ID, SPECIALS, TokenizerConfig, TokenizerPair, load_tokenizers, one_line
 from attnlab.decode.search import trace_tokens
 from attnlab.decode.translate import DecodeConfig, Translator, encode_source, output_text
@@ -57,7 +57,7 @@ class DataConfig:
     train: list[str] = field(default_factory=list)
     dev: list[str] = field(default_factory=list)
     test: list[str] = field(default_factory=list)
-    dev_size: int = 500  # "files" without dev/test: pairs held out at random (seeded)
+    dev_size: int = 500  # "files": pairs held out of train at random (seeded) for a dev/test not given as a file
     test_size: int = 500
     max_words: int = 0  # keep training pairs with at most this many words on both sides (0: all)
     max_ratio: float = 0.0  # keep training pairs whose longer side has at most this many times the words (0: all)
@@ -269,12 +269,20 @@ def prepare_corpus(cfg: ExperimentConfig, tokenizers: TokenizerPair | None = Non
 
 
 def split_pairs(cfg: ExperimentConfig, split: str, tokenizers: TokenizerPair | None = None, limit: int = 0,
-                source: str | None = None) -> list[Pair]:
+                source: str | None = None, run_dir: Path | None = None) -> list[Pair]:
     """The text pairs of a split of the config's corpus (dev, test; train decoded from the store). source: the
     Bible's English rendering to take the source sentences from (None: the headline, the store's); a rendering
-    the run did not train on is read from the corpus (dev and test are the same verses in every rendering)."""
+    the run did not train on is read from the corpus (dev and test are the same verses in every rendering).
+    run_dir: the run evaluated, whose recorded splits the store's must be (`attnlab.data.store.check_splits`)."""
     if source is None or (cfg.data.corpus == "bible" and source == cfg.data.renderings[0]):
-        return prepare_corpus(cfg, tokenizers).pairs(split, limit)
+        store = prepare_corpus(cfg, tokenizers)
+        if run_dir is not None:
+            check_splits(store, run_dir, split, drawn=cfg.data.corpus == "files" and not getattr(cfg.data, split, 1))
+        pairs = store.pairs(split, limit)
+        if not pairs:  # a files corpus with data.{split}_size = 0 and no {split} file
+            raise AttnlabError(f"the {split} split of this run's corpus is empty (data.{split}_size = 0 and no "
+                               f"data.{split} file); evaluate another split (--split)")
+        return pairs
     if cfg.data.corpus != "bible":
         raise AttnlabError(f"--source {source}: English renderings are the Bible's; this run's corpus is "
                            f"{cfg.data.corpus!r}")
@@ -304,8 +312,13 @@ def build_translation_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) ->
 
 # ---------------------------------------------------------------------------------------------- family
 def load_seq2seq_data(cfg: ExperimentConfig, tokenizers: TokenizerPair | None) -> Store:
-    """The prepared corpus; a resumed run hands in its own tokenizers."""
-    return prepare_corpus(cfg, tokenizers)
+    """The prepared corpus; a resumed run hands in its own tokenizers. An empty dev split (data.dev_size = 0
+    without a dev file) is refused before the run's folder is made: training selects its checkpoints on it."""
+    store = prepare_corpus(cfg, tokenizers)
+    if not store.manifest["counts"].get("dev", 1):
+        raise AttnlabError("data: the dev split is empty; a translation run selects its checkpoints on dev BLEU: "
+                           "give data.dev, or data.dev_size > 0 to hold dev pairs out of train")
+    return store
 
 
 def make_seq2seq_tokenizers(cfg: ExperimentConfig, store: Store) -> TokenizerPair:
@@ -390,7 +403,7 @@ def evaluate_seq2seq(run: LoadedRun, split: str, options: EvalOptions) -> dict:
     the hypotheses (<split>.hyp.txt) and the BLEU-by-length plot."""
     cfg = run.cfg
     translator = Translator(run.model, run.tokenizers, cfg.decode, run.device)
-    pairs = split_pairs(cfg, split, run.tokenizers, options.max_sentences, options.source)
+    pairs = split_pairs(cfg, split, run.tokenizers, options.max_sentences, options.source, run.run_dir)
     source = options.source or (cfg.data.renderings[0] if cfg.data.corpus == "bible" else None)
     name = eval_name(cfg, split, options.source)
     beam = cfg.decode.beam_size if options.beam is None else options.beam

@@ -238,6 +238,15 @@ def check_export_folder(out: Path) -> None:
     check_replaceable_folder(out, EXPORT_NAME.fullmatch, "part of a CTranslate2 export")
 
 
+def check_exportable(run: LoadedRun) -> None:
+    """Refuses, naming the families that can, a run whose family CTranslate2 does not run (an RNN
+    encoder-decoder): before `export_ctranslate2` and `translate --engine ctranslate2`."""
+    if run.family.export not in EXPORTS:
+        can = titles([f for f in FAMILIES if f.export in EXPORTS])
+        raise AttnlabError(f"{run.run_dir}: {run.family.title} runs cannot be exported to CTranslate2 nor run by "
+                           f"it; {can} runs can")
+
+
 def export_ctranslate2(run: LoadedRun, out: Path | str | None = None, quantization: str = "float32",
                        source: dict | None = None) -> Path:
     """Writes the CTranslate2 model of a loaded Transformer translation run (for `ctranslate2.Translator`) or
@@ -253,9 +262,7 @@ def export_ctranslate2(run: LoadedRun, out: Path | str | None = None, quantizati
     run_dir = run.run_dir
     if quantization not in QUANTIZATIONS:
         raise AttnlabError(f"--quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
-    if run.family.export not in EXPORTS:
-        can = titles([f for f in FAMILIES if f.export in EXPORTS])
-        raise AttnlabError(f"{run_dir}: a {run.family.title} run cannot be exported to CTranslate2; {can} runs can")
+    check_exportable(run)
     out = Path(out) if out is not None else ctranslate2_dir(run_dir, run.checkpoint, quantization)
     check_export_folder(out)
     source = source if source is not None else export_source(run_dir, run.checkpoint)

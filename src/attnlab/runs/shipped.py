@@ -262,6 +262,23 @@ def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, m
     return "\n".join(lines)
 
 
+def check_compact_out(out: Path, src: Path) -> None:
+    """Refuses, naming it, an `--out` that a compact run must not replace: what `check_replaceable_folder` refuses,
+    the run it is made from, and a folder holding any run but an earlier compact one (one with its card.json and
+    no training state: a training run holds the same top-level names)."""
+    if out.is_dir() and out.resolve() == src.resolve():
+        raise AttnlabError(f"--out {out}: is the run the compact one is made from; choose another folder")
+    check_replaceable_folder(out, lambda entry: entry in COMPACT_ENTRIES, "part of a compact attnlab run")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    training = sorted(p.name for p in (out / "checkpoints").glob("*.train.safetensors")) \
+        if (out / "checkpoints").is_dir() else []
+    if training or not (out / "card.json").is_file():
+        what = f"training state ({training[0]})" if training else "no card.json"
+        raise AttnlabError(f"{out}: holds a run that is not a compact one ({what}); attnlab replaces only an "
+                           "earlier compact run: choose a new or empty folder")
+
+
 def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", title: str | None = None,
                 name: str = "", averaged: list[int] | None = None, showcase: list[dict] | None = None) -> Path:
     """Writes the compact run of `run` (its best or last weights, as loaded) to `out`: config.json, tokenizer/,
@@ -274,8 +291,8 @@ def compact_run(run: LoadedRun, out: Path | str, quantization: str = "int8", tit
     if quantization not in QUANTIZATIONS:
         raise AttnlabError(f"--quantization {quantization!r}: a compact run is one of {', '.join(QUANTIZATIONS)}")
     out = Path(out)
-    check_replaceable_folder(out, lambda entry: entry in COMPACT_ENTRIES, "part of a compact attnlab run")
     src = Path(run.run_dir)
+    check_compact_out(out, src)
     match = STEP_NAME.fullmatch(resolve_checkpoint(src, run.checkpoint).stem)
     step = int(match.group(1)) if match else 0  # a legacy best.safetensors: step 0
     evaluations = {} if averaged else _evaluations(src)

@@ -13,6 +13,7 @@ A run directory::
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import math
 import os
@@ -31,12 +32,13 @@ from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import make_dirs, read_json, real_dir, write_json
 from attnlab.core.summary import format_table, layer_table
 from attnlab.data.corpus import SPLITS
+from attnlab.data.store import Store, record_splits
 from attnlab.data.tokenizers import TokenizerPair, load_tokenizers, save_tokenizers
 from attnlab.decode.translate import CTranslate2Translator
 from attnlab.families.base import EvalOptions, Family, LoadedRun
 from attnlab.families.table import family_of, family_of_config, load_family_config, require
-from attnlab.interop.ctranslate2 import (check_export, check_export_folder, ctranslate2_dir, export_ctranslate2,
-                                         export_source, read_manifest, written_config)
+from attnlab.interop.ctranslate2 import (check_export, check_export_folder, check_exportable, ctranslate2_dir,
+                                         export_ctranslate2, export_source, read_manifest, written_config)
 from attnlab.interop.huggingface import export_huggingface, import_huggingface
 from attnlab.runs.shipped import compact_run, run_path
 from attnlab.training.trainer import Trainer, TrainerState, Training
@@ -129,6 +131,38 @@ def train(cfg: Any, run_dir: Path | str, resume: bool = False, overrides: list[s
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise AttnlabError(f"{run_dir}: the run directory is a file; choose another --out")
+    lock = hold_run(run_dir) if int(os.environ.get("RANK", 0)) == 0 else None  # rank 0 of --procs N holds it
+    try:
+        return _train(cfg, run_dir, resume, overrides)
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def hold_run(run_dir: Path):
+    """An exclusive lock on `.NAME.lock` beside RUN_DIR (its parent made where needed), held open by the training
+    that writes into the run: a second `train`, new or `--resume`, into the same folder is refused while it runs
+    (released when the process ends, however it ends). Returns the open lock file."""
+    make_dirs(run_dir.parent)
+    path = run_dir.parent / f".{run_dir.name}.lock"
+    try:  # never through a symlink: opening one for writing would create or touch its target
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                     0o644)
+    except OSError as e:
+        raise AttnlabError(f"{path}: cannot open the run's lock file ({e.strerror or e}; a symlink there is "
+                           "refused: remove it)") from None
+    lock = os.fdopen(fd, "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise AttnlabError(f"{run_dir}: another training is writing into this run now; wait for it to end, or "
+                           "choose another --out") from None
+    return lock
+
+
+def _train(cfg: Any, run_dir: Path, resume: bool, overrides: list[str] | None) -> TrainerState:
+    """`train` once the run's folder is held."""
     if resume:
         if not (run_dir / "config.json").is_file():
             raise AttnlabError(f"{run_dir}: nothing to resume (config.json missing)")
@@ -153,6 +187,8 @@ def train(cfg: Any, run_dir: Path | str, resume: bool = False, overrides: list[s
         if tokenizers is not None and not resume:
             save_tokenizers(tokenizers, real_dir(run_dir / "tokenizer", run_dir))
         write_json(run_dir / "config.json", to_dict(cfg), run_dir)
+        if isinstance(data, Store) and not resume:
+            record_splits(data, run_dir)
         if cfg.train.num_threads:
             torch.set_num_threads(cfg.train.num_threads)
         torch.manual_seed(cfg.train.seed)
@@ -218,6 +254,7 @@ def ctranslate2_translator(run: LoadedRun, model_dir: Path | str | None = None) 
     (checked by `attnlab.interop.ctranslate2.check_export` against the run's tokenizers and the config values
     attnlab writes for its model: a disagreement is an AttnlabError naming the file) or the run's own float32 export
     (`ctranslate2_model`: made on first use, made again when stale or damaged)."""
+    check_exportable(run)
     run_dir, checkpoint, tokenizers, decode = run.run_dir, run.checkpoint, run.tokenizers, run.cfg.decode
     written = written_config(run.model)
     if model_dir is None:

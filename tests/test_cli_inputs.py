@@ -1,0 +1,129 @@
+"""What the command line makes of a user's inputs at their edges: a UTF-8 BOM on standard input (dropped, as from a
+file), a YAML config that does not parse (the line and column named), two aligned corpus files named plainly, a
+malformed corpus line whose hint names what that command can do, a directory given as an input file, and a
+Transformer-only option given for an RNN run (refused)."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from attnlab.app import api
+from attnlab.app.cli import main
+from attnlab.core.errors import AttnlabError
+from attnlab.core.fileio import read_lines
+from test_cli import one_error_line
+
+BOM = b"\xef\xbb\xbf"
+INPUT = b"the cat\nabc\n"
+
+
+class _TerminalStdin(io.TextIOWrapper):
+    """Standard input that says it is a terminal: translate then answers line by line."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _translate_stdin(monkeypatch, capsys, run: str, data: bytes, terminal: bool) -> str:
+    stdin = (_TerminalStdin if terminal else io.TextIOWrapper)(io.BytesIO(data))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert main(["translate", run, "--n-best", "2", "--beam", "2"]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["pipe", "terminal"])
+def test_a_bom_on_stdin_is_dropped_as_from_a_file(tiny_runs, tmp_path, monkeypatch, capsys, terminal):
+    run = str(tiny_runs["rnn"])
+    # the BOM would change the translation: the model reads it as a character
+    kept, dropped = api.load(run).translations(["\ufeffthe cat", "the cat"], beam=2, n_best=2)
+    assert [t.score for t in kept] != [t.score for t in dropped]
+    (tmp_path / "in.txt").write_bytes(BOM + INPUT)
+    assert main(["translate", run, str(tmp_path / "in.txt"), "--n-best", "2", "--beam", "2"]) == 0
+    from_file = capsys.readouterr().out
+    assert len(from_file.splitlines()) == 4
+    assert _translate_stdin(monkeypatch, capsys, run, BOM + INPUT, terminal) == from_file
+    assert _translate_stdin(monkeypatch, capsys, run, INPUT, terminal) == from_file
+
+
+@pytest.mark.parametrize("text, message", [
+    ("model:\n  rnn: [\n   cell: gru\n", "bad.yaml: cannot parse: expected ',' or ']', but got '<stream end>' (at line "
+                                          "4, column 1; while parsing a flow sequence from line 2, column 8)"),
+    ("train:\n  lr: 0.1\n  steps: a: b\n", "bad.yaml: cannot parse: mapping values are not allowed here (at line 3, "
+                                           "column 11)"),
+], ids=["an-unclosed-flow-sequence", "a-mapping-in-a-value"])
+def test_a_yaml_config_that_does_not_parse_names_the_line_and_column(tmp_path, capsys, text, message):
+    (tmp_path / "bad.yaml").write_text(text, encoding="utf-8")
+    line = one_error_line(capsys, main(["summary", str(tmp_path / "bad.yaml")]))
+    assert line == f"attnlab: error: {tmp_path / message}"
+
+
+def test_two_empty_aligned_files_are_named_plainly(tmp_path, capsys):
+    src, tgt = tmp_path / "e.en", tmp_path / "e.es"
+    src.write_text("")
+    tgt.write_text("")
+    line = one_error_line(capsys, main(["data", "files", str(src), str(tgt)]))
+    assert line == f"attnlab: error: {src} + {tgt}: the corpus has no sentence pairs"
+
+
+PREPARE_HINT = "(fix or remove the line; attnlab data prepare CONFIG --set data.skip_bad_lines=true skips such lines)"
+CONFIG_HINT = "(data.skip_bad_lines = true skips such lines)"
+
+
+def _bad_tsv(tmp_path):
+    path = tmp_path / "bad.tsv"
+    path.write_text("a b\tx y\nno tab\n" + "".join(f"w{i}\tv{i}\n" for i in range(8)), encoding="utf-8")
+    return path
+
+
+def test_a_malformed_line_read_without_a_config_points_to_data_prepare(tmp_path, capsys):
+    path = _bad_tsv(tmp_path)
+    line = one_error_line(capsys, main(["data", "tsv", str(path), "--dev-size", "1", "--test-size", "1"]))
+    assert line == f"attnlab: error: {path}:2: expected 2 tab-separated fields (source, target), found 1 {PREPARE_HINT}"
+    src, tgt = tmp_path / "a.en", tmp_path / "a.es"  # not UTF-8: refused by the reader, before parsing
+    src.write_bytes(b"one\n\xfftwo\nthree\n")
+    tgt.write_bytes(b"uno\ndos\ntres\n")
+    line = one_error_line(capsys, main(["data", "files", str(src), str(tgt)]))
+    assert line == f"attnlab: error: {src}:2: not valid UTF-8 (byte 0xff) {PREPARE_HINT}"
+
+
+def test_a_malformed_line_read_through_a_config_names_the_key_that_skips_it(tmp_path, capsys):
+    path = _bad_tsv(tmp_path)
+    config = tmp_path / "c.toml"
+    config.write_text(f'[data]\ncorpus = "files"\ntrain = ["{path}"]\ndev_size = 2\ntest_size = 2\n'
+                      '[tokenizer]\nkind = "char"\n', encoding="utf-8")
+    prepare = ["data", "prepare", str(config), "--out", str(tmp_path / "store")]
+    line = one_error_line(capsys, main(prepare))
+    assert line == f"attnlab: error: {path}:2: expected 2 tab-separated fields (source, target), found 1 {CONFIG_HINT}"
+    assert main([*prepare, "--set", "data.skip_bad_lines=true"]) == 0  # as the hint says
+    assert "1 malformed" in capsys.readouterr().out
+
+
+def test_a_directory_given_as_an_input_file_is_named_a_directory(tiny_runs, tmp_path, capsys):
+    with pytest.raises(AttnlabError, match="is a directory, not a text file"):
+        read_lines(tmp_path)
+    line = one_error_line(capsys, main(["translate", str(tiny_runs["rnn"]), str(tmp_path)]))
+    assert line == f"attnlab: error: {tmp_path}: is a directory, not a text file"
+    line = one_error_line(capsys, main(["translate", str(tiny_runs["rnn"]), str(tmp_path / "nope.txt")]))
+    assert line == f"attnlab: error: {tmp_path / 'nope.txt'}: no such file"
+
+
+@pytest.mark.parametrize("option", [["--layer", "2"], ["--layer", "all"], ["--head", "1"]])
+def test_layer_or_head_for_an_rnn_run_is_refused(tiny_runs, tmp_path, capsys, option):
+    run = tiny_runs["rnn"]
+    out = tmp_path / "plots" / "att"
+    line = one_error_line(capsys, main(["plot", "attention", str(run), "--sentence", "the cat", "--out", str(out),
+                                        "--formats", "png", *option]))
+    assert line == (f"attnlab: error: {' '.join(option)}: {run} is an RNN run, whose attention is one map with no "
+                    "layers or heads (--layer and --head choose a Transformer's)")
+    assert not (tmp_path / "plots").exists()  # refused before a file is written
+
+
+def test_the_default_layer_and_head_plot_an_rnn_run(tiny_runs, tmp_path, capsys):
+    out = tmp_path / "att"
+    assert main(["plot", "attention", str(tiny_runs["rnn"]), "--sentence", "the cat", "--out", str(out),
+                 "--formats", "png", "--layer", "-1", "--head", "all"]) == 0
+    assert capsys.readouterr().out.split() == [str(out.with_suffix(".png"))]
+    assert out.with_suffix(".png").stat().st_size > 0
