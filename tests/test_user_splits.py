@@ -75,3 +75,15 @@ def test_a_held_out_split_drawn_again_from_a_changed_corpus_is_refused(tiny_tsv,
     (err,) = errors(capsys)
     assert "is not the one this run was trained beside" in err and "test split" in err
     assert (run / "eval" / "test.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("text, says", [("", "no training pairs read (0 empty"),
+                                        ("\n\n\n", "no training pairs read (3 empty"),
+                                        ("a\tb\nc\td\n", "cannot hold out dev_size (500) + test_size (500) pairs")])
+def test_a_corpus_too_small_names_the_file_and_what_to_change(tmp_path, capsys, text, says):
+    (tmp_path / "my.tsv").write_text(text, encoding="utf-8")
+    (tmp_path / "c.json").write_text(json.dumps({"data": {"corpus": "files", "train": [str(tmp_path / "my.tsv")]}}))
+    assert main(["data", "prepare", str(tmp_path / "c.json")]) == 2
+    (err,) = errors(capsys)
+    assert "data.train my.tsv" in err and says in err, err
+    assert "after the filters" not in err  # no filter was set: the old message blamed them

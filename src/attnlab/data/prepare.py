@@ -216,7 +216,11 @@ class _Build:
         held = np.flatnonzero(codes == _HOLDOUT)
         if len(held):  # the draw of `attnlab.data.corpus.holdout`: runs trained before the store keep their splits
             dev_size, test_size = held_sizes(spec)
-            dev_at, test_at = holdout_indices(len(held), dev_size, test_size, spec.holdout_seed, "pairs")
+            try:
+                dev_at, test_at = holdout_indices(len(held), dev_size, test_size, spec.holdout_seed, "pairs")
+            except AttnlabError as e:
+                raise AttnlabError(f"data.train {spec_name(file_spec(spec.train))}: {e}; lower data.dev_size or "
+                                   "data.test_size, or give dev and test files") from None
             codes[held] = _TRAIN
             codes[held[np.asarray(dev_at, dtype=np.int64)]] = _DEV
             codes[held[np.asarray(test_at, dtype=np.int64)]] = _TEST
@@ -246,6 +250,10 @@ class _Build:
         log.info("train: %s pairs read, %s longer than max_words, %s beyond max_ratio, %s duplicates, %s left out by "
                  "max_train_pairs: %s kept; dev %s, test %s", *(f"{self.counts[k]:,}" for k in (
                      "train_read", "too_long", "bad_ratio", "duplicates", "subsampled_out", "train", "dev", "test")))
+        if not train.any():
+            where = f"data.train {spec_name(file_spec(spec.train))}" if spec.corpus == "files" else "data"
+            raise AttnlabError(f"{where}: no training pairs read ({self.counts.get('empty_skipped', 0):,} empty "
+                               f"and {self.counts.get('bad_lines_skipped', 0):,} malformed lines skipped)")
         if not keep.any():
             raise AttnlabError("data: no training pairs left after the filters (max_words, max_ratio, dedup)")
         self.train_words = words[keep]
