@@ -480,7 +480,7 @@ def resolve_checkpoint(run_dir: Path | str, which: str = "best") -> Path:
     latest = read_pointer(ckpt, "latest.json") if ckpt.is_dir() else None
     if latest is not None:
         return ckpt / f"{latest['name']}.safetensors"
-    raise AttnlabError(f"{run_dir}: no {which} checkpoint (train first, or choose best/last)")
+    raise AttnlabError(f"{run_dir}: holds no checkpoint (checkpoints/latest.json missing); train it first")
 
 
 def load_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
