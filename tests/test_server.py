@@ -743,3 +743,25 @@ def test_a_foreign_host_gets_421_and_an_allowed_one_is_served(models):
     assert r.status_code == 421
     for host in ("127.0.0.1:8000", "localhost", "LOCALHOST:1", "[::1]:8000", "classroom.example", "classroom.example:80"):
         assert client.get("/api/models", headers={"Host": host}).status_code == 200, host
+
+
+def test_listening_on_every_address_serves_the_machine_s_own_names(models):
+    """--host 0.0.0.0 for a class: the students type this machine's name or address, which the server answers
+    (it printed a URL with 0.0.0.0 that got 421, as did every student); a foreign name still gets 421."""
+    from attnlab.app.guards import LOOPBACK_HOSTS, served_hosts
+
+    assert served_hosts("10.1.2.3") == ["10.1.2.3"]
+    own = served_hosts("0.0.0.0")
+    assert socket.gethostname() in own and not set(own) & set(LOOPBACK_HOSTS) and not any(":" in h for h in own)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # the address of the route out, found here again
+        try:
+            s.connect(("198.51.100.1", 9))
+            assert s.getsockname()[0] in own
+        except OSError:  # no route at all: only the names
+            pass
+    app = create_app(models, max_chars=MAX_CHARS, allowed_hosts=[*LOOPBACK_HOSTS, *own])
+    client = TestClient(app, raise_server_exceptions=False)
+    for host in own:
+        name = f"[{host}]" if ":" in host else host
+        assert client.get("/api/models", headers={"Host": f"{name}:8000"}).status_code == 200, host
+    assert client.get("/api/models", headers={"Host": "evil.example:8000"}).status_code == 421

@@ -375,3 +375,30 @@ def listen(host: str, port: int) -> socket.socket:
         raise AttnlabError(f"cannot listen on {host}:{port}: {e.strerror or e} "
                            "(choose another --host/--port)") from None
     return sock
+
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # --host values that listen on every address of the machine
+
+
+def served_hosts(host: str) -> list[str]:
+    """The Host names `serve` answers besides LOOPBACK_HOSTS and --allowed-host: the --host address, or, listening
+    on every address (WILDCARD_HOSTS), this machine's own name and addresses (what a student types: its name, its
+    fully qualified name, each address its name resolves to and the address of its route out, found without
+    sending a packet). A name a web page could rebind to this machine is none of them."""
+    if host not in WILDCARD_HOSTS:
+        return [host]
+    names = [socket.gethostname(), socket.getfqdn()]
+    try:
+        names += [info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)]
+    except OSError:
+        pass
+    for family, probe in ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1")):  # documentation ranges
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
+                s.connect((probe, 9))  # a UDP connect only chooses the route: nothing is sent
+                names.append(s.getsockname()[0])
+        except OSError:
+            pass
+    ipv6 = host != "0.0.0.0"  # 0.0.0.0 listens on IPv4 only
+    return [n for i, n in enumerate(names)
+            if n and n not in names[:i] and n not in LOOPBACK_HOSTS and (ipv6 or ":" not in n)]

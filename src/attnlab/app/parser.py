@@ -413,8 +413,9 @@ def add_serve(sub: argparse._SubParsersAction, opts: Options) -> None:
     srv.add_argument("--port", type=int_in(0, 65535), default=8000, help="TCP port (default 8000)")
     srv.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                      help="a Host name the server answers besides localhost, 127.0.0.1, ::1 and the --host "
-                          "address, e.g. a classroom's DNS name (repeatable; others get 421, which keeps a web page "
-                          "that rebinds its name to this machine from reading it)")
+                          "address (with --host 0.0.0.0 or ::, this machine's name and addresses, which it prints), "
+                          "e.g. a classroom's DNS name (repeatable; others get 421, which keeps a web page that "
+                          "rebinds its name to this machine from reading it)")
     srv.add_argument("--max-chars", type=int_in(1, MAX_CHARS), default=1000,
                      help="longest sentence accepted, in characters (default 1000; tokens: the run's "
                           "decode.max_src_tokens)")

@@ -65,7 +65,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnlab.app.guards import (LOOPBACK_HOSTS, MAX_LINGERING, BodyLimit, ConcurrencyLimit, HostCheck, HttpMethods,
-                                RateLimit, allowed_methods, guarded_h11, json_error, listen, raise_fd_limit)
+                                RateLimit, allowed_methods, guarded_h11, json_error, listen, raise_fd_limit,
+                                served_hosts)
 from attnlab.core.errors import AttnlabError
 from attnlab.core.plotting import clean_piece
 from attnlab.data.corpus import normalize
@@ -563,22 +564,22 @@ def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8000, devic
           start: str = "explorer", allowed_hosts: Sequence[str] = ()) -> None:
     """Load the runs and serve them with uvicorn until Ctrl-C or SIGTERM (in-flight requests finish first); the
     page opens on `start` (`create_app`). Requests must name this machine as Host: a loopback name, the address
-    it listens on (unless 0.0.0.0 or ::), or one of `allowed_hosts` (421 otherwise, `HostCheck`).
+    it listens on (on 0.0.0.0 or ::, the machine's own names and addresses: `guards.served_hosts`), or one of
+    `allowed_hosts` (421 otherwise, `HostCheck`).
     Connections are guarded by `guards.guarded_h11` (per client and in all, request heads); uvicorn's own
     concurrency limit is off: `serving.ConcurrencyLimit` answers its 503 in JSON with Retry-After."""
     models = load_models(run_dirs, checkpoint, device, max_chars, engine)
+    own = served_hosts(host)
     app = create_app(models, max_chars=max_chars, timeout=timeout, body_timeout=body_timeout,
                      max_requests=max_connections, explore_memory=explore_memory, start=start,
-                     allowed_hosts=[*LOOPBACK_HOSTS, *([] if host in ("0.0.0.0", "::", "") else [host]),
-                                    *allowed_hosts])
+                     allowed_hosts=[*LOOPBACK_HOSTS, *own, *allowed_hosts])
     sock = listen(host, port)
     port = sock.getsockname()[1]
     raise_fd_limit(max_connections + MAX_LINGERING + 256)
     for name in ("uvicorn.error", "attnlab"):
         logging.getLogger(name).addFilter(RateLimit())
-    where = f"[{host}]" if ":" in host else host
-    log.info("serving %s at http://%s:%d/  (API schema: /openapi.json; Ctrl-C stops)", ", ".join(models), where,
-             port)
+    urls = [f"http://{f'[{h}]' if ':' in h else h}:{port}/" for h in (own if own else [host])]
+    log.info("serving %s at %s  (API schema: /openapi.json; Ctrl-C stops)", ", ".join(models), " ".join(urls))
     protocol = guarded_h11(max_connections, header_timeout, max_connections_per_client, max_head=16 * 1024)
     config = uvicorn.Config(app, log_level="warning", http=protocol, limit_concurrency=None, timeout_keep_alive=5,
                             backlog=2048, h11_max_incomplete_event_size=16 * 1024,
