@@ -765,3 +765,14 @@ def test_listening_on_every_address_serves_the_machine_s_own_names(models):
         name = f"[{host}]" if ":" in host else host
         assert client.get("/api/models", headers={"Host": f"{name}:8000"}).status_code == 200, host
     assert client.get("/api/models", headers={"Host": "evil.example:8000"}).status_code == 421
+
+
+def test_integers_are_json_integers(models):
+    """The schema says "integer": true and "3" are refused (pydantic's lax mode took them as 1 and 3)."""
+    client = TestClient(create_app(models, max_chars=MAX_CHARS), raise_server_exceptions=False)
+    name = next(iter(models))
+    for route in ("/api/translate", "/api/explore"):
+        for bad in (True, "3", 2.5):
+            r = client.post(route, json={"model": name, "sentence": "abc", "beam": bad})
+            assert r.status_code == 422 and "beam" in r.json()["error"], (route, bad, r.status_code, r.text)
+        assert client.post(route, json={"model": name, "sentence": "abc", "beam": 2}).status_code == 200

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import secrets
 import threading
 import time
@@ -96,7 +97,7 @@ START_VIEWS = ("explorer", "compare")  # what the page opens on (`create_app`)
 
 # ---------------------------------------------------------------------------------------------- schema
 class TranslateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # an integer is a JSON integer: not true, not "3"
 
     model: str = Field(description="a model name from GET /api/models", max_length=200)
     sentence: str = Field(description="the source sentence (normalized like `attnlab translate` input)")
@@ -133,7 +134,7 @@ class TranslateResponse(BaseModel):
 
 
 class ExploreRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # an integer is a JSON integer: not true, not "3"
 
     model: str = Field(description="a model name from GET /api/models", max_length=200)
     sentence: str = Field(description="the source sentence, the language model's prompt, or a pair's sentence a")
@@ -583,5 +584,5 @@ def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8000, devic
     protocol = guarded_h11(max_connections, header_timeout, max_connections_per_client, max_head=16 * 1024)
     config = uvicorn.Config(app, log_level="warning", http=protocol, limit_concurrency=None, timeout_keep_alive=5,
                             backlog=2048, h11_max_incomplete_event_size=16 * 1024,
-                            timeout_graceful_shutdown=int(timeout))
+                            timeout_graceful_shutdown=math.ceil(timeout))  # at least a request's own time
     uvicorn.Server(config).run(sockets=[sock])
