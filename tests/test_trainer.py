@@ -279,12 +279,45 @@ def test_corrupt_checkpoint_is_a_clear_error(trained, tmp_path):
     assert done.returncode == 2 and "corrupt checkpoint" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_sigkill_then_resume_equals_an_uninterrupted_run(tiny_tsv, tmp_path):
-    """`attnlab train` killed with SIGKILL (no chance to save anything) and resumed from its last checkpoint ends
-    with the same weights and the same logged loss at the same step as a run that was never interrupted."""
+def test_ctrl_c_then_resume_equals_an_uninterrupted_run(tiny_tsv, tmp_path):
+    """Ctrl-C (SIGINT) wherever it lands, in an update, a validation or a checkpoint write: the training stops at
+    the end of that update with a checkpoint there (exit 130), and `--resume` ends with the weights of a run never
+    stopped, dropout included (the checkpoint holds the random state after the update, not part of the next)."""
     import signal
     import time
 
+    from safetensors.torch import load_file
+
+    cfg = _kill_config(tiny_tsv, tmp_path)
+    run = tmp_path / "interrupted"
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.app.cli", "train", str(cfg), "--out", str(run)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # xdist may ignore it
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while proc.poll() is None:
+        assert time.monotonic() < deadline, "no step 15 within 300 s"
+        if metrics.is_file() and '"step": 15,' in metrics.read_text():
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    at = json.loads((run / "checkpoints" / "latest.json").read_text())["step"]
+    assert 15 <= at < 400 and f"checkpoint at step {at} saved" in err, err
+    target = at + 7  # past the next update, not on a validation step
+    resumed = _cli("train", "--resume", run, "--set", f"train.max_steps={target}")
+    assert resumed.returncode == 0, resumed.stderr
+    straight = _cli("train", cfg, "--out", tmp_path / "straight", "--set", f"train.max_steps={target}")
+    assert straight.returncode == 0, straight.stderr
+    a = load_file(str(tmp_path / "straight" / "checkpoints" / f"step_{target:08d}.safetensors"))
+    b = load_file(str(run / "checkpoints" / f"step_{target:08d}.safetensors"))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=0, rtol=0, msg=k)
+
+
+def _kill_config(tiny_tsv, tmp_path):
+    """The tiny RNN with dropout that the interruption tests train (1 thread, a checkpoint every 10 updates)."""
     cfg = tmp_path / "c.toml"
     cfg.write_text(f"""
 [data]
@@ -306,11 +339,21 @@ max_tokens = 800
 lr = 0.003
 eval_every = 10
 eval_bleu = false
-log_every = 10
+log_every = 1
 seed = 3
 num_threads = 1
 progress = false
 """)
+    return cfg
+
+
+def test_sigkill_then_resume_equals_an_uninterrupted_run(tiny_tsv, tmp_path):
+    """`attnlab train` killed with SIGKILL (no chance to save anything) and resumed from its last checkpoint ends
+    with the same weights and the same logged loss at the same step as a run that was never interrupted."""
+    import signal
+    import time
+
+    cfg = _kill_config(tiny_tsv, tmp_path)
     from safetensors.torch import load_file
 
     killed = tmp_path / "killed"

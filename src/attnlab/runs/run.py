@@ -41,7 +41,7 @@ from attnlab.runs.checks import (as_bool, as_int, as_optional_int, as_optional_n
 from attnlab.runs.explore import explore_run
 from attnlab.runs.workflow import count_parameters, ctranslate2_translator, evaluate_run, load_run, summary
 from attnlab.runs.workflow import train as train_run
-from attnlab.training.trainer import TrainerState
+from attnlab.training.state import TrainerState
 
 log = logging.getLogger("attnlab")
 

@@ -41,7 +41,8 @@ from attnlab.interop.ctranslate2 import (check_export, check_export_folder, chec
                                          export_ctranslate2, export_source, read_manifest, written_config)
 from attnlab.interop.huggingface import export_huggingface, import_huggingface
 from attnlab.runs.shipped import compact_run, run_path
-from attnlab.training.trainer import Trainer, TrainerState, Training
+from attnlab.training.state import TrainerState
+from attnlab.training.trainer import Trainer, Training
 
 log = logging.getLogger("attnlab")
 

@@ -36,7 +36,9 @@ from attnlab.data.batching import (Seq2SeqBatch, TokenBudgetBatchSampler, collat
 from attnlab.data.tokenizers import PAD_ID
 from attnlab.kernels.loss import smoothed_cross_entropy
 from attnlab.kernels.memory import keep_freed_memory
+from attnlab.training.interrupt import StopRequest, stop_at_step_end
 from attnlab.training.optim import lr_factor, make_optimizer
+from attnlab.training.state import TrainerState
 
 log = logging.getLogger("attnlab")
 
@@ -195,50 +197,6 @@ class Training:
     d_model: int = 512
     sizes: str = ""
     score_name: str = "score"
-
-
-@dataclass
-class TrainerState:
-    """Everything the loop needs to continue exactly where it stopped; saved with every checkpoint.
-
-    best_score: the model-selection score (higher is better: dev BLEU, accuracy, or minus the dev loss) and
-    best_step the step that reached it; bad_evals: validations since it last improved; lr_scale: the plateau
-    schedule's factor; batch_in_epoch: batches of the current epoch already trained on; stopped: why `fit`
-    returned (None while training).
-    """
-
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    best_score: float | None = None
-    best_step: int | None = None
-    bad_evals: int = 0
-    lr_scale: float = 1.0
-    train_tokens: int = 0
-    train_seconds: float = 0.0
-    stopped: str | None = None
-
-    LIMITS: ClassVar[dict] = {"best_score": (-1e30, 1e30), "train_tokens": (0, 2**62), "train_seconds": (0.0, 1e12),
-                              "lr_scale": (0.0, 1e9)}
-
-    def __post_init__(self) -> None:
-        for name in ("step", "epoch", "batch_in_epoch", "bad_evals", "train_tokens", "train_seconds"):
-            if getattr(self, name) < 0:
-                raise AttnlabError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.lr_scale <= 0:
-            raise AttnlabError(f"lr_scale must be > 0, got {self.lr_scale}")
-        if self.best_step is not None and not 0 <= self.best_step <= self.step:
-            raise AttnlabError(f"best_step must be in [0, step], got {self.best_step}")
-
-    @classmethod
-    def from_dict(cls, data: dict, source: str) -> TrainerState:
-        """The state saved in a checkpoint's JSON, every key type- and range-checked (`source` names the file in
-        errors); keys of other parts of the checkpoint (optimizer) are ignored."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        try:
-            return from_dict(cls, {k: v for k, v in data.items() if k in names})
-        except AttnlabError as e:
-            raise AttnlabError(f"{source}: not a valid trainer state: {e}") from None
 
 
 @torch.no_grad()
@@ -513,9 +471,30 @@ class Trainer:
         t_start = self._t_start = time.perf_counter()
         # with a time budget the step limit is usually far away: show elapsed time and rate, not a fake ETA
         progress = Progress(None if cfg.max_minutes else cfg.max_steps, s.step, cfg.progress and self.is_main)
+        with stop_at_step_end(self.world == 1) as stop:
+            reason = self._fit_loop(t_start, progress, stop)
+        if reason == "interrupted":  # the first Ctrl-C, at an update's end: its state, exactly
+            progress.close()
+            self._save_on_interrupt()
+            raise KeyboardInterrupt
+        s.stopped = reason
+        s.train_seconds = self._seconds_trained()
+        self._t_start = time.perf_counter()  # the clock of log records continues from train_seconds
+        progress.close()
+        if s.step % cfg.eval_every != 0:  # the last steps have not been validated yet
+            self._validate_and_save()
+        else:
+            self.checkpoint(best=False)
+        if self.tb is not None:
+            self.tb.close()
+        return dataclasses.replace(s)
+
+    def _fit_loop(self, t_start: float, progress: Progress, stop: StopRequest) -> str:
+        """The updates of `fit` until a limit, or a Ctrl-C (`stop`) at an update's end: returns why it stopped."""
+        cfg, s = self.cfg, self.state
         # the window's loss stays a device tensor until a record is written: no wait for the GPU at every step
         window_loss, window_tok, window_t = torch.zeros((), device=self.device), 0, time.perf_counter()
-        while (reason := self._done(t_start)) is None:
+        while (reason := "interrupted" if stop.requested else self._done(t_start)) is None:
             self.sampler.set_epoch(s.epoch)
             batches = self.sampler.batches(s.batch_in_epoch)  # a resumed epoch goes on at its next batch
             loader = self._loader(self.train_data, batches)
@@ -545,22 +524,12 @@ class Trainer:
                 if s.step % cfg.eval_every == 0:
                     self._validate_and_save()
                     window_t = time.perf_counter()
-                if self._done(t_start):
+                if self._done(t_start) or stop.requested:
                     break
             else:
                 s.epoch += 1
                 s.batch_in_epoch = 0
-        s.stopped = reason
-        s.train_seconds = self._seconds_trained()
-        self._t_start = time.perf_counter()  # the clock of log records continues from train_seconds
-        progress.close()
-        if s.step % cfg.eval_every != 0:  # the last steps have not been validated yet
-            self._validate_and_save()
-        else:
-            self.checkpoint(best=False)
-        if self.tb is not None:
-            self.tb.close()
-        return dataclasses.replace(s)
+        return reason
 
     def close(self) -> None:
         """Ends the process group this trainer started (under torchrun): a gloo group left to the interpreter's
