@@ -286,8 +286,6 @@ def test_ctrl_c_then_resume_equals_an_uninterrupted_run(tiny_tsv, tmp_path):
     import signal
     import time
 
-    from safetensors.torch import load_file
-
     cfg = _kill_config(tiny_tsv, tmp_path)
     run = tmp_path / "interrupted"
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.app.cli", "train", str(cfg), "--out", str(run)],
@@ -305,12 +303,19 @@ def test_ctrl_c_then_resume_equals_an_uninterrupted_run(tiny_tsv, tmp_path):
     assert proc.returncode == 130, err
     at = json.loads((run / "checkpoints" / "latest.json").read_text())["step"]
     assert 15 <= at < 400 and f"checkpoint at step {at} saved" in err, err
-    target = at + 7  # past the next update, not on a validation step
+    _resume_equals_straight(cfg, run, at + 7, tmp_path / "straight")  # past the next update, not a validation
+
+
+def _resume_equals_straight(cfg, run, target, straight):
+    """`train --resume RUN` to `target` updates ends with the weights, bit for bit, of the config trained straight
+    there (into `straight`)."""
+    from safetensors.torch import load_file
+
     resumed = _cli("train", "--resume", run, "--set", f"train.max_steps={target}")
     assert resumed.returncode == 0, resumed.stderr
-    straight = _cli("train", cfg, "--out", tmp_path / "straight", "--set", f"train.max_steps={target}")
-    assert straight.returncode == 0, straight.stderr
-    a = load_file(str(tmp_path / "straight" / "checkpoints" / f"step_{target:08d}.safetensors"))
+    done = _cli("train", cfg, "--out", straight, "--set", f"train.max_steps={target}")
+    assert done.returncode == 0, done.stderr
+    a = load_file(str(straight / "checkpoints" / f"step_{target:08d}.safetensors"))
     b = load_file(str(run / "checkpoints" / f"step_{target:08d}.safetensors"))
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=0, rtol=0, msg=k)
@@ -354,8 +359,6 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tiny_tsv, tmp_path):
     import time
 
     cfg = _kill_config(tiny_tsv, tmp_path)
-    from safetensors.torch import load_file
-
     killed = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.app.cli", "train", str(cfg), "--out", str(killed)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -373,14 +376,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tiny_tsv, tmp_path):
     assert 10 <= at_kill < 400
     # compared one checkpoint interval past the kill, so the check never depends on how fast the machine was
     target = at_kill + 10
-    resumed = _cli("train", "--resume", killed, "--set", f"train.max_steps={target}")
-    assert resumed.returncode == 0, resumed.stderr
-    straight = _cli("train", cfg, "--out", tmp_path / "straight", "--set", f"train.max_steps={target}")
-    assert straight.returncode == 0, straight.stderr
-    a = load_file(str(tmp_path / "straight" / "checkpoints" / f"step_{target:08d}.safetensors"))
-    b = load_file(str(killed / "checkpoints" / f"step_{target:08d}.safetensors"))
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], atol=0, rtol=0, msg=k)
+    _resume_equals_straight(cfg, killed, target, tmp_path / "straight")
 
     def last_loss(run):
         logs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
