@@ -6,6 +6,8 @@ Transformer-only option given for an RNN run (refused)."""
 from __future__ import annotations
 
 import io
+import json
+import shutil
 import sys
 
 import pytest
@@ -127,3 +129,25 @@ def test_the_default_layer_and_head_plot_an_rnn_run(tiny_runs, tmp_path, capsys)
                  "--formats", "png", "--layer", "-1", "--head", "all"]) == 0
     assert capsys.readouterr().out.split() == [str(out.with_suffix(".png"))]
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_series_takes_a_packaged_config_by_its_bare_name(tmp_path, capsys):
+    """`attnlab series seed-fib-attention`, as every command takes a packaged config (it read the name as a task)."""
+    assert main(["series", "seed-fib-attention", "--seeds", "1", "--only", "attention", "--set",
+                 "train.max_epochs=1", "--out", str(tmp_path / "s")]) == 0
+    results = json.loads((tmp_path / "s" / "results.json").read_text())
+    assert results["task"] == "fibonacci" and list(results["models"]) == ["attention"]
+    capsys.readouterr()
+    assert main(["series", "seed-fib-attention", "--seeds", "1", "--only", "attention", "--set",
+                 "train.max_epochs=1", "--out", str(tmp_path / "s")]) == 0
+    assert "replacing" in capsys.readouterr().err  # an earlier study's run is not replaced silently
+
+
+def test_bleu_by_length_of_a_language_model_says_it_has_none(tiny_lm_run, tmp_path, capsys):
+    run = tmp_path / "lm"
+    shutil.copytree(tiny_lm_run, run)
+    assert main(["evaluate", str(run), "--split", "test"]) == 0
+    capsys.readouterr()
+    assert main(["plot", "bleu-by-length", str(run), "--out", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert "has no BLEU by source length" in err and not (tmp_path / "p.png").exists()

@@ -294,6 +294,22 @@ def test_cli_generate_evaluate_summary_resume(lm_run, tmp_path, capsys):
     assert json.loads((resumed / "checkpoints" / "latest.json").read_text())["step"] == 160
 
 
+def test_evaluate_counts_words_once_and_refuses_an_empty_split(lm_run, tmp_path, capsys):
+    """The message gives the words and the EOS of the split (it said "N words + EOS" with N counting the EOS
+    already); a split left empty (data.test_size = 0, no test file) is refused, not given perplexity 1.00."""
+    lines = [line for line in (lm_run / "count.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    words = sum(len(s.split()) for s in holdout(lines, 40, 40)["test"])
+    assert main(["evaluate", str(lm_run / "run"), "--split", "test"]) == 0
+    assert f"({words:,} words + 40 EOS)" in capsys.readouterr().out
+    run = tmp_path / "no_test"
+    assert main(["train", str(lm_run / "lm.toml"), "--out", str(run), "--set", "data.test_size=0",
+                 "--set", "train.max_steps=2", "--set", "train.eval_every=2"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--split", "test"]) == 2
+    assert "the test split of this run's corpus is empty" in capsys.readouterr().err
+    assert not (run / "eval" / "test.json").exists()
+
+
 def test_cli_user_mistakes_exit_2(lm_run, tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_text('[model]\nfamily = "lm"\n[model.lm]\nlayerz = 2\n', encoding="utf-8")

@@ -51,6 +51,7 @@ from attnlab.data.store import Store, format_store_stats
 from attnlab.data.tokenizers import cached_tokenizers, one_line, save_tokenizers
 from attnlab.decode.translate import DecodeConfig
 from attnlab.families.pairs import plot_alignment as plot_pair_alignment
+from attnlab.families.series import TASKS as SERIES_TASKS
 from attnlab.families.series import VARIANTS as SERIES_VARIANTS
 from attnlab.families.series import load_series_config
 from attnlab.families.table import FAMILIES, load_family_config
@@ -389,6 +390,8 @@ def plot_bleu_by_length_of(run_dirs: Sequence[str | Path], split: str = "test",
 def _bleu_by_length(path: Path) -> list[dict]:
     """The BLEU-by-length rows of an `attnlab evaluate` result file, checked: a damaged file is one line."""
     rows = read_json(path)
+    if isinstance(rows, dict) and "by_length" not in rows and "bleu" not in rows:  # a perplexity or an accuracy
+        raise AttnlabError(f"{path}: this run's evaluation has no BLEU by source length (a translation run's has)")
     rows = rows.get("by_length") if isinstance(rows, dict) else None
     if not is_length_rows(rows):
         raise AttnlabError(f"{path}: expected the result of attnlab evaluate (by_length: rows of bucket, sentences, "
@@ -445,11 +448,11 @@ def series_study(target: str, overrides: Mapping[str, Any] | Sequence[str] | Non
     sets, target = override_list(overrides), as_text("target", target)
     seeds, only = as_int("seeds", seeds, 1, MAX_SEEDS), _choice("only", only, ("both", *SERIES_VARIANTS))
     out = as_optional_path("out", out)
-    if target.endswith((".toml", ".yaml", ".yml", ".json")):
-        cfg = load_series_config(target, sets)
-    else:
-        task = {"fib": "fibonacci"}.get(target, target)
+    task = {"fib": "fibonacci"}.get(target, target)
+    if task in SERIES_TASKS:
         cfg = load_series_config(None, [f"series.task={task}", *sets])
+    else:  # a config file, or a packaged config by its bare name (seed-fib-attention), as every command takes one
+        cfg = load_series_config(target, sets)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     variants = tuple(SERIES_VARIANTS.values()) if only == "both" else (SERIES_VARIANTS[only],)

@@ -453,7 +453,9 @@ def add_series(sub: argparse._SubParsersAction, opts: Options) -> None:
     ser.add_argument("--seeds", type=int_in(1, MAX_SEEDS), default=5, help="train with seeds 1..N (default 5)")
     ser.add_argument("--only", choices=("both", *SERIES_VARIANTS), default="both",
                      help="which model(s) to train (default both)")
-    ser.add_argument("--out", type=Path, help="output directory (default runs/series/<task>)")
+    ser.add_argument("--out", type=Path, help="output directory (default runs/series/<task>); the runs an earlier "
+                     "study left there for the same models and seeds are replaced, and results.json holds this "
+                     "study's models only")
     ser.add_argument("--json", action="store_true", help="print all results as JSON")
     ser.set_defaults(func=cmd_series)
 

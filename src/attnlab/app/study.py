@@ -27,8 +27,9 @@ def train_series(cfg: SeriesExperimentConfig, run_dir: Path | str, seed: int,
     cfg.series.select says. quiet: the pipeline's and trainer's messages are not logged (metrics.jsonl has
     them all)."""
     run_dir = Path(run_dir)
-    if (run_dir / "metrics.jsonl").is_file():
-        shutil.rmtree(run_dir)  # an earlier run of this command; the trainer would append to it
+    if (run_dir / "metrics.jsonl").is_file():  # an earlier run of this command; the trainer would append to it
+        log.warning("replacing %s, trained by an earlier study (choose another --out to keep it)", run_dir)
+        shutil.rmtree(run_dir)
     splits = splits or make_splits(cfg.series)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=seed))
     t0 = time.perf_counter()

@@ -307,6 +307,8 @@ def evaluate_lm(run: LoadedRun, split: str, options: EvalOptions) -> dict:
     if split not in ("dev", "test"):
         raise AttnlabError(f"unknown split {split!r}; choose dev or test")
     sentences = split_sentences(load_lm_data(cfg, run.tokenizers), split)
+    if not sentences:  # (a text corpus with data.{split}_size = 0 and no {split} file): no perplexity to give
+        raise AttnlabError(f"the {split} split of this run's corpus is empty; evaluate another split (--split)")
     nll, ntok = sentence_nll(run.model, [tok.encode(s) for s in sentences], cfg.train.max_tokens, run.device)
     nwords = sum(len(s.split()) + 1 for s in sentences)
     per_token, per_word = nll / max(ntok, 1), nll / max(nwords, 1)
@@ -320,7 +322,7 @@ def evaluate_lm(run: LoadedRun, split: str, options: EvalOptions) -> dict:
 def format_lm_eval(result: dict) -> str:
     return (f"{result['split']}: {result['sentences']:,} sentences, {result['tokens']:,} tokens (EOS included): "
             f"perplexity {result['ppl_token']:.2f} per token, {result['ppl_word']:.2f} per word "
-            f"({result['words']:,} words + EOS)")
+            f"({result['words'] - result['sentences']:,} words + {result['sentences']:,} EOS)")
 
 
 # ---------------------------------------------------------------------------------------------- explorer
