@@ -20,7 +20,8 @@ from attnlab.data.corpus import SPLITS, Corpus, Pair, iter_lines, normalize
 
 log = logging.getLogger("attnlab")
 
-CACHE_VERSION = 2  # of the cached Bible TSV: a new version rebuilds it (2: WEB footnotes no longer glue words)
+CACHE_VERSION = 3  # of the cached Bible TSV: a new version rebuilds it (2: WEB footnotes no longer glue words;
+                   # 3: nothing after a book's end, the WEB's glossary, joins its last verse)
 
 # The fixed split by book (OSIS names), chosen so every split holds whole books.
 DEV_BOOKS = ("Jonah", "Phil", "Titus", "Jude")
@@ -66,11 +67,14 @@ def ensure_sword_modules(modules: Sequence[tuple[str, str]]) -> Path:
 # A footnote placed between two words (WEB: "God<note>...</note><w>created</w>"): removing the note glues the
 # words ("Godcreated", 178 WEB verses), so a note that a word follows becomes a space.
 _NOTE_BEFORE_WORD = re.compile(r"<note\b[^>]*>.*?</note>(?=<w\b|\w)", re.DOTALL)
+# the end of a book (<div ... eID="..." type="book"/>): what a module stores after it in the last verse's entry is
+# not the verse (the WEB appends its 17,000-character glossary to Revelation 22:21)
+_BOOK_END = re.compile(r'<div\b(?=[^>]*\beID=)(?=[^>]*\btype="book")[^>]*/>')
 
 
 def read_sword_bible(module: str, sword_dir: Path) -> dict[tuple[str, int, int], str]:
     """All verses of a SWORD Bible module, markup removed: {(OSIS book, chapter, verse): text}, in canon order.
-    A footnote right before a word becomes a space."""
+    A footnote right before a word becomes a space; what follows a book's end marker (an appendix) is dropped."""
     from pysword.modules import (
         SwordModules,  # imported here: only the Bible corpus needs it
     )
@@ -85,7 +89,8 @@ def read_sword_bible(module: str, sword_dir: Path) -> dict[tuple[str, int, int],
     for testament in bible.get_structure().get_books().values():
         for book in testament:
             texts = bible.get(books=[book.osis_name], clean=False, join="\x00").split("\x00")
-            texts = [bible._cleaner.clean(_NOTE_BEFORE_WORD.sub(" ", t)) if "<" in t else t for t in texts]
+            texts = [bible._cleaner.clean(_NOTE_BEFORE_WORD.sub(" ", _BOOK_END.split(t, 1)[0])) if "<" in t else t
+                     for t in texts]
             refs = [(book.osis_name, c + 1, v + 1)
                     for c, n in enumerate(book.chapter_lengths) for v in range(n)]
             assert len(texts) == len(refs), f"{module} {book.osis_name}: {len(texts)} texts for {len(refs)} verses"
