@@ -1,6 +1,7 @@
 """Metrics through sacrebleu, and BLEU by source length, against direct sacrebleu calls."""
 
 import json
+from pathlib import Path
 
 import pytest
 import sacrebleu
@@ -65,3 +66,24 @@ def test_plot_curves(tmp_path):
 
     runs = {"a": [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.0, "bleu": 1.0}], "b": [{"step": 1, "loss": 2.5}]}
     assert plot_curves(runs, tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_plot_curves_names_every_run_in_one_colour(tmp_path, monkeypatch):
+    """Runs whose records lack the last panel's key (language models have no BLEU) still get a legend, with every
+    run, and a run has one colour in every panel (each panel drew its own colour order before)."""
+    from attnlab.core import plotting
+
+    figures = []
+    monkeypatch.setattr(plotting, "save_figure", lambda fig, path, dpi=120: figures.append(fig) or Path(path))
+    runs = {"lm": [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.0, "dev_loss": 2.5}],
+            "mt": [{"step": 1, "dev_loss": 2.9}],  # no training loss: absent from the first panel
+            "pair": [{"step": 1, "loss": 1.0, "dev_loss": 1.1}]}
+    plotting.plot_curves(runs, tmp_path / "c.png")
+    axes = figures[0].axes
+    legend = next(ax.get_legend() for ax in axes if ax.get_legend() is not None)
+    assert [t.get_text() for t in legend.get_texts()] == ["lm", "mt", "pair"]
+    colours = {}
+    for ax in axes:
+        for line in ax.get_lines():
+            colours.setdefault(line.get_label(), set()).add(line.get_color())
+    assert all(len(c) == 1 for c in colours.values()) and len({next(iter(c)) for c in colours.values()}) == 3

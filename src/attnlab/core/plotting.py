@@ -145,17 +145,22 @@ def plot_curves(runs: Mapping[str, Sequence[dict]], path: Path | str, keys: Sequ
         runs: {run name: records with "step" and some of `keys`}.
     """
     path = Path(path)
-    fig, axes = _pyplot().subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = {name: cycle[i % len(cycle)] for i, name in enumerate(runs)}  # a run has one colour in every panel
     for ax, key in zip(axes[0], keys):
         for name, records in runs.items():
             pts = [(r["step"], r[key]) for r in records if key in r]
             if pts:
-                ax.plot(*zip(*pts), marker="." if len(pts) < 40 else None, label=name)
+                ax.plot(*zip(*pts), marker="." if len(pts) < 40 else None, label=name, color=colours[name])
         ax.set_xlabel("step")
         ax.set_title({"loss": "train loss (label-smoothed)", "dev_loss": "dev loss", "bleu": "dev BLEU (greedy)",
                       "chrf": "dev chrF", "dev_ppl": "dev perplexity"}.get(key, key), fontsize=10)
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=8)
+    handles = {line.get_label(): line for ax in axes[0] for line in ax.get_lines()}  # every run that has a curve
+    if handles:
+        axes[0][0].legend([handles[n] for n in runs if n in handles], [n for n in runs if n in handles], fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path, dpi=120)
 
