@@ -35,7 +35,8 @@ from attnlab.app import study
 from attnlab.app.report import build_report
 from attnlab.app.server import EXPLORE_MEMORY, START_VIEWS
 from attnlab.app.server import serve as serve_runs
-from attnlab.core.config import MAX_BEAM, MAX_COUNT, MAX_SAMPLES, MAX_SEED, MAX_VOCAB, PACKAGED_CONFIGS
+from attnlab.core.config import (MAX_BEAM, MAX_COUNT, MAX_SAMPLES, MAX_SEED, MAX_VOCAB, PACKAGED_CONFIGS,
+                                 resolve_config)
 from attnlab.core.devices import resolve_device
 from attnlab.core.errors import AttnlabError
 from attnlab.core.fileio import atomic_write_text, cache_dir, read_json
@@ -452,7 +453,12 @@ def series_study(target: str, overrides: Mapping[str, Any] | Sequence[str] | Non
     if task in SERIES_TASKS:
         cfg = load_series_config(None, [f"series.task={task}", *sets])
     else:  # a config file, or a packaged config by its bare name (seed-fib-attention), as every command takes one
-        cfg = load_series_config(target, sets)
+        try:
+            path = resolve_config(target)
+        except AttnlabError:
+            raise AttnlabError(f"series.task: {target!r} is not one of {', '.join(SERIES_TASKS)} (or fib), nor a "
+                               "config file or a packaged config (`attnlab configs` lists them)") from None
+        cfg = load_series_config(path, sets)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     variants = tuple(SERIES_VARIANTS.values()) if only == "both" else (SERIES_VARIANTS[only],)
