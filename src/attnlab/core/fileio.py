@@ -310,6 +310,18 @@ def file_sha256(path: Path | str) -> str:
     return digest.hexdigest()
 
 
+def open_lock_file(path: Path, what: str):
+    """`path` opened for writing, made if missing, to hold an flock on (`what`: whose lock, for the error); never
+    through a symlink, since opening one for writing would create or touch its target. Returns the open file."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                     0o644)
+    except OSError as e:
+        raise AttnlabError(f"{path}: cannot open {what} lock file ({e.strerror or e}; a symlink there is refused: "
+                           "remove it)") from None
+    return os.fdopen(fd, "w")
+
+
 def read_json(path: Path | str) -> Any:
     """The parsed JSON of a file; a missing or malformed file is an AttnlabError naming it."""
     path = Path(path)

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import (CREATE_FLAGS, atomic_write_text, cache_dir, file_sha256, make_dirs, sync_dir,
-                                 write_json)
+from attnlab.core.fileio import (CREATE_FLAGS, atomic_write_text, cache_dir, file_sha256, make_dirs, open_lock_file,
+                                 sync_dir, write_json)
 from attnlab.data.bible import iter_bible
 from attnlab.data.corpus import (Pair, ReadCounts, chunks, holdout_indices, length_stats, parse_lines, raw_lines,
                                  spec_name, subsample_indices)
@@ -48,7 +48,6 @@ _CHUNK = 8192  # pairs per encoding task
 _PARALLEL_MIN_PAIRS = 100_000  # fewer training pairs are encoded in this process: starting workers costs more
 _PARALLEL_MIN_BYTES = 32 << 20  # smaller input files are parsed in this process
 _READ_CHUNK = 16384  # lines per reading task
-_NO_LINK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)  # the lock file: never through a symlink
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -515,13 +514,7 @@ def prepare(spec: StoreSpec, out: Path | str | None = None, tokenizers: Tokenize
         raise AttnlabError(f"{place}: exists and is not a prepared corpus (it holds other files); choose another "
                            "folder")
     make_dirs(place.parent)
-    lock_path = place.parent / f".{place.name}.lock"
-    try:  # never through a symlink: opening one for writing would create or touch its target
-        lock_fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT | _NO_LINK, 0o644)
-    except OSError as e:
-        raise AttnlabError(f"{lock_path}: cannot open the store's lock file ({e.strerror or e}; a symlink there is "
-                           "refused: remove it)") from None
-    with os.fdopen(lock_fd, "w") as lock:
+    with open_lock_file(place.parent / f".{place.name}.lock", "the store's") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

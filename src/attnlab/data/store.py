@@ -36,7 +36,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import file_sha256, write_json
+from attnlab.core.fileio import file_sha256, read_json, write_json
 from attnlab.data.corpus import SPLITS, Pair, iter_lines
 from attnlab.data.tokenizers import TokenizerPair, load_tokenizers
 
@@ -213,10 +213,10 @@ def check_splits(store: Store, run_dir: Path, split: str, drawn: bool) -> None:
     path = Path(run_dir) / SPLITS_RECORD
     if split not in ("dev", "test") or not path.is_file():
         return
-    try:
-        recorded = json.loads(path.read_text(encoding="utf-8")).get(split)
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        raise AttnlabError(f"{path}: not the record attnlab writes (a JSON object of the splits' digests)") from None
+    record = read_json(path)
+    if not isinstance(record, dict):
+        raise AttnlabError(f"{path}: not the record attnlab writes (a JSON object of the splits' digests)")
+    recorded = record.get(split)
     if recorded is None or recorded == store.held_digests()[split]:
         return
     if drawn:

@@ -29,7 +29,7 @@ from attnlab.core.checkpoint import average_into, load_weights, resolve_checkpoi
 from attnlab.core.config import MAX_PARAMETERS, apply_overrides, to_dict
 from attnlab.core.devices import resolve_device
 from attnlab.core.errors import AttnlabError
-from attnlab.core.fileio import make_dirs, read_json, real_dir, write_json
+from attnlab.core.fileio import make_dirs, open_lock_file, read_json, real_dir, write_json
 from attnlab.core.summary import format_table, layer_table
 from attnlab.data.corpus import SPLITS
 from attnlab.data.store import Store, record_splits
@@ -145,14 +145,7 @@ def hold_run(run_dir: Path):
     that writes into the run: a second `train`, new or `--resume`, into the same folder is refused while it runs
     (released when the process ends, however it ends). Returns the open lock file."""
     make_dirs(run_dir.parent)
-    path = run_dir.parent / f".{run_dir.name}.lock"
-    try:  # never through a symlink: opening one for writing would create or touch its target
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
-                     0o644)
-    except OSError as e:
-        raise AttnlabError(f"{path}: cannot open the run's lock file ({e.strerror or e}; a symlink there is "
-                           "refused: remove it)") from None
-    lock = os.fdopen(fd, "w")
+    lock = open_lock_file(run_dir.parent / f".{run_dir.name}.lock", "the run's")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
