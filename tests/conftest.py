@@ -301,3 +301,22 @@ def tiny_lm_run(tmp_path_factory):
     with one_thread():
         train(cfg, d / "lm")
     return d / "lm"
+
+
+def check_export_spares_a_foreign_model(run, to: str, files, tmp_path, capsys) -> None:
+    """`attnlab export RUN --to TO --out DIR` where DIR is another tool's model (files named as an export's, no
+    attnlab.json) is refused and leaves DIR as it was; an earlier attnlab export there is replaced."""
+    from attnlab.app.cli import main
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    for name in files:
+        (theirs / name).write_text(f"their {name}")
+    before = {p.name: p.read_text() for p in theirs.iterdir()}
+    assert main(["export", str(run), "--to", to, "--out", str(theirs)]) == 2
+    assert "attnlab did not export (no attnlab.json)" in capsys.readouterr().err
+    assert {p.name: p.read_text() for p in theirs.iterdir()} == before
+    ours = tmp_path / "ours"
+    assert main(["export", str(run), "--to", to, "--out", str(ours)]) == 0
+    assert main(["export", str(run), "--to", to, "--out", str(ours)]) == 0
+    assert (ours / "attnlab.json").is_file()

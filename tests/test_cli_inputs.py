@@ -151,3 +151,15 @@ def test_bleu_by_length_of_a_language_model_says_it_has_none(tiny_lm_run, tmp_pa
     assert main(["plot", "bleu-by-length", str(run), "--out", str(tmp_path / "p.png")]) == 2
     err = capsys.readouterr().err
     assert "has no BLEU by source length" in err and not (tmp_path / "p.png").exists()
+
+
+def test_a_compact_copy_of_a_bible_language_model_is_written(tiny_lm_run, tmp_path, capsys):
+    """`export --to attnlab` of a language model whose data is the Bible (bible-lm-es, every GPT-2 import): its card
+    read the translation config's English renderings (an internal error)."""
+    run = tmp_path / "lm"
+    shutil.copytree(tiny_lm_run, run)
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["data"]["corpus"] = "bible"
+    (run / "config.json").write_text(json.dumps(cfg))
+    assert main(["export", str(run), "--to", "attnlab", "--out", str(tmp_path / "compact")]) == 0
+    assert "See config.json" in (tmp_path / "compact" / "README.md").read_text()

@@ -22,7 +22,7 @@ from attnlab.data.tokenizers import BOS_ID, EOS_ID, SPECIALS  # noqa: E402
 from attnlab.interop.ctranslate2 import transformer_spec  # noqa: E402
 from attnlab.nn.transformer import TransformerConfig, TransformerSeq2Seq  # noqa: E402
 from attnlab.runs.workflow import export_run  # noqa: E402
-from conftest import benchmark_module, tiny_experiment  # noqa: E402
+from conftest import benchmark_module, check_export_spares_a_foreign_model, tiny_experiment  # noqa: E402
 
 V = 40
 
@@ -415,3 +415,9 @@ def test_export_out_must_not_be_the_current_folder_or_hold_other_files(run_copy,
     assert main(["export", str(run_copy), "--out", str(tmp_path / "new")]) == 0
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["attnlab.json", "config.json", "model.bin",
                                                                     "shared_vocabulary.json", "tokenizer"]
+
+
+def test_a_ct2_export_never_replaces_a_model_folder_another_tool_made(tiny_runs, tmp_path, capsys):
+    """A downloaded model named as --out is never replaced (it was, exit 0)."""
+    check_export_spares_a_foreign_model(tiny_runs["transformer"], "ctranslate2",
+                                        ("config.json", "model.bin", "shared_vocabulary.json"), tmp_path, capsys)

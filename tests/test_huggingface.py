@@ -23,7 +23,7 @@ from attnlab.families.translation import experiment_from_dict  # noqa: E402
 from attnlab.interop.marian import hidden_permutation  # noqa: E402
 from attnlab.nn.transformer import PositionalEncoding  # noqa: E402
 from attnlab.runs.workflow import load_run, train  # noqa: E402
-from conftest import make_pairs, one_thread  # noqa: E402
+from conftest import check_export_spares_a_foreign_model, make_pairs, one_thread  # noqa: E402
 
 SENTENCES = ["the red house", "my old door opens", "a cat sees the big green window", "x", "",
              "Zürich 東京 naïve", "literal </s> <unk> <s>", "  two  spaces "]
@@ -413,3 +413,9 @@ def test_hostile_marian_folders_are_refused_in_one_line_before_any_allocation(op
     assert_import_refused(cases, tmp_path, capsys)
     grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert grown_kb < 1024 * 1024, f"the refusals raised this process's peak RSS by {grown_kb / 1024:.0f} MB"
+
+
+def test_an_hf_export_never_replaces_a_model_folder_another_tool_made(runs, tmp_path, capsys):
+    """A downloaded model named as --out is never replaced (it was, exit 0)."""
+    check_export_spares_a_foreign_model(runs["pre-all-gelu"], "huggingface",
+                                        ("config.json", "model.safetensors", "README.md"), tmp_path, capsys)

@@ -67,10 +67,12 @@ def real_dir(path: Path | str, root: Path | str) -> Path:
     return path
 
 
-def check_replaceable_folder(out: Path, belongs: Callable[[str], bool], what: str) -> None:
+def check_replaceable_folder(out: Path, belongs: Callable[[str], bool], what: str, mark: str | None = None) -> None:
     """Refuses, naming it, a folder that an export deletes and writes anew: the current folder (`--out ''`), a
     symlink, a file, or a folder holding an entry whose name `belongs` does not accept (`what` says what such an
-    entry is not, e.g. "part of a CTranslate2 export"). A missing folder passes."""
+    entry is not, e.g. "part of a CTranslate2 export"); with `mark` (the file attnlab writes into every export of
+    the kind), a folder that holds files but not `mark`: another tool's model folder has the same file names. A
+    missing or empty folder passes."""
     if str(out) in ("", ".") or out.resolve() == Path.cwd().resolve():
         raise AttnlabError(f"--out {str(out)!r} names the current folder; an export needs a folder of its own")
     if not os.path.lexists(out):
@@ -81,9 +83,13 @@ def check_replaceable_folder(out: Path, belongs: Callable[[str], bool], what: st
                            "another --out)")
     if not stat.S_ISDIR(mode):
         raise AttnlabError(f"{out}: is a file; choose another --out")
-    foreign = sorted(p.name for p in out.iterdir() if not belongs(p.name))
+    names = sorted(p.name for p in out.iterdir())
+    foreign = [name for name in names if not belongs(name)]
     if foreign:
         raise AttnlabError(f"{out}: holds {foreign[0]!r}, which is not {what}; choose a new or empty folder")
+    if mark is not None and names and mark not in names:
+        raise AttnlabError(f"{out}: holds a model attnlab did not export (no {mark}); attnlab replaces only its own "
+                           "export: choose a new or empty folder")
 
 
 def new_file(folder: Path | str, name: str) -> tuple[int, Path]:

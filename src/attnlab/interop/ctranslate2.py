@@ -232,10 +232,12 @@ def export_source(run_dir: Path | str, checkpoint: str = "best") -> dict:
             "tokenizer_sha256": tokenizer_sha256(Path(run_dir) / "tokenizer")}
 
 
-def check_export_folder(out: Path) -> None:
+def check_export_folder(out: Path, own: bool = True) -> None:
     """Refuses, naming it, an export folder that attnlab must not replace (`check_replaceable_folder`): the
-    current folder, a symlink, a file, or a folder holding anything that is not part of a CTranslate2 export."""
-    check_replaceable_folder(out, EXPORT_NAME.fullmatch, "part of a CTranslate2 export")
+    current folder, a symlink, a file, or a folder holding anything that is not part of a CTranslate2 export;
+    unless `own` (the run's own export folder, `ctranslate2_dir`, which a killed export can leave without it),
+    a folder with files but no MANIFEST: a CTranslate2 model that another tool made."""
+    check_replaceable_folder(out, EXPORT_NAME.fullmatch, "part of a CTranslate2 export", None if own else MANIFEST)
 
 
 def check_exportable(run: LoadedRun) -> None:
@@ -263,8 +265,9 @@ def export_ctranslate2(run: LoadedRun, out: Path | str | None = None, quantizati
     if quantization not in QUANTIZATIONS:
         raise AttnlabError(f"--quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
     check_exportable(run)
-    out = Path(out) if out is not None else ctranslate2_dir(run_dir, run.checkpoint, quantization)
-    check_export_folder(out)
+    default = ctranslate2_dir(run_dir, run.checkpoint, quantization)
+    out = Path(out) if out is not None else default
+    check_export_folder(out, own=out.resolve() == default.resolve())
     source = source if source is not None else export_source(run_dir, run.checkpoint)
     if run.family.export == "generator":
         spec = language_model_spec(run.model, vocabulary(run.tokenizers.tgt))

@@ -62,8 +62,10 @@ def export_huggingface(run: LoadedRun, out: Path | str | None = None, source: di
         raise AttnlabError(f"{run.run_dir}: a {run.family.title} run cannot be exported to Hugging Face; {can} runs "
                            "can")
     tensors, files = EXPORTERS[run.family.hf_kind](run)
-    out = Path(out) if out is not None else huggingface_dir(run.run_dir, run.checkpoint)
-    check_replaceable_folder(out, EXPORT_FILES.__contains__, "part of a Hugging Face export")
+    default = huggingface_dir(run.run_dir, run.checkpoint)
+    out = Path(out) if out is not None else default
+    check_replaceable_folder(out, EXPORT_FILES.__contains__, "part of a Hugging Face export",
+                             None if out.resolve() == default.resolve() else MANIFEST)
     return write_export(out, tensors, files, source)
 
 

@@ -216,7 +216,7 @@ def model_card(run: LoadedRun, title: str, quantization: str, parameters: int, m
     lines = [f"# {title}", "",
              f"An attnlab {run.family.title} run ({parameters:,} parameters), stored {quantization} "
              f"({megabytes:.1f} MB).", "", "## Data", ""]
-    if data is not None and getattr(data, "corpus", "") == "bible":
+    if data is not None and getattr(data, "corpus", "") == "bible" and hasattr(data, "renderings"):  # translation
         weights = list(getattr(data, "english_weights", None) or [])
         drawn = ("" if not weights or set(weights) == {1} else "; each epoch draws " + ", ".join(
             f"{rendering}'s verses {w} time{'s' if w > 1 else ''}" for rendering, w in zip(data.renderings, weights)))
