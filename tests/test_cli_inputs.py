@@ -163,3 +163,25 @@ def test_a_compact_copy_of_a_bible_language_model_is_written(tiny_lm_run, tmp_pa
     (run / "config.json").write_text(json.dumps(cfg))
     assert main(["export", str(run), "--to", "attnlab", "--out", str(tmp_path / "compact")]) == 0
     assert "See config.json" in (tmp_path / "compact" / "README.md").read_text()
+
+
+def test_decoding_stops_at_the_positions_the_transformer_has(tiny_tsv, tmp_path, capsys):
+    """A source within max_src_tokens and the model's max_len, whose step limit (1.5 x its length + 10) passes
+    max_len, is translated, its output at most max_len pieces (it was refused: "positions up to N exceed the
+    model's max_len")."""
+    import dataclasses
+
+    from attnlab.runs.workflow import train
+    from conftest import one_thread, tiny_experiment
+
+    cfg = tiny_experiment(tiny_tsv, "transformer", max_steps=2)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, transformer=dataclasses.replace(
+        cfg.model.transformer, max_len=80)), decode=dataclasses.replace(cfg.decode, max_src_tokens=78))
+    with one_thread():
+        train(cfg, tmp_path / "run")
+    src = tmp_path / "in.txt"
+    src.write_text(" ".join(["abcde fghij"] * 6) + "\n")  # 71 characters + EOS: a limit of 118 steps
+    capsys.readouterr()
+    for beam in ("1", "3"):
+        assert main(["translate", str(tmp_path / "run"), str(src), "--beam", beam, "--device", "cpu"]) == 0, beam
+        assert len(capsys.readouterr().out.rstrip("\n").replace(" ", "")) <= 80

@@ -95,12 +95,22 @@ def select_batch(obj: Any, index: Tensor) -> Any:
     return obj
 
 
-def max_output_length(src_lengths: Tensor, ratio: float = 1.5, offset: int = 10) -> Tensor:
+def max_output_length(src_lengths: Tensor, ratio: float = 1.5, offset: int = 10, cap: int | None = None) -> Tensor:
     """Per-sentence step limit floor(ratio * source length) + offset, at most `MAX_LEN` (a longer output is never a
-    translation, and its attention rows would fill the memory): src_lengths (B,) -> (B,) long."""
+    translation, and its attention rows would fill the memory) and at most `cap` (the positions the model has,
+    `output_cap`): src_lengths (B,) -> (B,) long."""
     if ratio < 0:
         raise ValueError(f"ratio must be >= 0, got {ratio}")
-    return ((src_lengths.double() * ratio).floor() + offset).clamp(max=MAX_LEN).long()
+    most = MAX_LEN if cap is None else min(MAX_LEN, cap)
+    return ((src_lengths.double() * ratio).floor() + offset).clamp(max=most).long()
+
+
+def output_cap(model) -> int | None:
+    """The most decoding steps a model's positions allow: a Transformer's max_len - 1 (at the last step its decoder
+    reads BOS and every step's piece, one position each, and a step's piece may be the EOS that ends it); None for a
+    model without positions (an RNN)."""
+    n = getattr(getattr(model, "cfg", None), "max_len", None)
+    return n - 1 if isinstance(n, int) and not isinstance(n, bool) else None
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:

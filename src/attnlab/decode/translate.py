@@ -16,7 +16,7 @@ from attnlab.core.devices import amp_dtype, autocast
 from attnlab.core.errors import AttnlabError
 from attnlab.data.batching import grid_length, pad_sequences
 from attnlab.data.tokenizers import EOS_ID, Tokenizer, TokenizerPair
-from attnlab.decode.search import TraceStep, beam_search, greedy_search, max_output_length
+from attnlab.decode.search import TraceStep, beam_search, greedy_search, max_output_length, output_cap
 from attnlab.kernels.memory import keep_freed_memory
 
 
@@ -124,7 +124,8 @@ class Translator:
             src = pad_sequences([ids[i] for i in chunk], length=int(grid_length(longest, grid)) if grid else 0
                                 ).to(self.device)  # (B, S)
             lengths = torch.tensor([len(ids[i]) for i in chunk], device=self.device)  # (B,)
-            limit = max_output_length(lengths, self.decode.max_len_ratio, self.decode.max_len_offset)
+            limit = max_output_length(lengths, self.decode.max_len_ratio, self.decode.max_len_offset,
+                                      output_cap(self.model))
             traces: list[list[TraceStep]] | None = [] if trace and beam > 1 else None
             with autocast(self.amp_dtype, self.device):  # decode.amp; the log-probs are float32 either way
                 if beam == 1:
