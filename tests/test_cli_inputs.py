@@ -185,3 +185,13 @@ def test_decoding_stops_at_the_positions_the_transformer_has(tiny_tsv, tmp_path,
     for beam in ("1", "3"):
         assert main(["translate", str(tmp_path / "run"), str(src), "--beam", beam, "--device", "cpu"]) == 0, beam
         assert len(capsys.readouterr().out.rstrip("\n").replace(" ", "")) <= 80
+
+
+@pytest.mark.parametrize("argv", [["translate", "pretrained:noattn", "--beam", "1000000000"],
+                                  ["evaluate", "pretrained:noattn", "--beam", "0"], ["nosuch"]])
+def test_an_option_out_of_range_is_one_line(argv, capsys):
+    """README: a number past its limit is one line on stderr and exit code 2 (argparse printed its usage block)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "error: " in err and "--help)" in err, err

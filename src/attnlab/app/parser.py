@@ -324,7 +324,8 @@ def add_plot_explore(psub: argparse._SubParsersAction, opts: Options) -> None:
                            help="every attention of one input, as the explorer's views (heatmap, model, head, "
                                 "neuron view) in files",
                            description="The views of `attnlab serve`'s explorer for one input, as PNG/SVG files "
-                                       "OUT/<map>_<view>.<format>: translation runs (maps cross, enc_self, "
+                                       "OUT/<map>_<view>[_layerL][_headH|_mean].<format> (the rollout has no "
+                                       "neuron view): translation runs (maps cross, enc_self, "
                                        "enc_self_rollout, dec_self; RNN: align), language models (lm_self, "
                                        "lm_self_rollout: --sentence is the prompt), sentence pairs (a_to_b, "
                                        "b_to_a, ...; MiniLM: a_self, b_self). Prints the paths; the n-best list "
@@ -481,10 +482,19 @@ COMMANDS = (add_data, add_configs, add_pretrained, add_train, add_paraphrase, ad
             add_import, add_evaluate, add_generate, add_plot, add_summary, add_report, add_serve, add_series, add_demo)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line, as every other user mistake ("attnlab translate: error:
+    argument --beam: 1000000000 exceeds the limit 256 (attnlab translate --help)"), exit code 2; its
+    sub-parsers are of this class too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top parser and one sub-parser per command, each declared by its `add_<command>(subparsers, opts)` in
     COMMANDS, whose order is the order of `attnlab --help`."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="attnlab", description="Attention-based sequence models: build corpora, train, decode, look inside.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__import__('attnlab').__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
