@@ -205,11 +205,12 @@ def record_splits(store: Store, run_dir: Path) -> None:
     write_json(Path(run_dir) / SPLITS_RECORD, store.held_digests(), run_dir)
 
 
-def check_splits(store: Store, run_dir: Path, split: str, drawn: bool) -> None:
+def check_splits(store: Store, run_dir: Path, split: str) -> None:
     """Compares a store's dev or test split with the one the run recorded at training (`record_splits`; a run
-    without the record, trained before it or shipped, passes). A split `drawn` at random out of the training
-    corpus that differs was drawn again from changed corpus files, so it can hold pairs the run trained on:
-    refused. A split given as a file that differs is the user's new one: logged."""
+    without the record, trained before it or shipped, passes). A split drawn at random out of the training corpus
+    (a files corpus without that split's file, as the store's spec says) that differs was drawn again from changed
+    corpus files, so it can hold pairs the run trained on: refused. A split given as a file that differs is the
+    user's new one: logged."""
     path = Path(run_dir) / SPLITS_RECORD
     if split not in ("dev", "test") or not path.is_file():
         return
@@ -219,7 +220,8 @@ def check_splits(store: Store, run_dir: Path, split: str, drawn: bool) -> None:
     recorded = record.get(split)
     if recorded is None or recorded == store.held_digests()[split]:
         return
-    if drawn:
+    spec = store.manifest.get("spec", {})
+    if spec.get("corpus") == "files" and not spec.get(split):
         raise AttnlabError(f"{run_dir}: the {split} split, held out of the corpus at random, is not the one this run "
                            f"was trained beside: the corpus files changed since, so the {split} pairs drawn now can "
                            "be training pairs of the run; evaluate it on the corpus files as they were")

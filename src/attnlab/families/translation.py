@@ -277,7 +277,7 @@ def split_pairs(cfg: ExperimentConfig, split: str, tokenizers: TokenizerPair | N
     if source is None or (cfg.data.corpus == "bible" and source == cfg.data.renderings[0]):
         store = prepare_corpus(cfg, tokenizers)
         if run_dir is not None:
-            check_splits(store, run_dir, split, drawn=cfg.data.corpus == "files" and not getattr(cfg.data, split, 1))
+            check_splits(store, run_dir, split)
         pairs = store.pairs(split, limit)
         if not pairs:  # a files corpus with data.{split}_size = 0 and no {split} file
             raise AttnlabError(f"the {split} split of this run's corpus is empty (data.{split}_size = 0 and no "
